@@ -1,0 +1,3 @@
+from fabricbench.cli import main
+
+raise SystemExit(main())

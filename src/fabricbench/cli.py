@@ -1,0 +1,242 @@
+"""Command line: one small function per subcommand, plain argparse."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import secrets
+import socket
+import sys
+
+from fabricbench import __version__
+from fabricbench.errors import FabricbenchError, UsageError
+from fabricbench.kernels import KERNELS, get_kernel
+from fabricbench.plan import Plan, Step, kernel_sizes, parse_size_range
+from fabricbench.transports import TRANSPORTS, check_transport, supported_kernels
+
+# The main job: what `fabricbench run` measures when told nothing.
+DEFAULT_SUITE = [
+    ("mpi", ["latency", "bw", "bibw", "allreduce", "allgather", "alltoall", "bcast", "reduce_scatter", "barrier"]),
+    ("mpi-rma", ["put", "get", "put-bw"]),
+]
+DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep to about a minute
+NATURAL_TRANSPORT = {"put": "mpi-rma", "get": "mpi-rma", "put-bw": "mpi-rma", "get-bw": "mpi-rma"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but bad input is one line and exit 2, on every rank alike."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _count(name: str, minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageError(f"{name} must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise UsageError(f"{name} must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not value > 0:
+            raise UsageError(f"{name} must be above 0 seconds, got {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fabricbench", description="Measure what an interconnect really delivers.")
+    parser.add_argument("--version", action="version", version=f"fabricbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run kernels and write a tidy table")
+    run.add_argument("-t", "--transport", type=_names, help=f"comma list of: {', '.join(TRANSPORTS)}")
+    run.add_argument("-k", "--kernel", type=_names, help=f"comma list of: {', '.join(KERNELS)}")
+    run.add_argument(
+        "-m",
+        "--message-size",
+        type=parse_size_range,
+        metavar="[MIN:]MAX",
+        help="message sizes, powers of two from MIN to MAX (e.g. 0:4M)",
+    )
+    run.add_argument("-i", "--iterations", type=_count("iterations", 1), help="timed iterations per size")
+    run.add_argument("-x", "--warmup", type=_count("warm-up", 0), help="untimed iterations per size")
+    run.add_argument("-W", "--window", type=_count("window", 1), default=64, help="messages in flight (default 64)")
+    run.add_argument("--max-time", type=_seconds("--max-time"), help="seconds per size; lowers the iteration count")
+    run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
+    run.add_argument("--method", default="persistent", help="mpi loop: persistent (default) or blocking")
+    run.add_argument("--out", help="results directory (default results/RUN_ID)")
+    run.add_argument("--label", default="", help="a name for this run in tables and plots")
+    run.add_argument(
+        "--format",
+        dest="output_format",
+        choices=["table", "osu", "none"],
+        default="table",
+        help="console output: readable table, OSU's text layout, or nothing",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_seconds("--timeout"),
+        default=120.0,
+        help="seconds without progress before giving up (default 120)",
+    )
+    run.add_argument(
+        "--hugepages",
+        choices=["on", "off"],
+        help="numpy's madvise of huge pages for large buffers (default: numpy's own)",
+    )
+    run.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on stderr (default: when stderr is a terminal)",
+    )
+    run.add_argument(
+        "-n",
+        "--np",
+        type=_count("--np", 1),
+        default=2,
+        help="local ranks to start when run outside a launcher (default 2)",
+    )
+    run.set_defaults(func=cmd_run)
+    return parser
+
+
+def _steps(args) -> list[Step]:
+    if not args.transport and not args.kernel:
+        pairs = DEFAULT_SUITE
+    elif not args.transport:
+        pairs = [(NATURAL_TRANSPORT.get(k, "mpi"), [k]) for k in args.kernel]
+    else:
+        pairs = [(t, args.kernel or sorted(supported_kernels(t))) for t in args.transport]
+    steps = []
+    for transport, kernels in pairs:
+        check_transport(transport)
+        for name in kernels:
+            steps.append(Step(transport, name, kernel_sizes(get_kernel(name), args.message_size)))
+    return steps
+
+
+def build_plan(args, ranks: int) -> Plan:
+    """Everything that can be checked before a byte moves; raises UsageError."""
+    steps = _steps(args)
+    default_suite = not args.transport and not args.kernel
+    for step in steps:
+        if step.kernel in supported_kernels(step.transport):
+            step.spec.check_ranks(ranks)
+    run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
+    progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
+    return Plan(
+        steps=steps,
+        iterations=args.iterations,
+        warmup=args.warmup,
+        window=args.window,
+        max_time=args.max_time or (DEFAULT_SUITE_MAX_TIME if default_suite else None),
+        validate=args.validate,
+        method=args.method,
+        timeout=args.timeout,
+        out_dir=args.out or os.path.join("results", run_id),
+        run_id=run_id,
+        label=args.label,
+        output_format=args.output_format,
+        progress=progress,
+    )
+
+
+def cmd_run(args, argv: list[str]) -> int:
+    from fabricbench import launch
+    from fabricbench.results import prepare_out_dir
+
+    who = launch.launcher()
+    if who is None:
+        # Started alone: check what we can here, then start local ranks.
+        plan = build_plan(args, args.np)
+        prepare_out_dir(plan.out_dir)
+        child_argv = list(argv)
+        if not args.out:
+            child_argv += ["--out", plan.out_dir]
+        return launch.relaunch(child_argv, args.np, progress=sys.stderr.isatty() and args.progress is not False)
+    return _run_ranks(args, who)
+
+
+def _run_ranks(args, who: str) -> int:
+    import json
+
+    from mpi4py import MPI
+
+    from fabricbench.control import MPIControl
+
+    ctrl = MPIControl(MPI.COMM_WORLD)
+    envelope = None
+    if ctrl.rank == 0:
+        try:
+            from fabricbench.results import prepare_out_dir
+
+            plan = build_plan(args, ctrl.size)
+            prepare_out_dir(plan.out_dir)
+            envelope = {"plan": json.loads(plan.to_json())}
+        except FabricbenchError as exc:
+            envelope = {"error": str(exc), "code": exc.exit_code}
+    envelope = json.loads(ctrl.bcast_bytes(json.dumps(envelope).encode() if ctrl.rank == 0 else None))
+    if "error" in envelope:
+        if ctrl.rank == 0:
+            print(f"fabricbench: error: {envelope['error']}", file=sys.stderr)
+        return int(envelope["code"])
+    plan = Plan.from_json(json.dumps(envelope["plan"]).encode())
+    return execute_plan(plan, ctrl, who, args.hugepages)
+
+
+def execute_plan(plan: Plan, ctrl, who: str, hugepages: str | None) -> int:
+    from pathlib import Path
+
+    from fabricbench import env
+    from fabricbench.runner import execute
+
+    if hugepages:
+        env.set_numpy_hugepages(hugepages == "on")
+    ranks = ctrl.gather_json(env.rank_info())
+    reporter = None
+    if ctrl.rank == 0:
+        from fabricbench.report.reporter import Reporter
+
+        metadata = env.run_metadata(plan, ranks, who)
+        if any(s.transport.startswith("mpi") for s in plan.steps) or who:
+            metadata.update(env.mpi_info())
+        reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
+    execute(plan, ctrl, reporter)
+    if reporter:
+        reporter.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args, argv)
+    except FabricbenchError as exc:
+        from fabricbench.launch import env_rank
+
+        if env_rank() == 0:  # every rank sees the same bad input; one says so
+            print(f"fabricbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("fabricbench: interrupted", file=sys.stderr)
+        return 130

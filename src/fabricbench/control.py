@@ -1,0 +1,60 @@
+"""The control plane between ranks: barriers, agreement and gathering results.
+
+It is separate from the data path so that a transport (TCP, verbs) can move
+its data without MPI while the runner still synchronises the ranks. Under a
+launcher this is MPI. Everything crosses as numbers or JSON bytes; nothing is
+pickled.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+
+class MPIControl:
+    def __init__(self, comm):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def allreduce_max(self, value: float) -> float:
+        out = np.zeros(1)
+        self.comm.Allreduce(np.array([value], dtype=np.float64), out, op=self._MPI.MAX)
+        return float(out[0])
+
+    def gather(self, values: np.ndarray) -> np.ndarray | None:
+        """Rank 0 gets an (ranks, k) float64 array of every rank's vector."""
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        out = np.empty((self.size, len(values))) if self.rank == 0 else None
+        self.comm.Gather(values, out, root=0)
+        return out
+
+    def bcast_bytes(self, data: bytes | None) -> bytes:
+        length = np.array([len(data) if self.rank == 0 else 0], dtype=np.int64)
+        self.comm.Bcast(length, root=0)
+        buf = np.frombuffer(data, dtype=np.uint8).copy() if self.rank == 0 else np.empty(length[0], np.uint8)
+        self.comm.Bcast(buf, root=0)
+        return buf.tobytes()
+
+    def gather_json(self, obj: dict) -> list[dict] | None:
+        """Rank 0 gets every rank's small JSON-able dict (host names, affinity)."""
+        data = np.frombuffer(json.dumps(obj).encode(), dtype=np.uint8)
+        counts = np.zeros(self.size, dtype=np.int64) if self.rank == 0 else None
+        self.comm.Gather(np.array([len(data)], dtype=np.int64), counts, root=0)
+        out = np.empty(int(counts.sum()), np.uint8) if self.rank == 0 else None
+        self.comm.Gatherv(data, [out, counts] if self.rank == 0 else None, root=0)
+        if self.rank != 0:
+            return None
+        edges = np.concatenate([[0], np.cumsum(counts)])
+        return [json.loads(out[a:b].tobytes()) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+    def abort(self, code: int) -> None:
+        self.comm.Abort(code)

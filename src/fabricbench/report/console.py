@@ -1,0 +1,73 @@
+"""A readable table per kernel, printed line by line as sizes finish."""
+
+from __future__ import annotations
+
+import math
+
+from fabricbench.kernels import get_kernel
+
+
+def _num(value, width: int, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return " " * (width - 1) + "-"
+    return f"{value:>{width}.{digits}f}"
+
+
+def _layout(kernel_name: str) -> list[tuple[str, str, int]]:
+    """(header, column, width) for a kernel's console table."""
+    kernel = get_kernel(kernel_name)
+    lead = [("size(B)", "size_B", 10), ("iters", "iterations", 7)]
+    tail = [("valid", "validation", 6)]
+    if kernel.windowed:
+        body = [
+            ("MB/s", "bw_MBps", 12),
+            ("peak MB/s", "bw_peak_MBps", 12),
+            ("msg/s", "msgrate_per_s", 13),
+            ("p50 win us", "lat_p50_us", 11),
+        ]
+    elif kernel.collective:
+        body = [
+            ("avg us", "lat_rank_avg_us", 10),
+            ("min us", "lat_rank_min_us", 10),
+            ("max us", "lat_rank_max_us", 10),
+            ("p50 us", "lat_p50_us", 10),
+            ("p99 us", "lat_p99_us", 10),
+            ("algbw GB/s", "algbw_GBps", 11),
+            ("busbw GB/s", "busbw_GBps", 11),
+        ]
+    else:
+        body = [
+            ("min us", "lat_min_us", 10),
+            ("p50 us", "lat_p50_us", 10),
+            ("mean us", "lat_mean_us", 10),
+            ("p99 us", "lat_p99_us", 10),
+            ("max us", "lat_max_us", 10),
+            ("stdev us", "lat_stdev_us", 10),
+        ]
+    return lead + body + tail
+
+
+def header(transport: str, kernel_name: str, ranks: int, title: str) -> str:
+    columns = _layout(kernel_name)
+    names = "".join(f"{h:>{w}}" for h, _, w in columns)
+    return f"# {transport} {kernel_name} on {ranks} ranks - {title}\n#{names[1:]}"
+
+
+def line(row: dict) -> str:
+    if not str(row.get("status", "")).startswith("ok"):
+        size = row.get("size_B")
+        where = f"{size} B: " if size is not None else ""
+        return f"# {where}{row['status']}"
+    out = []
+    for _, column, width in _layout(row["kernel"]):
+        value = row.get(column)
+        if column in ("size_B", "iterations"):
+            out.append(f"{value:>{width}d}")
+        elif column == "validation":
+            out.append(f"{value:>{width}}")
+        elif column == "msgrate_per_s":
+            out.append(_num(value, width, 0))
+        else:
+            out.append(_num(value, width))
+    note = f"  ({row['note']})" if row.get("note") else ""
+    return "".join(out) + note

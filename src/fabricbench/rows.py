@@ -1,0 +1,88 @@
+"""Samples and per-rank summaries to one tidy row. Pure functions, no network."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fabricbench.kernels import Kernel
+from fabricbench.stats import across_ranks, bandwidth_MBps, latency_stats, stability_note
+
+# What every rank reports after a size: one float64 vector, gathered on rank 0.
+SUMMARY = ("initiator", "iterations", "total_ns", "valid")
+VALID_WORDS = {1: "pass", 0: "fail", -1: "off"}
+
+
+def rank_summary(initiator: bool, iterations: int, samples_ns: np.ndarray, valid: int) -> np.ndarray:
+    total = float(samples_ns.sum()) if initiator else 0.0
+    return np.array([float(initiator), float(iterations), total, float(valid)])
+
+
+def base_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int, buffer: str = "host") -> dict:
+    return {
+        "run_id": plan.run_id,
+        "label": plan.label,
+        "transport": transport,
+        "kernel": kernel.name,
+        "buffer": buffer,
+        "size_B": size,
+        "ranks": ranks,
+        "sample": {"rtt": "rtt/2", "window": "window", "op": "op"}[kernel.sample],
+    }
+
+
+def unsupported_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int, reason: str) -> dict:
+    row = base_row(plan, transport, kernel, size, ranks)
+    row.update(status=f"unsupported: {reason}", validation="off")
+    return row
+
+
+def measured_row(
+    plan,
+    transport: str,
+    kernel: Kernel,
+    size: int,
+    case,
+    warmup: int,
+    samples_ns: np.ndarray,
+    gathered: np.ndarray,
+    buffer: str = "host",
+) -> dict:
+    """The row for one size: rank 0's own samples plus every rank's summary."""
+    ranks = len(gathered)
+    row = base_row(plan, transport, kernel, size, ranks, buffer)
+    initiators = gathered[gathered[:, 0] == 1]
+    iterations = int(initiators[0, 1]) if len(initiators) else 0
+    divisor = 2 if kernel.sample == "rtt" else 1
+    stats = latency_stats(samples_ns, divisor)
+    means_us = initiators[:, 2] / initiators[:, 1] / 1000.0 / divisor
+    stats.update(across_ranks(means_us))
+    row.update(stats)
+    row.update(
+        method=case.method,
+        pairs=case.pairs,
+        window=case.window,
+        iterations=iterations,
+        warmup=warmup,
+        status="ok",
+        note=stability_note(samples_ns),
+    )
+    valid = gathered[:, 3]
+    row["validation"] = "off" if (valid == -1).all() else ("fail" if (valid == 0).any() else "pass")
+    nan = math.nan
+    row.update(bw_MBps=nan, bw_peak_MBps=nan, msgrate_per_s=nan, algbw_GBps=nan, busbw_GBps=nan)
+    if kernel.windowed:
+        per_iteration = size * case.window * kernel.directions
+        # Each initiator's own rate, summed: osu_mbw_mr's aggregate over pairs.
+        iterations_each, seconds_each = initiators[:, 1], initiators[:, 2] / 1e9
+        row["bw_MBps"] = float(bandwidth_MBps(per_iteration * iterations_each, seconds_each).sum())
+        row["msgrate_per_s"] = float((case.window * kernel.directions * iterations_each / seconds_each).sum())
+        if len(samples_ns):
+            row["bw_peak_MBps"] = float(bandwidth_MBps(per_iteration, float(samples_ns.min()) / 1e9))
+    elif kernel.collective and kernel.name != "barrier":
+        seconds = float(means_us.mean()) / 1e6
+        algbw = size * (ranks if kernel.algbw_ranks else 1) / seconds / 1e9
+        row["algbw_GBps"] = algbw
+        row["busbw_GBps"] = algbw * kernel.busbw_factor(ranks)
+    return row

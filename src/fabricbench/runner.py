@@ -1,0 +1,149 @@
+"""The runner: on every rank, the same sequence of warm-up, timing and checking.
+
+It owns barriers, time budgets, validation and the per-rank summary. It never
+formats anything: rank 0 hands each finished row to the reporter at once, so
+the table on disk grows size by size.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+
+import numpy as np
+
+from fabricbench.errors import FabricbenchError
+from fabricbench.kernels import Kernel
+from fabricbench.plan import Plan
+from fabricbench.rows import measured_row, rank_summary, unsupported_row
+from fabricbench.transports import open_transport
+
+CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check
+
+
+class Watchdog:
+    """Ends this rank when a size makes no progress: MPI calls have no timeout of their own.
+
+    Exiting one rank makes the launcher end the others, so no rank is left
+    hanging, and the rows already written stay on disk.
+    """
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self._timer: threading.Timer | None = None
+
+    def arm(self, seconds: float, what: str) -> None:
+        self.disarm()
+        self._timer = threading.Timer(seconds, self._fire, args=(seconds, what))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self, seconds: float, what: str) -> None:
+        sys.stderr.write(
+            f"fabricbench: error: rank {self.rank}: {what} made no progress for {seconds:.0f} s; "
+            "a peer may have died (rows measured so far are kept)\n"
+        )
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog):
+    """Time one size on this rank; rank 0 returns the row, the others None."""
+    iterations, warmup = plan.counts(kernel, size)
+    what = f"{transport.name} {kernel.name} at {size} B"
+    watchdog.arm(plan.timeout, what)
+    case = transport.case(kernel, size)
+    try:
+        probe = warmup or (1 if plan.max_time else 0)
+        times = np.zeros(max(iterations, probe, 1), dtype=np.int64)
+        view = memoryview(times)
+        ctrl.barrier()
+        case.run(probe, view)
+        if plan.max_time:
+            # Every rank must agree on the count: take the slowest rank's estimate.
+            estimate_ns = float(times[:probe].mean()) if case.initiator and probe else 0.0
+            estimate_ns = max(ctrl.allreduce_max(estimate_ns), 1.0)
+            iterations = max(1, min(iterations, int(plan.max_time * 1e9 / estimate_ns)))
+            watchdog.arm(plan.timeout + 4 * iterations * estimate_ns / 1e9, what)
+        ctrl.barrier()
+        case.run(iterations, view)
+        samples = times[:iterations].copy() if case.initiator else times[:0]
+        valid = check(ctrl, case, kernel) if plan.validate else -1
+        gathered = ctrl.gather(rank_summary(case.initiator, iterations, samples, valid))
+    finally:
+        case.close()
+    watchdog.disarm()
+    if ctrl.rank != 0:
+        return None
+    return measured_row(plan, transport.name, kernel, size, case, warmup, samples, gathered, transport.buffer)
+
+
+def check(ctrl, case, kernel: Kernel) -> int:
+    """One untimed iteration into poisoned buffers, then compare: 1 pass, 0 fail."""
+    case.poison()
+    ctrl.barrier()
+    case.run(1, memoryview(np.zeros(1, dtype=np.int64)))
+    ctrl.barrier()
+    received = case.received
+    if os.environ.get(CORRUPT_HOOK) == kernel.name and received.size:
+        received.view(np.uint8)[received.size // 2] ^= 0xFF
+    return int(np.array_equal(received.view(np.uint8), case.expected().view(np.uint8)))
+
+
+def execute(plan: Plan, ctrl, reporter) -> None:
+    """Run every step of the plan; ``reporter`` is rank 0's sink for rows (None elsewhere)."""
+    watchdog = Watchdog(ctrl.rank)
+    transports: dict = {}
+    try:
+        for step in plan.steps:
+            kernel = step.spec
+            if step.transport not in transports:
+                transports[step.transport] = open_transport(step.transport, ctrl, plan)
+            transport = transports[step.transport]
+            if reporter:
+                reporter.start_step(step)
+            reason = transport.unsupported(kernel)
+            if reason:
+                if reporter:
+                    reporter.row(unsupported_row(plan, step.transport, kernel, None, ctrl.size, reason))
+                    reporter.advance(len(step.sizes))
+                continue
+            for size in step.sizes:
+                if size % kernel.elem_bytes:
+                    row = unsupported_row(
+                        plan,
+                        step.transport,
+                        kernel,
+                        size,
+                        ctrl.size,
+                        f"size is not a multiple of the {kernel.elem_bytes}-byte element",
+                    )
+                else:
+                    row = measure(ctrl, transport, kernel, size, plan, watchdog)
+                if reporter:
+                    reporter.row(row)
+                    reporter.advance(1)
+    except Exception as exc:  # noqa: BLE001 - one rank failing must end every rank
+        watchdog.disarm()
+        if isinstance(exc, FabricbenchError):
+            message, code = str(exc), exc.exit_code
+        else:
+            message, code = f"internal error: {type(exc).__name__}: {exc}", 1
+            if os.environ.get("FABRICBENCH_DEBUG"):
+                traceback.print_exc()
+        sys.stderr.write(f"fabricbench: error: rank {ctrl.rank}: {message}\n")
+        sys.stderr.flush()
+        if reporter:
+            reporter.close(complete=False)
+        ctrl.abort(code)
+    finally:
+        watchdog.disarm()
+        for transport in transports.values():
+            transport.close()

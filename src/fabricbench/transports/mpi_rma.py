@@ -1,0 +1,109 @@
+"""Transport ``mpi-rma``: one-sided Put and Get, as osu_put_latency / osu_put_bw.
+
+The window comes from ``MPI_Win_allocate`` and synchronisation is passive
+target lock/flush, OSU's defaults. Rank 0 is the origin and rank N/2 the
+target; the target does nothing while it is timed, which is the point of RMA.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from fabricbench.buffers import POISON, filled, pattern, poisoned
+from fabricbench.kernels import Kernel, peer_of
+from fabricbench.transports.base import EMPTY, Case, Transport
+
+ORIGIN_SEED = 101
+TARGET_SEED = 202
+
+
+class OneSided(Case):
+    method = "lock/flush"
+
+    def __init__(self, comm: MPI.Comm, kernel: Kernel, size: int, window: int):
+        super().__init__()
+        self.size = size
+        self.put = kernel.name.startswith("put")
+        self.window = window if kernel.windowed else 0
+        self.rank = comm.Get_rank()
+        role = peer_of(kernel, self.rank, comm.Get_size())
+        self.active = role is not None
+        self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
+        self.win = MPI.Win.Allocate(size, 1, MPI.INFO_NULL, comm)
+        self.memory = np.frombuffer(self.win.tomemory(), dtype=np.uint8)
+        # Written before timing: the target's window holds data for Get, the
+        # origin's buffer holds data for Put.
+        self.memory[:] = pattern(size, TARGET_SEED) if not self.put else POISON
+        if self.initiator:
+            self.local = filled(size, ORIGIN_SEED) if self.put else poisoned(size)
+            self.received = EMPTY if self.put else self.local
+        elif self.active:
+            self.received = self.memory if self.put else EMPTY
+
+    def expected(self):
+        if self.received.size == 0:
+            return EMPTY
+        return pattern(self.size, ORIGIN_SEED if self.put else TARGET_SEED)
+
+    def poison(self) -> None:
+        if self.received is self.memory:
+            # The target writes its own window inside an exclusive epoch.
+            self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
+            self.memory[:] = POISON
+            self.win.Unlock(self.rank)
+        else:
+            self.received[:] = POISON
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        if not self.initiator:
+            return
+        win, target, clock = self.win, self.peer, time.perf_counter_ns
+        spec = [self.local, self.size, MPI.BYTE]
+        operation = win.Put if self.put else win.Get
+        flush = win.Flush
+        per_flush = range(self.window or 1)
+        win.Lock(target, MPI.LOCK_SHARED)
+        try:
+            last = clock()
+            if self.window:
+                for i in range(iterations):
+                    for _ in per_flush:
+                        operation(spec, target)
+                    flush(target)
+                    now = clock()
+                    times[i] = now - last
+                    last = now
+            else:
+                for i in range(iterations):
+                    operation(spec, target)
+                    flush(target)
+                    now = clock()
+                    times[i] = now - last
+                    last = now
+        finally:
+            win.Unlock(target)
+
+    def close(self) -> None:
+        self.memory = self.received = EMPTY
+        self.win.Free()
+
+
+class MPIRMATransport(Transport):
+    name = "mpi-rma"
+    kernels = frozenset({"put", "get", "put-bw", "get-bw"})
+
+    def __init__(self, ctrl, plan):
+        self.comm = ctrl.comm.Dup()
+        self.window = plan.window
+
+    def case(self, kernel: Kernel, size: int) -> Case:
+        return OneSided(self.comm, kernel, size, self.window)
+
+    def metadata(self) -> dict:
+        return {"rma_window": "MPI_Win_allocate", "rma_sync": "MPI_Win_lock/flush"}
+
+    def close(self) -> None:
+        self.comm.Free()
