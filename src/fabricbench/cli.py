@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-W", "--window", type=_count("window", 1), default=64, help="messages in flight (default 64)")
     run.add_argument("--max-time", type=_seconds("--max-time"), help="seconds per size; lowers the iteration count")
     run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
-    run.add_argument("--method", default="persistent", help="mpi loop: persistent (default) or blocking")
+    run.add_argument("--method", default="persistent", choices=["persistent", "blocking"],
+                     help="MPI point-to-point loop: persistent requests (default) or plain blocking calls")
     run.add_argument("--out", help="results directory (default results/RUN_ID)")
     run.add_argument("--label", default="", help="a name for this run in tables and plots")
     run.add_argument(
@@ -116,6 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="local ranks to start when run outside a launcher (default 2)",
     )
     run.set_defaults(func=cmd_run)
+
+    compare = sub.add_parser("compare", help="put finished runs side by side: ratios to the first, CSV and plots")
+    compare.add_argument("runs", nargs="+", metavar="RUN", help="result directories or CSV/Parquet tables; first = A")
+    compare.add_argument("--out", help="directory for comparison.csv and the PNG plots")
+    compare.add_argument(
+        "--metric",
+        type=_names,
+        help="comma list of columns to compare, e.g. p50,p99,bw,busbw (default: p50 latency, bw, busbw)",
+    )
+    compare.set_defaults(func=cmd_compare)
     return parser
 
 
@@ -158,6 +169,12 @@ def build_plan(args, ranks: int) -> Plan:
         output_format=args.output_format,
         progress=progress,
     )
+
+
+def cmd_compare(args, argv: list[str]) -> int:
+    from fabricbench.report.compare import compare
+
+    return compare(args.runs, out=args.out, metric_names=args.metric)
 
 
 def cmd_run(args, argv: list[str]) -> int:
@@ -223,6 +240,7 @@ def execute_plan(plan: Plan, ctrl, who: str, hugepages: str | None) -> int:
     execute(plan, ctrl, reporter)
     if reporter:
         reporter.close()
+        return 1 if reporter.failed_validation else 0
     return 0
 
 

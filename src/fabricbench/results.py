@@ -74,7 +74,7 @@ def _cell(value: object) -> object:
     if isinstance(value, float):
         if math.isnan(value):
             return ""
-        return f"{value:.6g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.6e}"
+        return f"{value:.9g}"
     return value
 
 

@@ -56,18 +56,19 @@ def bandwidth_MBps(nbytes, seconds):
 
 
 def stability_note(samples_ns: np.ndarray) -> str:
-    """Say so when the mean itself is not reproducible, as pyperf does.
+    """Say so when the result drifts during the run, as pyperf warns of unstable runs.
 
-    Single iterations are always spiky; what matters is whether the mean
-    holds. The samples are cut into consecutive blocks and the spread of the
-    block means is compared with the overall mean.
+    Single iterations are always spiky, so their spread says little. The
+    samples are cut into consecutive blocks; if the block medians disagree by
+    more than 10 %, the machine or the fabric changed under the measurement.
     """
     blocks = min(20, len(samples_ns) // 10)
     if blocks < 5:
         return ""
     usable = samples_ns[: blocks * (len(samples_ns) // blocks)].astype(np.float64)
-    means = usable.reshape(blocks, -1).mean(axis=1)
-    spread = float(means.std(ddof=1) / means.mean()) if means.mean() > 0 else 0.0
+    medians = np.median(usable.reshape(blocks, -1), axis=1)
+    centre = float(np.median(medians))
+    spread = float(medians.std(ddof=1)) / centre if centre > 0 else 0.0
     if spread > UNSTABLE_CV:
-        return f"unstable: block means vary by {100 * spread:.0f}%"
+        return f"unstable: block medians vary by {100 * spread:.0f}%"
     return ""

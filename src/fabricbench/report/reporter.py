@@ -18,6 +18,7 @@ class Reporter:
         self.ranks = ranks
         self.stream = stream or sys.stdout
         self.writer = TableWriter(out_dir)
+        self.failed_validation = 0
         write_metadata(out_dir, metadata | {"complete": False})
         self._progress = None
         if plan.progress:
@@ -46,6 +47,7 @@ class Reporter:
 
     def row(self, row: dict) -> None:
         self.writer.append(row)
+        self.failed_validation += row.get("validation") == "fail"
         self._print((osu if self.plan.output_format == "osu" else console).line(row))
 
     def advance(self, sizes: int) -> None:
@@ -61,6 +63,8 @@ class Reporter:
         meta = self.metadata | {"complete": complete, "finished_utc": finished, "rows": self.writer.rows}
         write_metadata(self.out_dir, meta)
         parquet = write_parquet(self.out_dir, meta)
+        if self.failed_validation:
+            print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
         if self.plan.output_format != "none":
             files = ", ".join(p.name for p in (self.writer.csv_path, parquet) if p)
             print(f"# {self.writer.rows} rows in {self.out_dir}/ ({files}, metadata.json)", file=sys.stderr)

@@ -1,0 +1,48 @@
+"""Shared helpers: every test runs the real CLI on real MPI ranks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PYTHON = sys.executable
+BIN = Path(PYTHON).parent
+MPIEXEC = str(BIN / "mpiexec")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fabricbench(*args: str, timeout: float = 120, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m fabricbench ARGS``: started alone, so it launches its own local ranks."""
+    return subprocess.run(
+        [PYTHON, "-m", "fabricbench", *args],
+        capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=cwd,
+    )
+
+
+def mpiexec(ranks: int, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``mpiexec -n RANKS python -m fabricbench ARGS``: fabricbench under a launcher."""
+    return subprocess.run(
+        [MPIEXEC, "-n", str(ranks), PYTHON, "-m", "fabricbench", *args],
+        capture_output=True, text=True, timeout=timeout, env=_env(env),
+    )
+
+
+def _env(extra: dict | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "FABRICBENCH_"))}
+    env.update(extra or {})
+    return env
+
+
+def read_rows(out_dir: Path):
+    from fabricbench.results import read_table
+
+    return read_table(out_dir)
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    return tmp_path / "run"

@@ -1,0 +1,65 @@
+"""Faults on real ranks: a killed or frozen rank ends the run and keeps the rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import MPIEXEC, PYTHON, _env, read_rows
+
+from fabricbench.results import COLUMNS
+
+
+def _start(out, *args):
+    return subprocess.Popen(
+        [MPIEXEC, "-n", "2", PYTHON, "-m", "fabricbench", "run", "-k", "latency", "-m", "0:4M",
+         "--out", str(out), "--format", "none", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
+    )
+
+
+def _wait_for_rows(out, rows: int, deadline: float = 60.0) -> dict:
+    """Wait until the CSV holds ``rows`` data rows; return the run's metadata."""
+    csv = out / "results.csv"
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if csv.exists() and len(csv.read_text().splitlines()) > rows:
+            return json.loads((out / "metadata.json").read_text())
+        time.sleep(0.05)
+    pytest.fail("no rows appeared")
+
+
+def test_rank_killed_mid_sweep_leaves_readable_rows(out):
+    run = _start(out, "-i", "3000", "-x", "10")
+    meta = _wait_for_rows(out, 3)
+    os.kill(meta["ranks"][1]["pid"], signal.SIGKILL)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode != 0
+    rows, meta = read_rows(out)
+    assert list(rows.columns) == COLUMNS
+    assert 3 <= len(rows) < 23
+    assert (rows.status == "ok").all() and rows.lat_p50_us.notna().all()
+    assert list(rows.size_B) == [0] + [2**k for k in range(len(rows) - 1)]
+    assert meta["complete"] is False
+
+
+def test_frozen_peer_times_out_instead_of_hanging(out):
+    run = _start(out, "-i", "3000", "-x", "10", "--timeout", "3")
+    meta = _wait_for_rows(out, 2)
+    frozen = meta["ranks"][1]["pid"]
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        try:
+            os.kill(frozen, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert run.returncode != 0
+    assert "made no progress for 3 s; a peer may have died" in stderr
+    rows, _ = read_rows(out)
+    assert len(rows) >= 2
