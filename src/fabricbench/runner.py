@@ -68,7 +68,8 @@ def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Wa
         case.run(probe, view)
         if plan.max_time:
             # Every rank must agree on the count: take the slowest rank's estimate.
-            estimate_ns = float(times[:probe].mean()) if case.initiator and probe else 0.0
+            # The median: one preempted warm-up iteration must not shrink the count.
+            estimate_ns = float(np.median(times[:probe])) if case.initiator and probe else 0.0
             estimate_ns = max(ctrl.allreduce_max(estimate_ns), 1.0)
             iterations = max(1, min(iterations, int(plan.max_time * 1e9 / estimate_ns)))
             watchdog.arm(plan.timeout + 4 * iterations * estimate_ns / 1e9, what)
