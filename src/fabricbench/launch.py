@@ -77,7 +77,9 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     if _is_open_mpi(mpiexec):
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        command.append("--oversubscribe")
+        if ranks > (os.cpu_count() or 1):
+            # Only when needed: oversubscribed Open MPI yields when idle, which costs latency.
+            command.append("--oversubscribe")
     command += ["-n", str(ranks), sys.executable, "-m", "fabricbench", *argv]
     try:
         return subprocess.call(command, env=env)
