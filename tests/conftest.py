@@ -19,7 +19,11 @@ def fabricbench(*args: str, timeout: float = 120, env: dict | None = None, cwd=N
     """``python -m fabricbench ARGS``: started alone, so it launches its own local ranks."""
     return subprocess.run(
         [PYTHON, "-m", "fabricbench", *args],
-        capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(env),
+        cwd=cwd,
     )
 
 
@@ -27,7 +31,10 @@ def mpiexec(ranks: int, *args: str, timeout: float = 120, env: dict | None = Non
     """``mpiexec -n RANKS python -m fabricbench ARGS``: fabricbench under a launcher."""
     return subprocess.run(
         [MPIEXEC, "-n", str(ranks), PYTHON, "-m", "fabricbench", *args],
-        capture_output=True, text=True, timeout=timeout, env=_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(env),
     )
 
 
@@ -46,3 +53,22 @@ def read_rows(out_dir: Path):
 @pytest.fixture
 def out(tmp_path: Path) -> Path:
     return tmp_path / "run"
+
+
+@pytest.fixture(scope="session")
+def finished_runs(tmp_path_factory) -> dict[str, Path]:
+    """Real runs on disk for the commands that read results: sizes overlap only in part.
+
+    a: latency,bw 1 B-1 KiB, labelled; b: latency,bw 64 B-4 KiB, no label;
+    mixed: one run holding two transports (mpi latency, mpi-rma put), with unsupported rows.
+    """
+    root = tmp_path_factory.mktemp("finished-runs")
+    runs = {
+        "a": ["-k", "latency,bw", "-m", "1:1K", "--label", "fabric-a"],
+        "b": ["-k", "latency,bw", "-m", "64:4K"],
+        "mixed": ["-t", "mpi,mpi-rma", "-k", "latency,put", "-m", "1:256", "--label", "mixed"],
+    }
+    for name, args in runs.items():
+        result = fabricbench("run", *args, "-i", "20", "-x", "2", "--format", "none", "--out", str(root / name))
+        assert result.returncode == 0, result.stderr
+    return {name: root / name for name in runs}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from conftest import fabricbench, mpiexec
 
 CASES = {
@@ -32,8 +33,11 @@ def test_bad_input_started_alone(name, out):
     args, expected = CASES[name]
     if "--out" not in args:
         args = [*args, "--out", str(out)]
-    result = fabricbench("run", *args, "-i", "5", timeout=60) if name != "negative iterations" else \
-        fabricbench("run", *args, timeout=60)
+    result = (
+        fabricbench("run", *args, "-i", "5", timeout=60)
+        if name != "negative iterations"
+        else fabricbench("run", *args, timeout=60)
+    )
     assert result.returncode == 2
     _one_clean_line(result.stderr, expected)
 

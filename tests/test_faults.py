@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,16 +10,35 @@ import subprocess
 import time
 
 import pytest
-from conftest import MPIEXEC, PYTHON, _env, read_rows
 
+from conftest import MPIEXEC, PYTHON, _env, read_rows
 from fabricbench.results import COLUMNS
 
 
 def _start(out, *args):
     return subprocess.Popen(
-        [MPIEXEC, "-n", "2", PYTHON, "-m", "fabricbench", "run", "-k", "latency", "-m", "0:4M",
-         "--out", str(out), "--format", "none", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
+        [
+            MPIEXEC,
+            "-n",
+            "2",
+            PYTHON,
+            "-m",
+            "fabricbench",
+            "run",
+            "-k",
+            "latency",
+            "-m",
+            "0:4M",
+            "--out",
+            str(out),
+            "--format",
+            "none",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
     )
 
 
@@ -55,10 +75,8 @@ def test_frozen_peer_times_out_instead_of_hanging(out):
     try:
         _, stderr = run.communicate(timeout=60)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(frozen, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     assert run.returncode != 0
     assert "made no progress for 3 s; a peer may have died" in stderr
     rows, _ = read_rows(out)

@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
-from conftest import fabricbench, mpiexec, read_rows
 
+from conftest import fabricbench, mpiexec, read_rows
 from fabricbench.results import COLUMNS
 
 P2P = ["latency", "bw", "bibw", "msgrate", "multi-latency"]
@@ -43,9 +43,21 @@ def test_self_launched_p2p_rows_units_and_validation(out):
     assert big.bw_MBps == pytest.approx(65536 * 8 / (big.lat_mean_us * 1e-6) / 1e6, rel=1e-3)
     assert meta["complete"] is True
     assert meta["launcher"].startswith("mpiexec")
-    for key in ("mpi_library_version", "mpi_vendor", "mpi4py_version", "numpy_version", "python_version",
-                "hosts", "cpu_model", "fabricbench_version", "command_line", "started_utc",
-                "transparent_hugepage", "numpy_madvise_hugepage", "NUMPY_MADVISE_HUGEPAGE"):
+    for key in (
+        "mpi_library_version",
+        "mpi_vendor",
+        "mpi4py_version",
+        "numpy_version",
+        "python_version",
+        "hosts",
+        "cpu_model",
+        "fabricbench_version",
+        "command_line",
+        "started_utc",
+        "transparent_hugepage",
+        "numpy_madvise_hugepage",
+        "NUMPY_MADVISE_HUGEPAGE",
+    ):
         assert meta[key] not in (None, ""), key
     assert all("cpu_affinity" in r and r["pid"] > 0 for r in meta["ranks"]) and len(meta["ranks"]) == 2
     assert "MPICH" in meta["mpi_library_version"]
@@ -53,8 +65,26 @@ def test_self_launched_p2p_rows_units_and_validation(out):
 
 
 def test_collectives_on_four_ranks_validate_and_report_bus_bandwidth(out):
-    result = mpiexec(4, "run", "-t", "mpi", "-k", ",".join(COLLECTIVES), "-m", "4:16K", "-c",
-                     "-i", "10", "-x", "2", "--out", str(out), "--format", "none", timeout=240)
+    result = mpiexec(
+        4,
+        "run",
+        "-t",
+        "mpi",
+        "-k",
+        ",".join(COLLECTIVES),
+        "-m",
+        "4:16K",
+        "-c",
+        "-i",
+        "10",
+        "-x",
+        "2",
+        "--out",
+        str(out),
+        "--format",
+        "none",
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     rows, meta = read_rows(out)
     assert (rows.validation == "pass").all(), rows[rows.validation != "pass"][["kernel", "size_B"]]
@@ -81,8 +111,18 @@ def test_one_sided_put_get_validate(out):
 
 
 def test_corrupted_receive_buffer_fails_validation(out):
-    result = fabricbench("run", "-k", "allreduce,latency", "-m", "64:64", "-c", "--out", str(out), *QUICK,
-                         env={"FABRICBENCH_TEST_CORRUPT": "allreduce"})
+    result = fabricbench(
+        "run",
+        "-k",
+        "allreduce,latency",
+        "-m",
+        "64:64",
+        "-c",
+        "--out",
+        str(out),
+        *QUICK,
+        env={"FABRICBENCH_TEST_CORRUPT": "allreduce"},
+    )
     assert result.returncode == 1
     assert "validation failed in 1 rows" in result.stderr
     rows, _ = read_rows(out)
@@ -103,8 +143,23 @@ def test_unsupported_kernel_is_a_row_not_a_number(out):
 
 
 def test_max_time_lowers_and_records_the_iteration_count(out):
-    result = fabricbench("run", "-k", "latency", "-m", "1M:1M", "-i", "100000", "-x", "2",
-                         "--max-time", "0.05", "--out", str(out), "--format", "none")
+    result = fabricbench(
+        "run",
+        "-k",
+        "latency",
+        "-m",
+        "1M:1M",
+        "-i",
+        "100000",
+        "-x",
+        "2",
+        "--max-time",
+        "0.05",
+        "--out",
+        str(out),
+        "--format",
+        "none",
+    )
     assert result.returncode == 0, result.stderr
     rows, meta = read_rows(out)
     assert 1 <= rows.iterations.iloc[0] < 100000
@@ -112,8 +167,9 @@ def test_max_time_lowers_and_records_the_iteration_count(out):
 
 
 def test_blocking_method_is_recorded(out):
-    result = fabricbench("run", "-k", "latency,bw", "-m", "8:8", "--method", "blocking", "-c",
-                         "--out", str(out), *QUICK)
+    result = fabricbench(
+        "run", "-k", "latency,bw", "-m", "8:8", "--method", "blocking", "-c", "--out", str(out), *QUICK
+    )
     assert result.returncode == 0, result.stderr
     rows, _ = read_rows(out)
     assert (rows.method == "blocking").all() and (rows.validation == "pass").all()

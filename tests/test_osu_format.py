@@ -25,8 +25,9 @@ def _blocks(text: str) -> dict[str, list[str]]:
 
 
 def test_osu_text_round_trips(out):
-    result = fabricbench("run", "-k", "latency,bw,allreduce", "-m", "0:1K", "-i", "20", "-x", "2",
-                         "--format", "osu", "--out", str(out))
+    result = fabricbench(
+        "run", "-k", "latency,bw,allreduce", "-m", "0:1K", "-i", "20", "-x", "2", "--format", "osu", "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     rows, _ = read_rows(out)
     assert "# Size       Avg Latency(us)" in result.stdout
@@ -52,4 +53,8 @@ def test_osu_text_round_trips(out):
         size, avg, low, high, iters = OSU_COLLECTIVE.match(line).groups()
         row = allreduce.loc[int(size)]
         assert (float(avg), float(low), float(high), int(iters)) == (
-            round(row.lat_rank_avg_us, 2), round(row.lat_rank_min_us, 2), round(row.lat_rank_max_us, 2), 20)
+            round(row.lat_rank_avg_us, 2),
+            round(row.lat_rank_min_us, 2),
+            round(row.lat_rank_max_us, 2),
+            20,
+        )

@@ -29,7 +29,10 @@ def test_latency_stats_halve_round_trips_and_report_microseconds():
 
 def test_across_ranks_is_min_avg_max_of_means():
     assert across_ranks(np.array([1.0, 2.0, 6.0])) == {
-        "lat_rank_min_us": 1.0, "lat_rank_avg_us": 3.0, "lat_rank_max_us": 6.0}
+        "lat_rank_min_us": 1.0,
+        "lat_rank_avg_us": 3.0,
+        "lat_rank_max_us": 6.0,
+    }
 
 
 def test_stability_note_flags_a_drifting_mean_but_not_spikes():

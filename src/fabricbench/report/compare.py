@@ -33,14 +33,15 @@ SAMPLE_MEANING = {
 }
 # Plot axis labels; latency columns are built from the row's sample kind.
 AXIS_LABELS = {
-    "bw_MBps": "bandwidth (MB/s, MB = 10^6 B)",
-    "bw_peak_MBps": "peak bandwidth (MB/s, MB = 10^6 B)",
+    "bw_MBps": "bandwidth (MB/s, MB = 10⁶ B)",
+    "bw_peak_MBps": "peak bandwidth (MB/s, MB = 10⁶ B)",
     "msgrate_per_s": "message rate (messages/s)",
-    "algbw_GBps": "algorithm bandwidth (GB/s, GB = 10^9 B)",
-    "busbw_GBps": "bus bandwidth (GB/s, GB = 10^9 B)",
+    "algbw_GBps": "algorithm bandwidth (GB/s, GB = 10⁹ B)",
+    "busbw_GBps": "bus bandwidth (GB/s, GB = 10⁹ B)",
 }
 LATENCY_AXIS = {"rtt/2": "one-way latency", "window": "time per window", "op": "time per operation"}
 KEY = ["kernel", "size_B"]
+MARKERS = "osD^vP*X"
 
 
 @dataclass
@@ -111,8 +112,13 @@ def _load(path: str) -> tuple[pd.DataFrame, dict]:
     """One input as a checked DataFrame, or a one-line UsageError."""
     import pyarrow
 
-    if not Path(path).exists():
+    source = Path(path)
+    if not source.exists():
         raise UsageError(f"no such file or directory: {path!r}")
+    if source.is_dir() and not any((source / name).exists() for name in (CSV_NAME, PARQUET_NAME)):
+        raise UsageError(f"no {CSV_NAME} or {PARQUET_NAME} in {path!r}")
+    if source.is_file() and source.stat().st_size == 0:
+        raise UsageError(f"{path!r} is empty")
     try:
         frame, metadata = read_table(path)
     except UsageError:
@@ -182,8 +188,8 @@ def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str
             unique, copy = f"{name} #{copy}", copy + 1
         taken.add(unique)
         series.append(Series(letter, unique, path, run_id, transport, buffer, metadata))
-        measured = _compared(rows)
-        repeated = measured & rows.duplicated(KEY, keep="last")
+        measured = rows[_compared(rows)]
+        repeated = measured.duplicated(KEY, keep="last").reindex(rows.index, fill_value=False)
         if repeated.any():
             notes.append(f"{letter} holds {int(repeated.sum())} repeated (kernel, size) rows; the last of each is used")
         rows = rows[~repeated].copy()
@@ -208,41 +214,44 @@ def kernel_metrics(tidy: pd.DataFrame, metrics: list[str]) -> dict[str, list[str
     return {k: v for k, v in chosen.items() if v}
 
 
-def comparison_table(tidy: pd.DataFrame, metrics: list[str], baseline: str) -> pd.DataFrame:
-    """The tidy comparison: one row per (kernel, size, series), values and ratios to the baseline."""
+def comparison_table(tidy: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """The tidy comparison: one row per (kernel, size, series), values and ratios to the baseline.
+
+    The baseline is A; for a kernel A did not measure it is the first series
+    that did, so runs are still compared where they overlap. The ``baseline``
+    column says which series each ratio divides by.
+    """
     compared = _compared(tidy)
     columns = [
         "kernel", "size_B", "series", "letter", "transport", "buffer", "method", "run_id", "source",
         "status", "validation", "sample",
     ]  # fmt: skip
     table = tidy[columns].copy()
-    table.insert(4, "baseline", baseline)
-    base_rows = tidy[compared & (tidy["letter"] == baseline)]
+    baselines = tidy[compared].groupby("kernel")["letter"].min()
+    table.insert(4, "baseline", table["kernel"].map(baselines).fillna(""))
     for metric in metrics:
         values = tidy[metric] if metric in tidy.columns else pd.Series(math.nan, index=tidy.index)
         table[metric] = values.where(compared)
-    base = base_rows[KEY].copy()
-    for metric in metrics:
-        base[f"{metric}_base"] = table.loc[base_rows.index, metric]
-    table = table.merge(base, on=KEY, how="left")
+    base = table[compared & (table["letter"] == table["baseline"])][KEY + metrics]
+    table = table.merge(base, on=KEY, how="left", suffixes=("", "_base"))
     for metric in metrics:
         table[f"{metric}_ratio"] = table[metric] / table.pop(f"{metric}_base")
     table["size_B"] = table["size_B"].astype("Int64")
     return table
 
 
-def _cell(value: float, width: int) -> str:
-    if value is None or pd.isna(value):
-        return f"{'-':>{width}}"
-    if abs(value) >= 1 or value == 0:
-        return f"{value:>{width}.2f}"
-    return f"{value:>{width}.3g}"
+def _cell(value: float) -> str:
+    if pd.isna(value):
+        return "-"
+    return f"{value:.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
 
 
-def _ratio(value: float, width: int) -> str:
-    if value is None or pd.isna(value) or math.isinf(value):
-        return f"{'-':>{width}}"
-    return f"{value:>{width}.3g}"
+def _ratio(value: float) -> str:
+    if pd.isna(value) or math.isinf(value):
+        return "-"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}" if value >= 0.1 else f"{value:.3g}"
 
 
 def _header_unit(metric: str) -> str:
@@ -254,7 +263,7 @@ def _header_unit(metric: str) -> str:
 
 def _series_line(s: Series) -> str:
     meta = s.metadata
-    facts = [f"run {s.run_id}" if s.run_id else "", meta.get("mpi_vendor", "")]
+    facts = [f"run {s.run_id}" if s.run_id and s.run_id != s.name else "", meta.get("mpi_vendor", "")]
     if meta.get("hosts"):
         facts.append("hosts " + ",".join(map(str, meta["hosts"])))
     about = ", ".join(f for f in facts if f)
@@ -263,47 +272,44 @@ def _series_line(s: Series) -> str:
 
 def report(series: list[Series], table: pd.DataFrame, chosen: dict[str, list[str]], notes: list[str]) -> str:
     """The console comparison: a legend, one block per kernel, then everything not compared."""
-    letters = [s.letter for s in series]
-    base = letters[0]
-    others = letters[1:]
-    lines = [f"# fabricbench compare: {len(series)} series; baseline is A, ratios are X/A for X in {', '.join(others)}"]
-    if not others:
-        lines[0] = "# fabricbench compare: 1 series, nothing to divide by; values only"
+    if len(series) == 1:
+        lines = ["# fabricbench compare: 1 series, nothing to divide by; values only"]
+    else:
+        others = ", ".join(s.letter for s in series[1:])
+        lines = [f"# fabricbench compare: {len(series)} series; A is the baseline, ratios are X/A for X in {others}"]
     lines += [_series_line(s) for s in series]
     lines.append("# a ratio below 1 means faster than A for times (us), above 1 means faster for rates (MB/s, GB/s)")
     compared = table[_compared(table)]
     needed = min(2, len(series))
     for kernel, metrics in chosen.items():
         rows = compared[compared["kernel"] == kernel]
+        letters = sorted(rows["letter"].unique())
         holders = rows.groupby("size_B")["letter"].nunique()
         sizes = sorted(holders[holders >= needed].index)
         if not sizes:
             continue
+        base, others = letters[0], letters[1:]
         samples = [s for s in rows["sample"].unique() if s in SAMPLE_MEANING]
-        meaning = f" ({SAMPLE_MEANING[samples[0]]})" if len(samples) == 1 else ""
-        lines += ["", f"# {kernel}{meaning}"]
+        about = [SAMPLE_MEANING[samples[0]]] if len(samples) == 1 else []
+        if base != series[0].letter:
+            about.append(f"baseline here is {base}: {series[0].letter} has no {kernel}")
+        lines += ["", f"# {kernel}" + (f" ({'; '.join(about)})" if about else "")]
         columns = [("size", 10)]
         for metric in metrics:
             unit = _header_unit(metric)
             width = max(11, len(unit) + 3)
             columns += [(f"{letter} {unit}", width) for letter in letters]
-            columns += [(f"{letter}/{base} {short_name(metric)}", max(9, len(short_name(metric)) + 5)) for letter in others]
+            ratio_width = max(9, len(short_name(metric)) + 6)
+            columns += [(f"{letter}/{base} {short_name(metric)}", ratio_width) for letter in others]
         head = "".join(f"{title:>{width}}" for title, width in columns)
         lines.append("#" + head[1:])
         by_size = rows.set_index(["size_B", "letter"])
         for size in sizes:
             cells = [f"{format_size(size):>10}"]
-            column = 1
             for metric in metrics:
-                for letter in letters:
-                    value = by_size[metric].get((size, letter), math.nan)
-                    cells.append(_cell(value, columns[column][1]))
-                    column += 1
-                for letter in others:
-                    value = by_size[f"{metric}_ratio"].get((size, letter), math.nan)
-                    cells.append(_ratio(value, columns[column][1]))
-                    column += 1
-            lines.append("".join(cells))
+                cells += [_cell(by_size[metric].get((size, letter), math.nan)) for letter in letters]
+                cells += [_ratio(by_size[f"{metric}_ratio"].get((size, letter), math.nan)) for letter in others]
+            lines.append("".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns, strict=True)))
     lines += _not_compared(series, table)
     lines += [f"# note: {note}" for note in notes]
     return "\n".join(lines)
@@ -324,12 +330,17 @@ def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
     if missing:
         lines.append("")
     for held_by, parts in sorted(missing.items(), key=lambda item: sorted(item[0])):
-        who = ", ".join(f"{letter} ({names[letter]})" for letter in sorted(held_by))
-        lines.append(f"# only in {who}: {'; '.join(parts)}")
+        lacking = sorted(everyone - held_by)
+        if len(held_by) == 1:
+            (letter,) = held_by
+            who = f"only in {letter} ({names[letter]})"
+        elif len(lacking) == 1:
+            who = f"missing from {lacking[0]} ({names[lacking[0]]})"
+        else:
+            who = f"only in {', '.join(sorted(held_by))}"
+        lines.append(f"# {who}: {'; '.join(parts)}")
     failed = table[~_compared(table)]
-    for (letter, kernel, status, validation), rows in failed.groupby(
-        ["letter", "kernel", "status", "validation"], sort=False, dropna=False
-    ):
+    for (letter, kernel, status), rows in failed.groupby(["letter", "kernel", "status"], sort=False):
         why = "failed validation" if status.startswith("ok") else status
         sizes = [float(s) for s in rows["size_B"]] if rows["size_B"].notna().all() else []
         lines.append(f"# not compared, {letter} ({names[letter]}): {kernel} {format_sizes(sizes)}: {why}")
@@ -374,25 +385,37 @@ def _axis_label(metric: str, rows: pd.DataFrame) -> str:
 def _panel(ax, series: list[Series], rows: pd.DataFrame, kernel: str, metric: str) -> None:
     from matplotlib import ticker
 
-    for s in series:
-        mine = rows[rows["letter"] == s.letter].dropna(subset=[metric]).sort_values("size_B")
+    drawn = rows.dropna(subset=[metric])
+    positive = drawn.loc[drawn[metric] > 0, metric]
+    log_y = metric.startswith("lat_") or (len(positive) > 0 and positive.max() / positive.min() >= 100)
+    if log_y:
+        drawn = drawn[drawn[metric] > 0]  # a log axis cannot show 0, e.g. the bandwidth of a 0-byte message
+    for index, s in enumerate(series):
+        mine = drawn[drawn["letter"] == s.letter].sort_values("size_B")
         if len(mine):
-            ax.plot(mine["size_B"], mine[metric], marker="o", markersize=3.5, linewidth=1.6, label=f"{s.letter}: {s.name}")
-    sizes = sorted(rows.dropna(subset=[metric])["size_B"].unique())
+            ax.plot(
+                mine["size_B"],
+                mine[metric],
+                color=f"C{index % 10}",  # a series keeps its colour and marker in every panel
+                marker=MARKERS[index % len(MARKERS)],
+                markersize=4,
+                linewidth=2.2 if index == 0 else 1.6,
+                label=f"{s.letter}: {s.name}" + (" (baseline)" if index == 0 else ""),
+            )
+    sizes = sorted(drawn["size_B"].unique())
     if sizes and sizes[0] == 0:
-        ax.set_xscale("symlog", base=2, linthresh=1, linscale=0.5)
+        ax.set_xscale("symlog", base=2, linthresh=1, linscale=1)
     else:
         ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(ticker.FixedLocator(_size_ticks(sizes)))
     ax.xaxis.set_minor_locator(ticker.FixedLocator([2.0**e for e in _exponents(sizes)]))
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda size, _: format_size(size)))
     ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-    values = rows[metric].dropna()
-    values = values[values > 0]
-    if metric.startswith("lat_") or (len(values) and values.max() / values.min() >= 100):
+    if log_y:
         ax.set_yscale("log")
-        decades = math.log10(values.max() / values.min()) if len(values) else 0
-        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0) if decades < 3 else (1.0,)))
+        decades = math.log10(positive.max() / positive.min()) if len(positive) else 0
+        subs = range(1, 10) if decades < 1.2 else (1, 2, 5) if decades < 3 else (1,)
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=[float(s) for s in subs]))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("message size")
@@ -415,7 +438,10 @@ def _size_ticks(sizes: list[float]) -> list[float]:
     exponents = _exponents(sizes)
     step = next((s for s in (1, 2, 4, 5, 10) if len(exponents) / s <= 7), 10)
     ticks = [2.0**e for e in exponents if e % step == 0]
-    return ([0.0] if sizes and sizes[0] == 0 else []) + ticks
+    if sizes and sizes[0] == 0:
+        # 0 B sits one octave left of 1 B on the symlog axis: label only one of them when ticks are sparse
+        return [0.0] + [t for t in ticks if t != 1 or step == 1]
+    return ticks
 
 
 def compare(paths: list[str], out: str | None = None, metric_names: list[str] | None = None) -> int:
@@ -427,7 +453,7 @@ def compare(paths: list[str], out: str | None = None, metric_names: list[str] | 
     if not chosen:
         raise UsageError(f"no measured values for {', '.join(metrics)} in these inputs")
     used = list(dict.fromkeys(m for ms in chosen.values() for m in ms))
-    table = comparison_table(tidy, used, series[0].letter)
+    table = comparison_table(tidy, used)
     print(report(series, table, chosen, notes), flush=True)
     if out_dir:
         table.to_csv(out_dir / "comparison.csv", index=False)
