@@ -9,18 +9,20 @@ import secrets
 import socket
 import sys
 
-from fabricbench import __version__
+from fabricbench import __version__, rdma
 from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.kernels import KERNELS, get_kernel
 from fabricbench.plan import Plan, Step, kernel_sizes, parse_size_range
-from fabricbench.transports import TRANSPORTS, check_transport, supported_kernels
+from fabricbench.transports import TRANSPORTS, check_transport, preflight, supported_kernels
 
 # The main job: what `fabricbench run` measures when told nothing.
 DEFAULT_SUITE = [
     ("mpi", ["latency", "bw", "bibw", "allreduce", "allgather", "alltoall", "bcast", "reduce_scatter", "barrier"]),
     ("mpi-rma", ["put", "get", "put-bw"]),
+    ("tcp", ["latency", "bw", "allreduce"]),
 ]
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep to about a minute
+DEFAULT_SERVE_PORT = 18600
 NATURAL_TRANSPORT = {"put": "mpi-rma", "get": "mpi-rma", "put-bw": "mpi-rma", "get-bw": "mpi-rma"}
 
 
@@ -116,7 +118,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="local ranks to start when run outside a launcher (default 2)",
     )
+    run.add_argument("--peer", metavar="HOST:PORT", help="run as rank 0 against `fabricbench serve` there, without MPI")
+    _add_tcp_options(run)
+    rdma.add_arguments(run)
     run.set_defaults(func=cmd_run)
+
+    serve = sub.add_parser("serve", help="be rank 1 for `fabricbench run --peer` clients, one at a time, without MPI")
+    serve.add_argument("--address", default="0.0.0.0", help="address to listen on (default: all)")
+    serve.add_argument("--port", type=_port, default=DEFAULT_SERVE_PORT, help=f"port (default {DEFAULT_SERVE_PORT})")
+    serve.add_argument(
+        "--timeout",
+        type=_seconds("--timeout"),
+        default=30.0,
+        help="seconds to wait for a client's handshake (default 30); a session then uses the client's --timeout",
+    )
+    _add_tcp_options(serve)
+    serve.set_defaults(func=cmd_serve)
 
     compare = sub.add_parser("compare", help="put finished runs side by side: ratios to the first, CSV and plots")
     compare.add_argument("runs", nargs="+", metavar="RUN", help="result directories or CSV/Parquet tables; first = A")
@@ -128,6 +145,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.set_defaults(func=cmd_compare)
     return parser
+
+
+def _port(text: str) -> int:
+    value = _count("port", 0)(text)
+    if value > 65535:
+        raise UsageError(f"port must be at most 65535, got {value}")
+    return value
+
+
+def _add_tcp_options(parser: argparse.ArgumentParser) -> None:
+    tcp = parser.add_argument_group("tcp transport")
+    tcp.add_argument("--tcp-address", help="address to bind and advertise for data connections (default: all)")
+    tcp.add_argument("--tcp-interface", help="bind to this interface's IPv4 address instead, e.g. eth0")
+    tcp.add_argument("--tcp-port", type=_port, help="listening port for data; rank r uses PORT+r (default: any free)")
+
+
+def tcp_options(args) -> dict:
+    """The tcp transport's settings from the command line, as Plan.transport_options['tcp']."""
+    given = {"address": args.tcp_address, "interface": args.tcp_interface, "port": args.tcp_port}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _steps(args) -> list[Step]:
@@ -152,6 +189,9 @@ def build_plan(args, ranks: int) -> Plan:
     for step in steps:
         if step.kernel in supported_kernels(step.transport):
             step.spec.check_ranks(ranks)
+    verbs_options = rdma.options(args)
+    for transport in dict.fromkeys(step.transport for step in steps):
+        preflight(transport)
     run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
     progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
     return Plan(
@@ -168,6 +208,7 @@ def build_plan(args, ranks: int) -> Plan:
         label=args.label,
         output_format=args.output_format,
         progress=progress,
+        transport_options={"tcp": tcp_options(args), "verbs": verbs_options},
     )
 
 
@@ -181,6 +222,11 @@ def cmd_run(args, argv: list[str]) -> int:
     from fabricbench import launch
     from fabricbench.results import prepare_out_dir
 
+    if args.peer:  # no launcher and no MPI: this process is rank 0 of two
+        from fabricbench import peer
+
+        args.transport = args.transport or ["tcp"]
+        return peer.run_client(build_plan(args, 2), args.peer, args.hugepages)
     who = launch.launcher()
     if who is None:
         # Started alone: check what we can here, then start local ranks.
@@ -220,7 +266,13 @@ def _run_ranks(args, who: str) -> int:
     return execute_plan(plan, ctrl, who, args.hugepages)
 
 
-def execute_plan(plan: Plan, ctrl, who: str, hugepages: str | None) -> int:
+def cmd_serve(args, argv: list[str]) -> int:
+    from fabricbench import peer
+
+    return peer.serve(args.address, args.port, args.timeout, {"tcp": tcp_options(args)})
+
+
+def execute_plan(plan: Plan, ctrl, who: str | None, hugepages: str | None, extra_metadata: dict | None = None) -> int:
     from pathlib import Path
 
     from fabricbench import env
@@ -234,6 +286,7 @@ def execute_plan(plan: Plan, ctrl, who: str, hugepages: str | None) -> int:
         from fabricbench.report.reporter import Reporter
 
         metadata = env.run_metadata(plan, ranks, who)
+        metadata.update(extra_metadata or {})
         if any(s.transport.startswith("mpi") for s in plan.steps) or who:
             metadata.update(env.mpi_info())
         reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
@@ -258,3 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fabricbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (head, less) went away: stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

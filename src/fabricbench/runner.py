@@ -14,7 +14,7 @@ import traceback
 
 import numpy as np
 
-from fabricbench.errors import FabricbenchError
+from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.kernels import Kernel
 from fabricbench.plan import Plan
 from fabricbench.rows import measured_row, rank_summary, unsupported_row
@@ -107,6 +107,8 @@ def execute(plan: Plan, ctrl, reporter) -> None:
             kernel = step.spec
             if step.transport not in transports:
                 transports[step.transport] = open_transport(step.transport, ctrl, plan)
+                if reporter:
+                    reporter.add_transport(step.transport, transports[step.transport].metadata())
             transport = transports[step.transport]
             if reporter:
                 reporter.start_step(step)
@@ -127,7 +129,16 @@ def execute(plan: Plan, ctrl, reporter) -> None:
                         f"size is not a multiple of the {kernel.elem_bytes}-byte element",
                     )
                 else:
-                    row = measure(ctrl, transport, kernel, size, plan, watchdog)
+                    try:
+                        if transport.self_timed:
+                            watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
+                            row = transport.reference_row(kernel, size)
+                            watchdog.disarm()
+                        else:
+                            row = measure(ctrl, transport, kernel, size, plan, watchdog)
+                    except Unsupported as exc:  # raised by case() on every rank alike, before any traffic
+                        watchdog.disarm()
+                        row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc))
                 if reporter:
                     reporter.row(row)
                     reporter.advance(1)
@@ -141,6 +152,8 @@ def execute(plan: Plan, ctrl, reporter) -> None:
                 traceback.print_exc()
         sys.stderr.write(f"fabricbench: error: rank {ctrl.rank}: {message}\n")
         sys.stderr.flush()
+        for transport in transports.values():
+            transport.release()  # the abort below ends the process without running finally
         if reporter:
             reporter.close(complete=False)
         ctrl.abort(code)

@@ -50,7 +50,8 @@ def _layout(kernel_name: str) -> list[tuple[str, str, int]]:
 def header(transport: str, kernel_name: str, ranks: int, title: str) -> str:
     columns = _layout(kernel_name)
     names = "".join(f"{h:>{w}}" for h, _, w in columns)
-    return f"# {transport} {kernel_name} on {ranks} ranks - {title}\n#{names[1:]}"
+    title = f" - {title}" if title else ""  # no MPI vendor to name in a peer run
+    return f"# {transport} {kernel_name} on {ranks} ranks{title}\n#{names[1:]}"
 
 
 def line(row: dict) -> str:

@@ -35,6 +35,11 @@ class Reporter:
         else:
             print(text, file=self.stream, flush=True)
 
+    def add_transport(self, name: str, metadata: dict) -> None:
+        """A transport's own facts (devices, settings), written to metadata.json at once."""
+        self.metadata.setdefault("transports", {})[name] = metadata
+        write_metadata(self.out_dir, self.metadata | {"complete": False})
+
     def start_step(self, step) -> None:
         if self.plan.output_format == "osu":
             pairs = self.ranks // 2 if step.kernel == "msgrate" else 1

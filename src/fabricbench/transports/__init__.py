@@ -9,6 +9,10 @@ from fabricbench.errors import UsageError
 TRANSPORTS = {
     "mpi": ("fabricbench.transports.mpi", "MPITransport"),
     "mpi-rma": ("fabricbench.transports.mpi_rma", "MPIRMATransport"),
+    "tcp": ("fabricbench.transports.tcp", "TCPTransport"),
+    "verbs": ("fabricbench.transports.verbs", "VerbsTransport"),
+    "verbs-send": ("fabricbench.transports.verbs", "VerbsSendTransport"),
+    "perftest": ("fabricbench.transports.perftest", "PerftestTransport"),
 }
 
 
@@ -28,3 +32,10 @@ def supported_kernels(name: str) -> frozenset[str]:
     check_transport(name)
     module, cls = TRANSPORTS[name]
     return getattr(import_module(module), cls).kernels
+
+
+def preflight(name: str) -> None:
+    """The transport's own check that it can run here (a missing library, no device), before ranks start."""
+    check_transport(name)
+    module, cls = TRANSPORTS[name]
+    getattr(import_module(module), cls).preflight()

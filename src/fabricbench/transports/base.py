@@ -48,6 +48,11 @@ class Transport:
     name = ""
     kernels: frozenset[str] = frozenset()
     buffer = "host"
+    self_timed = False  # a reference tool that times itself: the runner takes its rows from reference_row()
+
+    @classmethod
+    def preflight(cls) -> None:
+        """Raise a one-line FabricbenchError before any rank starts when the transport cannot work here."""
 
     def unsupported(self, kernel: Kernel) -> str | None:
         """Why this transport cannot run the kernel, or None when it can."""
@@ -58,8 +63,15 @@ class Transport:
     def case(self, kernel: Kernel, size: int) -> Case:
         raise NotImplementedError
 
+    def reference_row(self, kernel: Kernel, size: int) -> dict | None:
+        """A self-timed transport's row for one size, on rank 0 (None elsewhere); every rank calls it."""
+        raise NotImplementedError
+
     def metadata(self) -> dict:
         return {}
 
     def close(self) -> None:
         """Release connections and devices."""
+
+    def release(self) -> None:
+        """On the error path, just before the run is aborted: free local resources, talking to no peer."""

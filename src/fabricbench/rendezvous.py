@@ -1,0 +1,299 @@
+"""Rendezvous: the small binary protocol fabricbench speaks over TCP without MPI.
+
+Peers that have no launcher to introduce them (``fabricbench serve`` and
+``run --peer``, the tcp transport's data links, an RDMA queue-pair exchange)
+meet over one TCP connection and trade typed messages on it.
+
+Every message is a 12-byte header and a payload::
+
+    magic b"FBRV" | version u16 | message type u16 | payload length u32   (network byte order)
+
+The header keeps this layout in every version, so a peer of another version
+is told so in words. A payload is a sequence of struct-packed fields written
+by ``Fields`` and read back, length-checked, by ``FieldReader``. Nothing
+received is unpickled or evaluated; every length is checked against a limit
+before anything is read, and every blocking call has a timeout.
+
+Message types below 64 belong to fabricbench's handshake, control plane and
+links; a transport may use 64 and up for its own exchange.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import struct
+import sys
+from collections.abc import Callable
+
+from fabricbench.errors import FabricbenchError, PeerError, UsageError
+
+MAGIC = b"FBRV"
+VERSION = 1
+HEADER = struct.Struct("!4sHHI")
+MAX_PAYLOAD = 64 * 1024  # the default limit on one message; the handshake and control plane stay far below
+MAX_TEXT = 1024
+
+# Message types.
+ERROR = 1  # payload: text; the sender refuses and closes
+HELLO = 2  # client -> server: what to run
+ACCEPT = 3  # server -> client: agreed, the session starts
+BARRIER = 16  # control plane: empty
+VALUE = 17  # control plane: one f64
+VECTOR = 18  # control plane: f64 values
+BYTES = 19  # control plane: opaque bytes (a broadcast)
+JSON = 20  # control plane: one JSON object (a gather)
+LINK = 32  # a data connection says which rank opened it
+NAMES = {ERROR: "ERROR", HELLO: "HELLO", ACCEPT: "ACCEPT", BARRIER: "BARRIER", VALUE: "VALUE", VECTOR: "VECTOR"}
+NAMES |= {BYTES: "BYTES", JSON: "JSON", LINK: "LINK"}
+
+
+class ProtocolError(PeerError):
+    """The peer sent something that is not a valid message of this protocol."""
+
+
+class Refused(PeerError):
+    """The peer answered with an ERROR message: it read us and said no."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"peer refused: {reason}")
+        self.reason = reason
+
+
+def _name(kind: int) -> str:
+    return NAMES.get(kind, f"type {kind}")
+
+
+class Fields:
+    """Builds a payload from struct-packed fields (the writer side of FieldReader)."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def _pack(self, fmt: str, value) -> Fields:
+        try:
+            self._parts.append(struct.pack(fmt, value))
+        except struct.error as exc:
+            raise UsageError(f"value {value!r} does not fit the protocol field: {exc}") from None
+        return self
+
+    def u8(self, value: int) -> Fields:
+        return self._pack("!B", value)
+
+    def u16(self, value: int) -> Fields:
+        return self._pack("!H", value)
+
+    def u32(self, value: int) -> Fields:
+        return self._pack("!I", value)
+
+    def u64(self, value: int) -> Fields:
+        return self._pack("!Q", value)
+
+    def i64(self, value: int) -> Fields:
+        return self._pack("!q", value)
+
+    def f64(self, value: float) -> Fields:
+        return self._pack("!d", value)
+
+    def blob(self, data: bytes) -> Fields:
+        self.u32(len(data))
+        self._parts.append(bytes(data))
+        return self
+
+    def text(self, value: str) -> Fields:
+        data = value.encode()
+        if len(data) > MAX_TEXT:
+            raise UsageError(f"text field of {len(data)} B is over the {MAX_TEXT} B limit")
+        self.u16(len(data))
+        self._parts.append(data)
+        return self
+
+    def payload(self) -> bytes:
+        return b"".join(self._parts)
+
+
+class FieldReader:
+    """Reads fields back from a payload; anything short, long or malformed is a ProtocolError."""
+
+    def __init__(self, payload: bytes, what: str):
+        self._data = memoryview(payload)
+        self._pos = 0
+        self.what = what
+
+    def _take(self, nbytes: int) -> memoryview:
+        end = self._pos + nbytes
+        if end > len(self._data):
+            raise ProtocolError(f"malformed {self.what}: truncated at byte {len(self._data)}, needed {end}")
+        chunk = self._data[self._pos : end]
+        self._pos = end
+        return chunk
+
+    def _unpack(self, fmt: str):
+        return struct.unpack(fmt, self._take(struct.calcsize(fmt)))[0]
+
+    def u8(self) -> int:
+        return self._unpack("!B")
+
+    def u16(self) -> int:
+        return self._unpack("!H")
+
+    def u32(self) -> int:
+        return self._unpack("!I")
+
+    def u64(self) -> int:
+        return self._unpack("!Q")
+
+    def i64(self) -> int:
+        return self._unpack("!q")
+
+    def f64(self) -> float:
+        return self._unpack("!d")
+
+    def blob(self, max_len: int = MAX_PAYLOAD) -> bytes:
+        length = self.u32()
+        if length > max_len:
+            raise ProtocolError(f"malformed {self.what}: field of {length} B is over the {max_len} B limit")
+        return self._take(length).tobytes()
+
+    def text(self, max_len: int = MAX_TEXT) -> str:
+        length = self.u16()
+        if length > max_len:
+            raise ProtocolError(f"malformed {self.what}: text of {length} B is over the {max_len} B limit")
+        try:
+            return self._take(length).tobytes().decode()
+        except UnicodeDecodeError:
+            raise ProtocolError(f"malformed {self.what}: text is not UTF-8") from None
+
+    def end(self) -> None:
+        if self._pos != len(self._data):
+            raise ProtocolError(f"malformed {self.what}: {len(self._data) - self._pos} unexpected trailing bytes")
+
+
+def _recv_exact(sock: socket.socket, nbytes: int, waiting_for: str) -> bytes:
+    buf = bytearray(nbytes)
+    view = memoryview(buf)
+    got = 0
+    try:
+        while got < nbytes:
+            n = sock.recv_into(view[got:])
+            if not n:
+                raise PeerError(f"peer closed the connection while we waited for {waiting_for}")
+            got += n
+    except TimeoutError:
+        raise PeerError(f"timed out after {sock.gettimeout():g} s waiting for {waiting_for}") from None
+    except ConnectionError:
+        raise PeerError(f"peer closed the connection while we waited for {waiting_for}") from None
+    except OSError as exc:
+        raise PeerError(f"connection lost while we waited for {waiting_for}: {exc.strerror or exc}") from None
+    return bytes(buf)
+
+
+def send_message(sock: socket.socket, kind: int, payload: bytes = b"") -> None:
+    """Send one framed message (the socket's own timeout applies)."""
+    try:
+        sock.sendall(HEADER.pack(MAGIC, VERSION, kind, len(payload)) + payload)
+    except TimeoutError:
+        raise PeerError(f"timed out after {sock.gettimeout():g} s sending {_name(kind)}") from None
+    except ConnectionError:
+        raise PeerError(f"peer closed the connection while we sent {_name(kind)}") from None
+    except OSError as exc:
+        raise PeerError(f"connection lost sending {_name(kind)}: {exc.strerror or exc}") from None
+
+
+def recv_message(sock: socket.socket, expect: int, max_payload: int = MAX_PAYLOAD) -> bytes:
+    """Receive one message of type ``expect`` and return its payload.
+
+    An ERROR message from the peer raises Refused with the peer's words; a
+    bad magic, version, type or length raises ProtocolError before the
+    payload is read.
+    """
+    waiting_for = f"the peer's {_name(expect)}"
+    magic, version, kind, length = HEADER.unpack(_recv_exact(sock, HEADER.size, waiting_for))
+    if magic != MAGIC:
+        raise ProtocolError(f"not a fabricbench peer: bad magic {magic!r} (expected {MAGIC!r})")
+    if version != VERSION:
+        raise ProtocolError(f"protocol version {version} is not supported (this side speaks version {VERSION})")
+    if length > max_payload:
+        raise ProtocolError(f"{_name(kind)} message of {length} B is over the {max_payload} B limit")
+    payload = _recv_exact(sock, length, waiting_for)
+    if kind == ERROR:
+        raise Refused(FieldReader(payload, "ERROR message").text())
+    if kind != expect:
+        raise ProtocolError(f"expected a {_name(expect)} message, got {_name(kind)}")
+    return payload
+
+
+def refuse(sock: socket.socket, message: str) -> None:
+    """Tell the peer why we stop, if it is still listening; never raises."""
+    with contextlib.suppress(OSError, FabricbenchError):
+        words = message.encode()[:MAX_TEXT].decode(errors="ignore")
+        send_message(sock, ERROR, Fields().text(words).payload())
+
+
+def connect(host: str, port: int, timeout: float, source: str | None = None) -> socket.socket:
+    """A TCP connection to host:port with TCP_NODELAY and ``timeout`` on every call."""
+    where = f"{host}:{port}"
+    try:
+        sock = socket.create_connection((host, port), timeout, (source, 0) if source else None)
+    except socket.gaierror as exc:
+        raise PeerError(f"cannot resolve {host!r}: {exc.strerror}") from None
+    except TimeoutError:
+        raise PeerError(f"cannot reach {where}: timed out after {timeout:g} s") from None
+    except OSError as exc:
+        raise PeerError(f"cannot reach {where}: {(exc.strerror or str(exc)).lower()}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def listen(address: str, port: int, backlog: int = 16) -> socket.socket:
+    """A listening socket on address:port (port 0: any free port); a busy port is a UsageError."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # allow restarts over TIME_WAIT, not sharing
+    try:
+        sock.bind((address, port))
+        sock.listen(backlog)
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        if isinstance(exc, OverflowError):
+            reason = "no such port"
+        elif exc.errno == errno.EADDRINUSE:
+            reason = "address already in use"
+        else:
+            reason = (exc.strerror or str(exc)).lower()
+        raise UsageError(f"cannot listen on {address}:{port}: {reason}") from None
+    return sock
+
+
+def accept(listener: socket.socket, timeout: float | None, waiting_for: str) -> tuple[socket.socket, str]:
+    """The next connection (``timeout`` None waits for ever) with TCP_NODELAY; the caller sets its timeout."""
+    listener.settimeout(timeout)
+    try:
+        sock, addr = listener.accept()
+    except TimeoutError:
+        raise PeerError(f"timed out after {timeout:g} s waiting for {waiting_for}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock, f"{addr[0]}:{addr[1]}"
+
+
+def serve_forever(
+    listener: socket.socket, timeout: float, handle: Callable[[socket.socket, str], None], log=None
+) -> None:
+    """Serve clients one at a time, for ever; a client that fails costs one log line.
+
+    ``handle(sock, peer)`` runs one client's session on a socket whose calls
+    time out after ``timeout`` seconds. Whatever goes wrong with that client
+    (a protocol error, a timeout, a refusal, a dropped connection) is logged
+    and the loop goes on to the next one.
+    """
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    while True:
+        sock, peer = accept(listener, None, "a client")
+        try:
+            sock.settimeout(timeout)
+            handle(sock, peer)
+        except (FabricbenchError, OSError) as exc:
+            text = str(exc) if isinstance(exc, FabricbenchError) else (exc.strerror or str(exc))
+            log(f"{peer}: {text}; still serving")
+        finally:
+            sock.close()

@@ -1,0 +1,394 @@
+"""The tcp transport and the MPI-free serve/peer mode, on real loopback sockets.
+
+Kernels run on real mpiexec ranks and between real ``fabricbench serve`` and
+``fabricbench run --peer`` processes; every fault is a real one (a killed
+server, a listener that never answers, a busy port, a closed port, garbage on
+the wire). Every subprocess has a timeout, so a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import PYTHON, _env, fabricbench, mpiexec, read_rows
+from fabricbench.errors import PeerError
+from fabricbench.peer import PairControl, encode_hello
+from fabricbench.plan import Plan, Step
+from fabricbench.rendezvous import (
+    ERROR,
+    HEADER,
+    HELLO,
+    MAGIC,
+    VECTOR,
+    VERSION,
+    FieldReader,
+    Fields,
+    ProtocolError,
+    recv_message,
+    send_message,
+)
+
+QUICK = ["-i", "20", "-x", "2", "-W", "8", "--format", "none", "--timeout", "20"]
+P2P = ["latency", "bw", "bibw", "msgrate"]
+RINGS = ["allreduce", "allgather"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _one_error_line(stderr: str, expected: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.startswith("fabricbench: error:")]
+    assert "Traceback" not in stderr
+    assert len(lines) == 1 and expected in lines[0], stderr
+
+
+class Server:
+    """``fabricbench serve`` in the background, its log read line by line."""
+
+    def __init__(self, *args: str, importtime: bool = False):
+        self.port = _free_port()
+        flags = ["-X", "importtime"] if importtime else []
+        self.proc = subprocess.Popen(
+            [PYTHON, *flags, "-m", "fabricbench", "serve", "--address", "127.0.0.1", "--port", str(self.port), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(None),
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_for("listening on")
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def log(self) -> list[str]:
+        return [line for line in self.lines if line.startswith("fabricbench")]
+
+    def wait_for(self, text: str, count: int = 1, deadline: float = 30.0) -> None:
+        end = time.monotonic() + deadline
+        while sum(text in line for line in self.lines) < count:
+            assert self.proc.poll() is None, f"serve exited: {self.lines[-5:]}"
+            assert time.monotonic() < end, f"serve never logged {text!r}: {self.log()}"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def server():
+    started = Server()
+    yield started
+    started.stop()
+
+
+def _peer_run(port: int, out, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return fabricbench("run", "--peer", f"127.0.0.1:{port}", "--out", str(out), *args, timeout=timeout)
+
+
+# ---- kernels on mpiexec ranks --------------------------------------------------------------------
+
+
+def test_tcp_kernels_on_two_ranks_validate_with_sane_units(out):
+    kernels = ",".join(P2P + RINGS)
+    result = fabricbench("run", "-t", "tcp", "-k", kernels, "-m", "0:64K", "-c", "--out", str(out), *QUICK)
+    assert result.returncode == 0, result.stderr
+    rows, meta = read_rows(out)
+    assert meta["launcher"] != "none" and meta["complete"] is True
+    assert set(rows.kernel) == set(P2P + RINGS) and (rows.transport == "tcp").all()
+    measured = rows[rows.status == "ok"]
+    assert (measured.validation == "pass").all()
+    # A byte stream has no zero-byte message: said so, never faked; allreduce needs whole floats.
+    skipped = rows[rows.status != "ok"]
+    partial_floats = {("allreduce", 1), ("allreduce", 2)}
+    assert set(zip(skipped.kernel, skipped.size_B, strict=True)) == {(k, 0) for k in P2P} | partial_floats
+    assert skipped[skipped.kernel == "latency"].status.iloc[0].startswith("unsupported: a TCP byte stream")
+    latency = measured[measured.kernel == "latency"]
+    assert (latency.lat_p50_us > 0).all() and (latency.lat_p50_us < 1e5).all()
+    assert latency.lat_p50_us.iloc[-1] > latency.lat_p50_us.iloc[0]  # 64 KiB takes longer than 1 B
+    for kernel in ("bw", "bibw", "msgrate"):
+        series = measured[measured.kernel == kernel].set_index("size_B")
+        assert (series.window == 8).all() and (series.bw_MBps > 0).all()
+        assert series.bw_MBps[65536] > 100 * series.bw_MBps[1]  # MB/s grows with the message by orders
+    rings = measured[measured.kernel.isin(RINGS) & (measured.size_B > 0)]
+    factor = rings.kernel.map({"allreduce": 1.0, "allgather": 0.5})  # nccl-tests' factors on 2 ranks
+    assert (rings.algbw_GBps > 0).all() and np.allclose(rings.busbw_GBps, rings.algbw_GBps * factor, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "ranks,kernels,where",
+    [(4, "allreduce,allgather,msgrate,latency", []), (3, "allreduce,allgather", ["--tcp-interface", "lo"])],
+)
+def test_tcp_rings_and_pairs_on_more_ranks(tmp_path, ranks, kernels, where):
+    out = tmp_path / "run"
+    args = ["-t", "tcp", "-k", kernels, "-m", "4:16K", "-c", "--out", str(out), *where, *QUICK]
+    result = mpiexec(ranks, "run", *args)
+    assert result.returncode == 0, result.stderr
+    rows, _ = read_rows(out)
+    assert (rows.status == "ok").all() and (rows.validation == "pass").all() and (rows.ranks == ranks).all()
+    assert set(rows.kernel) == set(kernels.split(","))
+    if ranks == 4:
+        assert (rows[rows.kernel == "msgrate"].pairs == 2).all()
+
+
+def test_busy_data_port_ends_every_rank_with_one_line(out):
+    port = _free_port()
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", port + 1))  # rank 1 listens on --tcp-port + 1
+        busy.listen()
+        result = mpiexec(2, "run", "-t", "tcp", "-k", "latency", "-m", "8", "--tcp-port", str(port), "--out", str(out))
+    assert result.returncode != 0
+    _one_error_line(result.stderr, f"cannot listen on 0.0.0.0:{port + 1}: address already in use")
+
+
+# ---- serve / run --peer ------------------------------------------------------------------------
+
+
+def test_serve_and_peer_round_trip_without_mpi(out):
+    served = Server(importtime=True)
+    try:
+        result = subprocess.run(
+            [PYTHON, "-X", "importtime", "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{served.port}"]
+            + ["-k", "latency,bw,bibw,allreduce,allgather", "-m", "4:4K", "-c", "--out", str(out), *QUICK],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(None),
+        )
+        assert result.returncode == 0, result.stderr
+        served.wait_for("session done")
+    finally:
+        served.stop()
+    assert " mpi4py" not in result.stderr and " mpi4py" not in "\n".join(served.lines)
+    assert "import time:" in result.stderr  # the check above looked at a real import log
+    rows, meta = read_rows(out)
+    assert (rows.status == "ok").all() and (rows.validation == "pass").all() and (rows.ranks == 2).all()
+    assert meta["mode"] == "peer" and meta["peer"] == f"127.0.0.1:{served.port}" and meta["launcher"] == "none"
+    assert len(meta["ranks"]) == 2 and meta["ranks"][1]["pid"] != meta["ranks"][0]["pid"]
+    assert "mpi_vendor" not in meta
+
+
+def _raw_reply(port: int, data: bytes) -> str:
+    """Send raw bytes to serve; return the text of its ERROR reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        with pytest.raises(PeerError) as refused:
+            recv_message(sock, HELLO)
+    return str(refused.value)
+
+
+def test_garbage_handshakes_are_refused_and_serve_keeps_serving(server, out):
+    bad_kernel = Plan(steps=[Step("tcp", "teleport", [8])], run_id="r1", timeout=5)
+    huge_size = Plan(steps=[Step("tcp", "latency", [1 << 40])], run_id="r2", timeout=5)
+    cases = {
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n": "not a fabricbench peer: bad magic b'GET '",
+        HEADER.pack(MAGIC, VERSION + 8, HELLO, 0): f"protocol version {VERSION + 8} is not supported",
+        HEADER.pack(MAGIC, VERSION, HELLO, 1 << 31): "HELLO message of 2147483648 B is over the 65536 B limit",
+        HEADER.pack(MAGIC, VERSION, HELLO, 3) + b"\x00\x09a": "malformed HELLO message: truncated",
+        HEADER.pack(MAGIC, VERSION, HELLO, 0): "malformed HELLO message: truncated",
+    }
+    for plan, expected in ((bad_kernel, "unknown kernel 'teleport'"), (huge_size, "latency size 1099511627776 B")):
+        payload = encode_hello(plan, None)
+        cases[HEADER.pack(MAGIC, VERSION, HELLO, len(payload)) + payload] = expected
+    for data, expected in cases.items():
+        assert expected in _raw_reply(server.port, data)
+    server.wait_for("still serving", count=len(cases))
+    refusals = [line for line in server.log() if "still serving" in line]
+    assert len(refusals) == len(cases) and all(": refused: " in line for line in refusals)
+    # A client that connects and goes away costs one line too.
+    socket.create_connection(("127.0.0.1", server.port)).close()
+    server.wait_for("still serving", count=len(cases) + 1)
+    result = _peer_run(server.port, out, "-k", "latency", "-m", "8:64", "-c", *QUICK)
+    assert result.returncode == 0, result.stderr
+    rows, _ = read_rows(out)
+    assert (rows.validation == "pass").all() and len(rows) == 4
+
+
+def _long_peer_run(port: int, out, timeout: str) -> subprocess.Popen:
+    """A latency sweep to 4 MiB that runs long enough to be interrupted."""
+    return subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{port}", "-k", "latency", "-m", "1:4M"]
+        + ["-i", "5000", "-x", "10", "--timeout", timeout, "--format", "none", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+    )
+
+
+def _session_pid_after_rows(run: subprocess.Popen, out, rows: int) -> int:
+    """Wait until the table holds ``rows`` rows; return the server's session process (rank 1)."""
+    csv = out / "results.csv"
+    end = time.monotonic() + 60
+    while not (csv.exists() and len(csv.read_text().splitlines()) > rows):
+        assert time.monotonic() < end and run.poll() is None, "no rows appeared"
+        time.sleep(0.02)
+    return json.loads((out / "metadata.json").read_text())["ranks"][1]["pid"]
+
+
+def test_peer_closing_mid_run_keeps_rows_and_serve_goes_on(server, tmp_path):
+    out = tmp_path / "run"
+    run = _long_peer_run(server.port, out, "20")
+    os.kill(_session_pid_after_rows(run, out, 3), signal.SIGKILL)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 3
+    _one_error_line(stderr, "peer closed the connection")
+    rows, meta = read_rows(out)
+    assert 3 <= len(rows) < 23 and (rows.status == "ok").all() and meta["complete"] is False
+    server.wait_for("session ended with exit code -9; still serving")
+    again = _peer_run(server.port, tmp_path / "again", "-k", "bw", "-m", "1K", *QUICK)
+    assert again.returncode == 0, again.stderr
+
+
+def test_client_failing_in_session_costs_serve_one_line(server, tmp_path):
+    bad = _peer_run(server.port, tmp_path / "bad", "-k", "latency", "-m", "8", "--tcp-interface", "nope0", *QUICK)
+    assert bad.returncode == 2
+    _one_error_line(bad.stderr, "rank 0: --tcp-interface 'nope0': no IPv4 address")
+    server.wait_for("session ended with exit code 3; still serving")
+    good = _peer_run(server.port, tmp_path / "good", "-k", "latency", "-m", "8:8", *QUICK)
+    assert good.returncode == 0, good.stderr
+
+
+def test_peer_frozen_mid_run_times_out_and_keeps_rows(server, out):
+    run = _long_peer_run(server.port, out, "2")
+    session = _session_pid_after_rows(run, out, 2)
+    os.kill(session, signal.SIGSTOP)  # alive, connected, silent
+    try:
+        _, stderr = run.communicate(timeout=30)
+    finally:
+        os.kill(session, signal.SIGKILL)
+    assert run.returncode == 3
+    lines = [line for line in stderr.splitlines() if line.startswith("fabricbench: error:")]
+    assert len(lines) == 1 and ("made no progress for 2 s" in lines[0] or "timed out after 2 s" in lines[0]), stderr
+    rows, _ = read_rows(out)
+    assert len(rows) >= 2 and (rows.status == "ok").all()
+
+
+def test_peer_that_never_answers_times_out(out):
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections complete in the backlog; nobody ever reads or replies
+        started = time.monotonic()
+        result = _peer_run(silent.getsockname()[1], out, "-k", "latency", "-m", "8", "--timeout", "2", timeout=30)
+    assert result.returncode == 3 and time.monotonic() - started < 20
+    _one_error_line(result.stderr, "timed out after 2 s waiting for the peer's ACCEPT")
+
+
+def test_unreachable_peer_is_one_line(out):
+    port = _free_port()  # bound a moment ago and closed: nothing listens there
+    result = _peer_run(port, out, "-k", "latency", "-m", "8", timeout=30)
+    assert result.returncode == 3
+    _one_error_line(result.stderr, f"cannot reach 127.0.0.1:{port}: connection refused")
+
+
+def test_serve_on_a_busy_port_is_one_line():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = fabricbench("serve", "--address", "127.0.0.1", "--port", str(port), timeout=30)
+    assert result.returncode == 2
+    _one_error_line(result.stderr, f"cannot listen on 127.0.0.1:{port}: address already in use")
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--peer", "127.0.0.1:1", "-t", "mpi", "-k", "latency"], "transport 'mpi' needs MPI and a launcher"),
+        (["--peer", "nohost", "-k", "latency"], "--peer must be HOST:PORT, got 'nohost'"),
+        (["--peer", "127.0.0.1:1", "-k", "latency", "--tcp-port", "70000"], "port must be at most 65535"),
+    ],
+)
+def test_bad_peer_input(args, expected, out):
+    result = fabricbench("run", *args, "--out", str(out), timeout=30)
+    assert result.returncode == 2
+    _one_error_line(result.stderr, expected)
+
+
+# ---- the rendezvous protocol and PairControl, over socket pairs ---------------------------------
+
+
+def test_fields_round_trip_and_refuse_malformed_payloads():
+    payload = Fields().u8(7).u16(513).u32(70000).u64(1 << 40).i64(-1).f64(0.25).text("rxe0").blob(b"\x00gid").payload()
+    reader = FieldReader(payload, "test message")
+    assert (reader.u8(), reader.u16(), reader.u32(), reader.u64(), reader.i64()) == (7, 513, 70000, 1 << 40, -1)
+    assert (reader.f64(), reader.text(), reader.blob()) == (0.25, "rxe0", b"\x00gid")
+    reader.end()
+    short = FieldReader(payload[:3], "test message")
+    short.u8(), short.u16()
+    with pytest.raises(ProtocolError, match="malformed test message: truncated at byte 3, needed 7"):
+        short.u32()
+    extra = FieldReader(Fields().u8(1).u8(2).payload(), "test message")
+    extra.u8()
+    with pytest.raises(ProtocolError, match="1 unexpected trailing bytes"):
+        extra.end()
+    with pytest.raises(ProtocolError, match="over the 4 B limit"):
+        FieldReader(Fields().text("too long").payload(), "test message").text(max_len=4)
+
+
+def test_recv_message_checks_type_and_relays_refusals():
+    left, right = socket.socketpair()
+    with left, right:
+        right.settimeout(5)
+        send_message(left, ERROR, Fields().text("no such device").payload())
+        with pytest.raises(PeerError, match="peer refused: no such device"):
+            recv_message(right, HELLO)
+        send_message(left, HELLO + 100, b"")
+        with pytest.raises(ProtocolError, match="expected a HELLO message, got type 102"):
+            recv_message(right, HELLO)
+        right.settimeout(0.2)
+        with pytest.raises(PeerError, match="timed out after 0.2 s waiting for the peer's HELLO"):
+            recv_message(right, HELLO)
+        left.close()
+        with pytest.raises(PeerError, match="peer closed the connection"):
+            recv_message(right, HELLO)
+
+
+def test_pair_control_matches_the_mpi_control_interface():
+    client_sock, server_sock = socket.socketpair()
+    results: dict = {}
+
+    def side(sock, rank):
+        ctrl = PairControl(sock, rank, timeout=10)
+        ctrl.barrier()
+        results[rank, "max"] = ctrl.allreduce_max(1.5 if rank else 0.5)
+        results[rank, "gather"] = ctrl.gather(np.array([rank, 10.0 + rank]))
+        results[rank, "bcast"] = ctrl.bcast_bytes(b"plan" if rank == 0 else None)
+        results[rank, "json"] = ctrl.gather_json({"rank": rank})
+        ctrl.barrier()
+
+    threads = [threading.Thread(target=side, args=(s, r)) for r, s in enumerate((client_sock, server_sock))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    client_sock.close()
+    server_sock.close()
+    assert results[0, "max"] == results[1, "max"] == 1.5
+    assert results[0, "gather"].tolist() == [[0.0, 10.0], [1.0, 11.0]] and results[1, "gather"] is None
+    assert results[0, "bcast"] == results[1, "bcast"] == b"plan"
+    assert results[0, "json"] == [{"rank": 0}, {"rank": 1}] and results[1, "json"] is None
+
+
+def test_pair_control_refuses_a_short_vector():
+    left, right = socket.socketpair()
+    with left, right:
+        send_message(left, VECTOR, struct.pack("!d", 1.0))  # one value where two are due
+        with pytest.raises(ProtocolError, match="8 B where 16 B were due"):
+            PairControl(right, 0, timeout=5).gather(np.zeros(2))
