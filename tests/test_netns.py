@@ -1,0 +1,216 @@
+"""Across a real network: namespace hosts joined by veth and a bridge, optionally shaped with tbf.
+
+These need root (ip netns, tc). Traffic goes only to addresses inside the namespaces made here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, REPO, _env, fabricbench, read_rows
+
+TESTBED = str(REPO / "scripts" / "netns-testbed.sh")
+PREFIX, NET = "fbt", "10.213.7"
+SERVER = f"{NET}.2"
+PORT = 18750
+# tbf counts whole 1514-byte frames on the wire for 1448 bytes of TCP payload.
+SHAPED_PAYLOAD_MBIT = 100 * 1448 / 1514
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
+        reason="needs root with iproute2 (ip netns, tc)",
+    ),
+]
+
+
+def bed(*args: str) -> str:
+    result = subprocess.run([TESTBED, *args, "--prefix", PREFIX], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    bed("up", "2", "--net", NET)
+    yield ["fbt1", "fbt2"]
+    bed("down")
+
+
+@pytest.fixture
+def shaped(hosts):
+    bed("shape", "all", "100mbit", "--burst", "32kbit", "--latency", "400ms")
+    yield
+    bed("unshape", "all")
+
+
+def in_host(host: str, *command: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [TESTBED, "exec", host, *command], capture_output=True, text=True, timeout=timeout, env=_env(None)
+    )
+
+
+def rx_bytes(host: str) -> int:
+    path = "/sys/class/net/veth0/statistics/rx_bytes"
+    return int(
+        subprocess.run(["ip", "netns", "exec", host, "cat", path], capture_output=True, text=True, check=True).stdout
+    )
+
+
+def _wait_listening(host: str, port: int, deadline: float = 30.0) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        ss = subprocess.run(["ip", "netns", "exec", host, "ss", "-ltn"], capture_output=True, text=True)
+        if f":{port} " in ss.stdout:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"nothing listens on {host}:{port}")
+
+
+@pytest.fixture
+def server(hosts):
+    """`fabricbench serve` on host 2, without MPI."""
+    proc = subprocess.Popen(
+        [TESTBED, "exec", "fbt2", PYTHON, "-m", "fabricbench", "serve", "--address", SERVER, "--port", str(PORT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=_env(None),
+    )
+    _wait_listening("fbt2", PORT)
+    yield proc
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def tcp_bw_mbit(out: Path) -> float:
+    result = in_host(
+        "fbt1",
+        PYTHON,
+        "-m",
+        "fabricbench",
+        "run",
+        "--peer",
+        f"{SERVER}:{PORT}",
+        "-t",
+        "tcp",
+        "-k",
+        "bw",
+        "-m",
+        "1M:1M",
+        "-W",
+        "4",
+        "-i",
+        "6",
+        "-x",
+        "1",
+        "--out",
+        str(out),
+        "--format",
+        "none",
+    )
+    assert result.returncode == 0, result.stderr
+    rows, meta = read_rows(out)
+    assert meta["mode"] == "peer" and rows.validation.iloc[0] == "off"
+    return float(rows.bw_MBps.iloc[0]) * 8  # MB/s (10^6 B) to Mbit/s
+
+
+def test_tcp_bandwidth_on_a_100mbit_link_is_the_physical_payload_rate(server, shaped, tmp_path):
+    measured = tcp_bw_mbit(tmp_path / "shaped")
+    assert measured == pytest.approx(SHAPED_PAYLOAD_MBIT, rel=0.05)
+
+
+def test_tcp_bandwidth_on_an_unshaped_link_is_far_higher(server, tmp_path):
+    assert tcp_bw_mbit(tmp_path / "unshaped") > 5 * SHAPED_PAYLOAD_MBIT
+
+
+def mpi_across_hosts(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """An mpi run with one rank in each namespace host, started by hydra through the namespace launcher."""
+    return subprocess.run(
+        [
+            TESTBED,
+            "mpiexec",
+            "--prefix",
+            PREFIX,
+            "-n",
+            "2",
+            "-ppn",
+            "1",
+            "-hosts",
+            "fbt1,fbt2",
+            PYTHON,
+            "-m",
+            "fabricbench",
+            "run",
+            "-t",
+            "mpi",
+            "--out",
+            str(out),
+            "--format",
+            "none",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_env(None),
+    )
+
+
+def test_mpi_run_spans_two_hosts_and_its_bytes_cross_the_veth(hosts, tmp_path):
+    before = rx_bytes("fbt2")
+    result = mpi_across_hosts(
+        tmp_path / "run", "-k", "latency,bw", "-m", "8:64K", "-i", "40", "-x", "4", "-W", "16", "-c"
+    )
+    assert result.returncode == 0, result.stderr
+    received = rx_bytes("fbt2") - before
+    rows, meta = read_rows(tmp_path / "run")
+    assert meta["hosts"] == ["fbt1", "fbt2"] and [r["host"] for r in meta["ranks"]] == ["fbt1", "fbt2"]
+    assert (rows.validation == "pass").all()
+    # Rank 0 on fbt1 sent every bw window to fbt2: at least that much arrived on fbt2's veth.
+    bw = rows[rows.kernel == "bw"]
+    sent = int((bw.size_B * bw.window * (bw.iterations + bw.warmup)).sum())
+    assert received >= sent
+
+
+def _latency_and_bw(out: Path, result: subprocess.CompletedProcess) -> tuple[float, float]:
+    assert result.returncode == 0, result.stderr
+    rows, _ = read_rows(out)
+    return (float(rows[rows.kernel == "latency"].lat_p50_us.iloc[0]), float(rows[rows.kernel == "bw"].bw_MBps.iloc[0]))
+
+
+SWEEP = ["-k", "latency,bw", "-m", "64K:64K", "-i", "20", "-x", "2", "-W", "8"]
+
+
+def test_shared_memory_veth_and_shaped_veth_are_clearly_ordered(hosts, tmp_path):
+    shm = _latency_and_bw(
+        tmp_path / "shm", fabricbench("run", "-t", "mpi", *SWEEP, "--out", str(tmp_path / "shm"), "--format", "none")
+    )
+    veth = _latency_and_bw(tmp_path / "veth", mpi_across_hosts(tmp_path / "veth", *SWEEP))
+    bed("shape", "all", "100mbit", "--burst", "32kbit", "--latency", "400ms")
+    try:
+        slow = _latency_and_bw(tmp_path / "slow", mpi_across_hosts(tmp_path / "slow", *SWEEP))
+    finally:
+        bed("unshape", "all")
+    assert shm[0] < veth[0] < slow[0], (shm, veth, slow)
+    assert shm[1] > veth[1] > slow[1], (shm, veth, slow)
+    # Physics: nothing crosses a 100 Mbit/s link faster than 12.5 MB/s.
+    assert slow[1] <= 12.5
+
+
+def test_testbed_addresses_live_only_in_its_namespaces(hosts):
+    listing = bed("hosts")
+    assert listing.split() == ["fbt1", f"{NET}.1", "fbt2", f"{NET}.2"]
+    root_addresses = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    assert NET not in root_addresses
+    assert socket.gethostname() not in ("fbt1", "fbt2")
