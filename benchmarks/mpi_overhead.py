@@ -142,8 +142,9 @@ def worker() -> None:
         transport = MPITransport(ctrl, plan)
         row = measure(ctrl, transport, get_kernel("latency"), LAT_SIZE, plan, watchdog)
         if row:
-            out.append({"impl": f"fabricbench-{method}", "kernel": "latency", "size": LAT_SIZE,
-                        "us": row["lat_mean_us"]})
+            out.append(
+                {"impl": f"fabricbench-{method}", "kernel": "latency", "size": LAT_SIZE, "us": row["lat_mean_us"]}
+            )
         for size in BW_SIZES:
             plan.iterations, plan.warmup = BW_ITERS[size], BW_ITERS[size] // 10 + 1
             row = measure(ctrl, transport, get_kernel("bw"), size, plan, watchdog)
@@ -206,8 +207,12 @@ def main() -> None:
             extra = f"  {value - median[('C', 'latency', LAT_SIZE)]:+.3f} µs vs C"
         print(f"{impl:>24}: {value:8.3f} µs  x{value / base:.3f} of minimal{extra}")
     print("# bandwidth (MB/s, MB = 10^6 B), window 64")
-    header = f"{'size':>9}" + "".join(f"{i:>24}" for i in impls) + "   persistent/minimal" + (
-        "   persistent/C" if binary else "")
+    header = (
+        f"{'size':>9}"
+        + "".join(f"{i:>24}" for i in impls)
+        + "   persistent/minimal"
+        + ("   persistent/C" if binary else "")
+    )
     print(header)
     for size in BW_SIZES:
         values = [median[(i, "bw", size)] for i in impls]

@@ -67,8 +67,10 @@ def test_console_ratios_are_b_over_a_from_the_two_tables(finished_runs, compared
     assert lines[2].startswith(f"#   B = {meta_b['run_id']}: mpi from ")
     blocks = _blocks(result.stdout)
     assert set(blocks) == {"latency", "bw"}
-    for kernel, metrics in (("latency", [("p50 us", "p50", "lat_p50_us")]),
-                            ("bw", [("p50 us", "p50", "lat_p50_us"), ("bw MB/s", "bw", "bw_MBps")])):
+    for kernel, metrics in (
+        ("latency", [("p50 us", "p50", "lat_p50_us")]),
+        ("bw", [("p50 us", "p50", "lat_p50_us"), ("bw MB/s", "bw", "bw_MBps")]),
+    ):
         _, rows = blocks[kernel]
         # Only the sizes both runs measured are side by side.
         assert [_size(row["size"]) for row in rows] == OVERLAP
@@ -95,8 +97,19 @@ def test_comparison_csv_is_tidy_with_ratios(finished_runs, compared):
     a, _ = read_rows(finished_runs["a"])
     b, meta_b = read_rows(finished_runs["b"])
     table = pd.read_csv(out / "comparison.csv")
-    for column in ("kernel", "size_B", "series", "letter", "baseline", "transport", "run_id", "lat_p50_us",
-                   "bw_MBps", "lat_p50_us_ratio", "bw_MBps_ratio"):
+    for column in (
+        "kernel",
+        "size_B",
+        "series",
+        "letter",
+        "baseline",
+        "transport",
+        "run_id",
+        "lat_p50_us",
+        "bw_MBps",
+        "lat_p50_us_ratio",
+        "bw_MBps_ratio",
+    ):
         assert column in table.columns, column
     # Every measured row of both runs is there, once.
     assert len(table) == len(a) + len(b)
@@ -216,8 +229,18 @@ def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
     }
 
 
-BAD = ["missing path", "empty csv", "header only", "not a table", "binary csv", "corrupt parquet",
-       "dir without results", "unknown metric", "metric with no values", "unwritable out"]
+BAD = [
+    "missing path",
+    "empty csv",
+    "header only",
+    "not a table",
+    "binary csv",
+    "corrupt parquet",
+    "dir without results",
+    "unknown metric",
+    "metric with no values",
+    "unwritable out",
+]
 
 
 @pytest.mark.parametrize("case", BAD)

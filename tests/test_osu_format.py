@@ -9,6 +9,8 @@ from conftest import fabricbench, read_rows
 # What scripts that parse osu_latency / osu_bw output use.
 OSU_TITLE = re.compile(r"^# OSU MPI[ _]?(?P<title>.+) v(?P<version>\d+\.\d+)$")
 OSU_LINE = re.compile(r"^(?P<size>\d+)\s+(?P<value>\d+\.\d{2})$")
+
+
 def _printed(value: str, exact: float) -> bool:
     """The printed two decimals are the table's value rounded (the CSV keeps 9 digits)."""
     return abs(float(value) - exact) <= 0.005 + 1e-9

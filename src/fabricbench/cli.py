@@ -10,6 +10,7 @@ import socket
 import sys
 
 from fabricbench import __version__, rdma
+from fabricbench.argtypes import names, seconds, whole_number
 from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.kernels import KERNELS, get_kernel
 from fabricbench.plan import Plan, Step, kernel_sizes, parse_size_range
@@ -33,44 +34,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def _count(name: str, minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise UsageError(f"{name} must be a whole number, got {text!r}") from None
-        if value < minimum:
-            raise UsageError(f"{name} must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _seconds(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise UsageError(f"{name} must be a number of seconds, got {text!r}") from None
-        if not value > 0:
-            raise UsageError(f"{name} must be above 0 seconds, got {text}")
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fabricbench", description="Measure what an interconnect really delivers.")
     parser.add_argument("--version", action="version", version=f"fabricbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run kernels and write a tidy table")
-    run.add_argument("-t", "--transport", type=_names, help=f"comma list of: {', '.join(TRANSPORTS)}")
-    run.add_argument("-k", "--kernel", type=_names, help=f"comma list of: {', '.join(KERNELS)}")
+    run.add_argument("-t", "--transport", type=names, help=f"comma list of: {', '.join(TRANSPORTS)}")
+    run.add_argument("-k", "--kernel", type=names, help=f"comma list of: {', '.join(KERNELS)}")
     run.add_argument(
         "-m",
         "--message-size",
@@ -78,13 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[MIN:]MAX",
         help="message sizes, powers of two from MIN to MAX (e.g. 0:4M)",
     )
-    run.add_argument("-i", "--iterations", type=_count("iterations", 1), help="timed iterations per size")
-    run.add_argument("-x", "--warmup", type=_count("warm-up", 0), help="untimed iterations per size")
-    run.add_argument("-W", "--window", type=_count("window", 1), default=64, help="messages in flight (default 64)")
-    run.add_argument("--max-time", type=_seconds("--max-time"), help="seconds per size; lowers the iteration count")
+    run.add_argument("-i", "--iterations", type=whole_number("iterations", 1), help="timed iterations per size")
+    run.add_argument("-x", "--warmup", type=whole_number("warm-up", 0), help="untimed iterations per size")
+    run.add_argument(
+        "-W", "--window", type=whole_number("window", 1), default=64, help="messages in flight (default 64)"
+    )
+    run.add_argument("--max-time", type=seconds("--max-time"), help="seconds per size; lowers the iteration count")
     run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
-    run.add_argument("--method", default="persistent", choices=["persistent", "blocking"],
-                     help="MPI point-to-point loop: persistent requests (default) or plain blocking calls")
+    run.add_argument(
+        "--method",
+        default="persistent",
+        choices=["persistent", "blocking"],
+        help="MPI point-to-point loop: persistent requests (default) or plain blocking calls",
+    )
     run.add_argument("--out", help="results directory (default results/RUN_ID)")
     run.add_argument("--label", default="", help="a name for this run in tables and plots")
     run.add_argument(
@@ -96,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_seconds("--timeout"),
+        type=seconds("--timeout"),
         default=120.0,
         help="seconds without progress before giving up (default 120)",
     )
@@ -114,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-n",
         "--np",
-        type=_count("--np", 1),
+        type=whole_number("--np", 1),
         default=2,
         help="local ranks to start when run outside a launcher (default 2)",
     )
@@ -128,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=DEFAULT_SERVE_PORT, help=f"port (default {DEFAULT_SERVE_PORT})")
     serve.add_argument(
         "--timeout",
-        type=_seconds("--timeout"),
+        type=seconds("--timeout"),
         default=30.0,
         help="seconds to wait for a client's handshake (default 30); a session then uses the client's --timeout",
     )
@@ -140,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", help="directory for comparison.csv and the PNG plots")
     compare.add_argument(
         "--metric",
-        type=_names,
+        type=names,
         help="comma list of columns to compare, e.g. p50,p99,bw,busbw (default: p50 latency, bw, busbw)",
     )
     compare.set_defaults(func=cmd_compare)
@@ -148,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _port(text: str) -> int:
-    value = _count("port", 0)(text)
+    value = whole_number("port", 0)(text)
     if value > 65535:
         raise UsageError(f"port must be at most 65535, got {value}")
     return value
