@@ -21,10 +21,12 @@ VM_TIMEOUT = 1200  # seconds: set-up on a fresh machine (packages, kernel, venvs
 
 
 def test_verbs_tests_pass_on_softroce_in_the_vm():
-    if shutil.which("qemu-system-x86_64") is None and not REQUIRE_VM:
+    # The runner installs QEMU and the rest itself where it can (root with apt, as in CI).
+    can_install = os.geteuid() == 0 and shutil.which("apt-get") is not None
+    if shutil.which("qemu-system-x86_64") is None and not can_install and not REQUIRE_VM:
         pytest.skip(
-            "qemu-system-x86_64 is not installed, so the SoftRoCE VM tests did not run; "
-            "set FABRICBENCH_REQUIRE_VM=1 to have scripts/softroce-vm.sh install it and run them"
+            "qemu-system-x86_64 is not installed and cannot be installed here (needs root and apt), "
+            "so the SoftRoCE VM tests did not run; FABRICBENCH_REQUIRE_VM=1 makes this a failure"
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "FABRICBENCH_TEST_"))}
     started = time.monotonic()
