@@ -98,12 +98,10 @@ def worker() -> None:
     comm = MPI.COMM_WORLD
     rank, peer = comm.Get_rank(), 1 - comm.Get_rank()
     out: list[dict] = []
-    send = np.full(1 << 22, 7, dtype=np.uint8)
-    recv = np.full(1 << 22, 9, dtype=np.uint8)
     ack = np.ones(1, dtype=np.uint8)
 
-    # Minimal ping-pong, as anyone would write it.
-    s, r = send[:LAT_SIZE], recv[:LAT_SIZE]
+    # Minimal ping-pong, as anyone would write it: written buffers of the message size.
+    s, r = np.full(LAT_SIZE, 7, dtype=np.uint8), np.full(LAT_SIZE, 9, dtype=np.uint8)
     for n in (LAT_ITERS // 10, LAT_ITERS):
         comm.Barrier()
         start = time.perf_counter()
@@ -119,7 +117,7 @@ def worker() -> None:
 
     # Minimal window bandwidth.
     for size in BW_SIZES:
-        s, r = send[:size], recv[:size]
+        s, r = np.full(size, 7, dtype=np.uint8), np.full(size, 9, dtype=np.uint8)
         iters = BW_ITERS[size]
         for n in (iters // 10 + 1, iters):
             comm.Barrier()
@@ -167,9 +165,14 @@ def _build_c(workdir: Path) -> Path | None:
     return binary
 
 
-def _launch(command: list[str]) -> list[dict]:
+def _launch(command: list[str], hugepages: bool) -> list[dict]:
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    result = subprocess.run([mpiexec, "-n", "2", *command], capture_output=True, text=True, timeout=600, check=True)
+    # numpy madvises huge pages for arrays of 4 MiB and more; C's malloc gets none in THP's madvise
+    # mode. Off by default so that Python and C move data through the same kind of pages.
+    env = dict(os.environ, NUMPY_MADVISE_HUGEPAGE="1" if hugepages else "0")
+    result = subprocess.run(
+        [mpiexec, "-n", "2", *command], capture_output=True, text=True, timeout=600, check=True, env=env
+    )
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
@@ -177,6 +180,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no-c", action="store_true", help="skip the C reference")
+    parser.add_argument("--hugepages", action="store_true", help="let numpy madvise huge pages (unfair to C)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -187,9 +191,9 @@ def main() -> None:
         binary = None if args.no_c else _build_c(Path(tmp))
         c_args = [str(LAT_ITERS), str(WINDOW)] + [str(x) for s in BW_SIZES for x in (s, BW_ITERS[s])]
         for rep in range(args.reps):
-            items = _launch([sys.executable, __file__, "--worker"])
+            items = _launch([sys.executable, __file__, "--worker"], args.hugepages)
             if binary:
-                items += _launch([str(binary), *c_args])
+                items += _launch([str(binary), *c_args], args.hugepages)
             for item in items:
                 key = (item["impl"], item["kernel"], item["size"])
                 results.setdefault(key, []).append(item.get("us", item.get("MBps")))
@@ -197,7 +201,11 @@ def main() -> None:
     median = {k: statistics.median(v) for k, v in results.items()}
     impls = ["minimal", "fabricbench-persistent", "fabricbench-blocking"] + (["C"] if binary else [])
 
-    print(f"# MPI: {os.path.basename(sys.executable)} {sys.version.split()[0]}, medians of {args.reps} reps")
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    print(
+        f"# Python {sys.version.split()[0]}, medians of {args.reps} reps; numpy huge pages "
+        f"{'on' if args.hugepages else 'off'}; THP: {thp.read_text().strip() if thp.exists() else 'n/a'}"
+    )
     print(f"# latency {LAT_SIZE} B (µs, RTT/2)")
     base = median[("minimal", "latency", LAT_SIZE)]
     for impl in impls:
