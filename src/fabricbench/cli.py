@@ -24,6 +24,7 @@ DEFAULT_SUITE = [
 ]
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep to about a minute
 DEFAULT_SERVE_PORT = 18600
+RUN_ID_VAR = "FABRICBENCH_RUN_ID"
 NATURAL_TRANSPORT = {"put": "mpi-rma", "get": "mpi-rma", "put-bw": "mpi-rma", "get-bw": "mpi-rma"}
 
 
@@ -169,7 +170,10 @@ def build_plan(args, ranks: int) -> Plan:
     verbs_options = rdma.options(args)
     for transport in dict.fromkeys(step.transport for step in steps):
         preflight(transport)
-    run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
+    # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
+    run_id = os.environ.get(RUN_ID_VAR) or (
+        f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
+    )
     progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
     return Plan(
         steps=steps,
@@ -209,6 +213,7 @@ def cmd_run(args, argv: list[str]) -> int:
         # Started alone: check what we can here, then start local ranks.
         plan = build_plan(args, args.np)
         prepare_out_dir(plan.out_dir)
+        os.environ[RUN_ID_VAR] = plan.run_id
         child_argv = list(argv)
         if not args.out:
             child_argv += ["--out", plan.out_dir]
