@@ -9,6 +9,12 @@ import secrets
 import socket
 import sys
 
+# numpy's OpenBLAS starts a thread per core that spins for a while after import. fabricbench
+# never calls BLAS, and on a small node that thread steals the CPU of the rank being timed
+# (measured: about 0.1 s of spinning per rank, right when the first sizes run). Set before
+# numpy is first imported; a user's own setting wins, and the metadata records it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from fabricbench import __version__, rdma
 from fabricbench.argtypes import names, seconds, whole_number
 from fabricbench.errors import FabricbenchError, UsageError
@@ -282,7 +288,12 @@ def execute_plan(plan: Plan, ctrl, who: str | None, hugepages: str | None, extra
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.func is cmd_compare and not any(e.startswith("-") for e in extra):
+            args.runs += extra  # `compare A --out DIR B`: runs on both sides of an option
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.func(args, argv)
     except FabricbenchError as exc:
         from fabricbench.launch import env_rank

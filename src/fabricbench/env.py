@@ -86,6 +86,7 @@ def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
         "transparent_hugepage": transparent_hugepages(),
         "numpy_madvise_hugepage": numpy_hugepages(),
         "NUMPY_MADVISE_HUGEPAGE": os.environ.get("NUMPY_MADVISE_HUGEPAGE", "unset"),
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "plan": {k: v for k, v in plan.__dict__.items() if k != "steps"},
         "steps": [s.__dict__ for s in plan.steps],
     }
