@@ -190,6 +190,17 @@ def test_chosen_metrics_and_a_concatenated_table_split_by_run(finished_runs, tmp
     assert "A p50 us" not in rows[0]
 
 
+def test_an_option_between_the_runs_is_accepted_and_a_stray_option_is_refused(finished_runs, tmp_path):
+    a, b = str(finished_runs["a"]), str(finished_runs["b"])
+    between = fabricbench("compare", a, "--out", str(tmp_path), b)
+    assert between.returncode == 0, between.stderr
+    assert "#   A = fabric-a" in between.stdout and "#   B = " in between.stdout
+    assert (tmp_path / "comparison.csv").exists()
+    stray = fabricbench("compare", a, "--frobnicate", b)
+    assert stray.returncode == 2
+    assert "unrecognized arguments: --frobnicate" in stray.stderr and "Traceback" not in stray.stderr
+
+
 def test_compare_needs_no_mpi(finished_runs, tmp_path):
     """Rank-free: with mpi4py made unimportable, compare still works, and the CLI imports no pandas."""
     code = (
