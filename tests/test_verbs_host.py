@@ -95,6 +95,22 @@ def test_perftest_without_a_device_is_one_line(out):
     assert "perftest" in line and ("no RDMA device" in line or "not installed" in line)
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--device-port", "0"], "--device-port must be at least 1, got 0"),
+        (["--gid-index", "-1"], "--gid-index must be at least 0, got -1"),
+        (["--inline", "-8"], "--inline must be at least 0, got -8"),
+        (["--spin", "sometimes"], "invalid choice: 'sometimes'"),
+    ],
+)
+def test_serve_checks_its_own_verbs_options(args, words):
+    """serve takes this host's device settings (its --port is the listening port, hence --device-port)."""
+    result = fabricbench("serve", "--address", "127.0.0.1", "--port", "1", *args, timeout=60)
+    assert result.returncode == 2
+    assert words in _one_error_line(result)
+
+
 def test_cq_mod_must_divide_the_window(out):
     result = fabricbench("run", "-t", "verbs", "-W", "64", "--cq-mod", "10", "--out", str(out), timeout=60)
     line = _one_error_line(result)

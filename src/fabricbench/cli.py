@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for a client's handshake (default 30); a session then uses the client's --timeout",
     )
     _add_tcp_options(serve)
+    rdma.add_serve_arguments(serve)
     serve.set_defaults(func=cmd_serve)
 
     compare = sub.add_parser("compare", help="put finished runs side by side: ratios to the first, CSV and plots")
@@ -257,7 +258,8 @@ def _run_ranks(args, who: str) -> int:
 def cmd_serve(args, argv: list[str]) -> int:
     from fabricbench import peer
 
-    return peer.serve(args.address, args.port, args.timeout, {"tcp": tcp_options(args)})
+    host = {"tcp": tcp_options(args), "verbs": rdma.host_options(args)}
+    return peer.serve(args.address, args.port, args.timeout, host)
 
 
 def execute_plan(plan: Plan, ctrl, who: str | None, hugepages: str | None, extra_metadata: dict | None = None) -> int:

@@ -49,20 +49,19 @@ class CompletionError(PeerError):
 # --- command line ------------------------------------------------------------------------------------------------
 
 
-def add_arguments(parser) -> None:
-    """The verbs transports' options on ``fabricbench run``."""
-    group = parser.add_argument_group("verbs and perftest transports")
+def _host_arguments(group, port_flag: str) -> None:
+    """The settings that describe this host's side of a verbs link."""
     group.add_argument("--device", help="RDMA device, e.g. mlx5_0 or rxe0 (default: the first with an active port)")
-    group.add_argument("--port", type=whole_number("--port"), help="port of the device (default: its first active one)")
+    group.add_argument(
+        port_flag,
+        dest="device_port",
+        type=whole_number(port_flag),
+        help="port of the device (default: its first active one)",
+    )
     group.add_argument(
         "--gid-index",
         type=whole_number("--gid-index", minimum=0),
         help="GID table index (default: as perftest, a RoCE v2 IPv4-mapped GID; InfiniBand uses the LID)",
-    )
-    group.add_argument(
-        "--cq-mod",
-        type=whole_number("--cq-mod"),
-        help="bandwidth kernels signal every Nth work request; N divides --window (default: a quarter of it)",
     )
     group.add_argument(
         "--inline",
@@ -79,18 +78,42 @@ def add_arguments(parser) -> None:
     )
 
 
-def options(args) -> dict:
-    """The verbs settings from the command line, as Plan.transport_options['verbs']."""
-    check_cq_mod(args.cq_mod, args.window)
+def add_arguments(parser) -> None:
+    """The verbs transports' options on ``fabricbench run``."""
+    group = parser.add_argument_group("verbs and perftest transports")
+    _host_arguments(group, "--port")
+    group.add_argument(
+        "--cq-mod",
+        type=whole_number("--cq-mod"),
+        help="bandwidth kernels signal every Nth work request; N divides --window (default: a quarter of it)",
+    )
+
+
+def add_serve_arguments(parser) -> None:
+    """The same host settings on ``fabricbench serve``, whose --port is the listening port.
+
+    They describe the server's own device, so they are the server's to choose and never come
+    from the client.
+    """
+    _host_arguments(parser.add_argument_group("verbs and perftest transports, on this host"), "--device-port")
+
+
+def host_options(args) -> dict:
+    """This host's verbs settings, as Plan.transport_options['verbs'] (no --cq-mod: that one needs the window)."""
     given = {
         "device": args.device,
-        "port": args.port,
+        "port": args.device_port,
         "gid_index": args.gid_index,
-        "cq_mod": args.cq_mod,
         "inline": args.inline,
         "spin": args.spin,
     }
     return {key: value for key, value in given.items() if value is not None}
+
+
+def options(args) -> dict:
+    """The verbs settings from the command line, as Plan.transport_options['verbs']."""
+    check_cq_mod(args.cq_mod, args.window)
+    return host_options(args) | ({"cq_mod": args.cq_mod} if args.cq_mod is not None else {})
 
 
 def check_cq_mod(cq_mod: int | None, window: int) -> None:

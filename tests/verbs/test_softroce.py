@@ -120,13 +120,51 @@ def _wait_for_rows(out: Path, rows: int, process: subprocess.Popen, deadline: fl
     pytest.fail(f"no {rows} rows within {deadline} s")
 
 
+def _device() -> str:
+    return sorted(path.name for path in DEVICES.iterdir())[0]
+
+
+def test_serve_opens_the_device_it_is_told_and_names_a_wrong_one(out, tmp_path):
+    """serve --device is the server's own choice: a device this host lacks fails there, in words."""
+    port = _free_port()
+    env = _env(None)
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [PYTHON, "-m", "fabricbench", "serve", "--address", "127.0.0.1", "--port", str(port), "--timeout", "60",
+             "--device", "nosuch0"],
+            stdout=log, stderr=log, env=env,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not listening(port):
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        client = subprocess.run(
+            [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{port}", "-t", "verbs", "-k", "latency",
+             "-m", "8:8", "-i", "10", "-x", "2", "--timeout", "60", "--out", str(out), "--format", "none"],
+            capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "session ended" not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert server.poll() is None, log_path.read_text()  # the server goes on serving
+    finally:
+        server.kill()
+        server.wait()
+    assert client.returncode != 0 and len(_error_lines(client.stderr)) == 1, client.stderr
+    assert "Traceback" not in client.stderr
+    assert f"no RDMA device 'nosuch0'; found: {_device()}" in log_path.read_text()
+
+
 def test_killed_peer_without_mpi_is_a_clear_error_and_keeps_the_rows(out, tmp_path):
     """``serve`` / ``run --peer`` (the TCP rendezvous, no MPI): the server's session is killed mid-sweep."""
     port = _free_port()
     env = _env(None)
     with open(tmp_path / "serve.log", "w") as log:
         server = subprocess.Popen(
-            [PYTHON, "-m", "fabricbench", "serve", "--address", "127.0.0.1", "--port", str(port), "--timeout", "60"],
+            [PYTHON, "-m", "fabricbench", "serve", "--address", "127.0.0.1", "--port", str(port), "--timeout", "60",
+             "--device", _device()],
             stdout=log, stderr=log, env=env,
         )  # fmt: skip
     client = None

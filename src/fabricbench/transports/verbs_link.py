@@ -183,7 +183,7 @@ class Link:
             attr = context.query_device()
             if port and port > attr.phys_port_cnt:
                 context.close()
-                raise UsageError(f"{name} has {attr.phys_port_cnt} port(s); --port {port} does not exist")
+                raise UsageError(f"{name} has {attr.phys_port_cnt} port(s); port {port} does not exist")
             for number in [port] if port else range(1, attr.phys_port_cnt + 1):
                 port_attr = context.query_port(number)
                 if port_attr.state == v.e.IBV_PORT_ACTIVE:
