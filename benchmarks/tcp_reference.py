@@ -2,7 +2,7 @@
 
 Run it alone, on one machine (Debian: apt-get install sockperf iperf3):
 
-    python benchmarks/tcp_reference.py [--reps 12] [--seconds 1] [--pin CLIENT_CPU,SERVER_CPU]
+    python benchmarks/tcp_reference.py [--reps 30] [--seconds 0.5] [--pin CLIENT_CPU,SERVER_CPU]
 
 On loopback, rep by rep, it alternates short measurements:
 - latency at 64 B: sockperf ping-pong over TCP (one way: RTT/2, as fabricbench's rows are),
@@ -16,15 +16,19 @@ fabricbench runs as ``fabricbench serve`` and ``fabricbench run --peer``, a serv
 the two tools, with no MPI.
 
 Why it is built this way: loopback throughput on a small shared VM drifts by a factor of two over
-seconds (iperf3 alone, back to back, pinned: 1.9 to 3.6 GB/s at 256 KiB). A ratio is only
-trustworthy if both sides of it see the same drift, so each measurement is compared with the mean
-of the reference measurements just before and just after it (a "sandwich"; inside it the order
-is shuffled and each tool gets a moment to settle, so none always follows the same one), the
-ratios of many short reps are summarised by their median, and the median's 95 % confidence interval
-(distribution-free, from order statistics) is printed next to it. The reference tool also runs once
-more inside every sandwich, as an A/A control: its ratio to itself should be 1, and its interval is
-the resolution this machine allows. A target is "met, clearly" when fabricbench's whole interval
-is on the right side of it.
+seconds (iperf3 alone, back to back, 0.1 s each: 2.0 to 4.5 GB/s at 256 KiB, in slow and fast
+spells several runs long). A ratio is only trustworthy if both sides of it see the same drift and
+the same place in the order, so each rep runs fabricbench, the reference tool and the reference
+tool once more (the A/A control) back to back, in an order shuffled anew every rep, each after a
+moment to settle; a rep's ratio is fabricbench over the reference of that same rep. Runs are short
+(--seconds, 0.5 by default; iperf3, whose -t takes whole seconds, then sends as many bytes as its
+last run at that size moved in that time), so that many reps fit. The ratios are summarised by
+their median, with the median's 95 % confidence interval (distribution-free, from order statistics)
+next to it. The A/A control's ratio to the reference should be 1; its interval is the resolution
+this machine allows. (Comparing each run with the reference runs just before and after it instead,
+as an earlier version did, put the reference always at the edge of the group: that position alone
+moved iperf3 against itself by up to 20 %.) A target is "met, clearly" when fabricbench's whole
+interval is on the right side of it.
 Targets: latency at 64 B at most 1.10x sockperf's; bandwidth from 64 KiB at least 0.95x iperf3's.
 Exit status 1 when a target is missed by the median.
 """
@@ -152,11 +156,24 @@ def minimal_latency(port: int) -> dict:
     return json.loads(run([*MINIMAL, "_minimal_client", str(port), str(LAT_SECONDS)], timeout=LAT_SECONDS + 60))
 
 
-def iperf3_bandwidth(port: int, size: int, seconds: int) -> float:
-    """iperf3, one stream, writes of ``size`` bytes: what the receiver got, in MB/s (10^6 B)."""
-    iperf3 = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-l", str(size), "-J"]
+IPERF3_RATE: dict[int, float] = {}  # MB/s of the last iperf3 run at each size
+
+
+def iperf3_bandwidth(port: int, size: int, seconds: float) -> float:
+    """iperf3, one stream, writes of ``size`` bytes: what the receiver got, in MB/s (10^6 B).
+
+    iperf3's -t takes whole seconds; a shorter run sends -n bytes instead, as many as the last run
+    at this size moved in ``seconds`` (the very first run at a size lasts one second).
+    """
+    rate = IPERF3_RATE.get(size)
+    if rate is None or seconds.is_integer():
+        length = ["-t", str(max(1, round(seconds)))]
+    else:
+        length = ["-n", str(max(16, round(rate * 1e6 * seconds / size)) * size)]
+    iperf3 = ["iperf3", "-c", "127.0.0.1", "-p", str(port), *length, "-l", str(size), "-J"]
     out = run(iperf3, timeout=seconds + 30, retries=3)
-    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8 / 1e6
+    IPERF3_RATE[size] = json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8 / 1e6
+    return IPERF3_RATE[size]
 
 
 def fabricbench_rows(port: int, out_dir: Path, kernel: str, size: int, *args: str) -> list[dict]:
@@ -172,7 +189,7 @@ def fabricbench_latency(port: int, out_dir: Path) -> dict:
     return {"p50": float(row["lat_p50_us"]), "mean": float(row["lat_mean_us"])}
 
 
-def fabricbench_bandwidth(port: int, out_dir: Path, size: int, seconds: int) -> float:
+def fabricbench_bandwidth(port: int, out_dir: Path, size: int, seconds: float) -> float:
     """fabricbench tcp bw at one size for ``seconds``, as iperf3 gets: MB/s (10^6 B)."""
     row = fabricbench_rows(port, out_dir, "bw", size, "-i", "100000", "-x", "5", "--max-time", str(seconds))[0]
     return float(row["bw_MBps"])
@@ -181,11 +198,9 @@ def fabricbench_bandwidth(port: int, out_dir: Path, size: int, seconds: int) -> 
 # --- statistics ----------------------------------------------------------------------------------
 
 
-def sandwich(reference: list[float], ours: list[float]) -> list[float]:
-    """Ratio of each of ours to the mean of the reference measurements just before and after it."""
-    if len(reference) != len(ours) + 1:
-        raise ValueError("a sandwich needs one reference more than measurements")
-    return [o / ((before + after) / 2) for o, before, after in zip(ours, reference[:-1], reference[1:], strict=True)]
+def paired(reference: list[float], ours: list[float]) -> list[float]:
+    """Each rep's ratio: ours over the reference measured in the same rep."""
+    return [o / r for o, r in zip(ours, reference, strict=True)]
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -214,7 +229,7 @@ def verdict(ratio: float, low: float, high: float, target: float, higher_is_bett
 
 
 def summary_line(name: str, reference: list[float], samples: list[float], note: str) -> tuple[str, float, float, float]:
-    ratios = sandwich(reference, samples)
+    ratios = paired(reference, samples)
     ratio, (low, high) = statistics.median(ratios), median_interval(ratios)
     line = (
         f"{name:<24}{statistics.median(reference):>10.2f}{statistics.median(samples):>12.2f}{ratio:>7.3f}"
@@ -231,8 +246,8 @@ def main() -> int:
         minimal_client(int(sys.argv[2]), float(sys.argv[3]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=12, help="alternating repetitions (default 12)")
-    parser.add_argument("--seconds", type=int, default=1, help="seconds per bandwidth measurement (default 1)")
+    parser.add_argument("--reps", type=int, default=30, help="alternating repetitions (default 30)")
+    parser.add_argument("--seconds", type=float, default=0.5, help="seconds per bandwidth measurement (default 0.5)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the order within each rep (default 1)")
     parser.add_argument(
         "--pin",
@@ -242,6 +257,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.reps < 6:
         parser.error("--reps must be at least 6 for a 95%% interval on the median")
+    if not 0 < args.seconds <= 60:
+        parser.error("--seconds must be above 0 and at most 60")
     if args.pin:
         client_cpu, server_cpu = args.pin.split(",")
         PIN.update(client=["taskset", "-c", client_cpu], server=["taskset", "-c", server_cpu])
@@ -262,9 +279,9 @@ def main() -> int:
         ),
         subprocess.Popen([*PIN["server"], *MINIMAL, "_minimal_server", str(ports["minimal"])], **quiet),
     ]
-    # Per measure: the reference's sandwich slices, and what sat between them: fabricbench, the
-    # reference run once more (its A/A control: how well this machine repeats a measurement at all),
-    # and for latency the minimal Python loop.
+    # Per measure and tool, one value per rep: fabricbench, the reference, the reference once more
+    # (its A/A control: how well this machine repeats a measurement at all), and for latency the
+    # minimal Python loop.
     series: dict[str, dict[str, list[float]]] = {}
     lat_names = {stat: f"latency {LAT_SIZE} B {stat} (us)" for stat in ("p50", "mean")}
     bw_names = {size: f"bw {size // 1024} KiB (MB/s)" for size in BW_SIZES}
@@ -283,39 +300,36 @@ def main() -> int:
             wait_listening(port)
         time.sleep(0.5)  # the probes above were clients too; let the servers settle
         with tempfile.TemporaryDirectory() as tmp:
-            latency("reference", sockperf_latency(ports["sockperf"]))
-            for size in BW_SIZES:
-                add(bw_names[size], "reference", iperf3_bandwidth(ports["iperf3"], size, args.seconds))
+            for size in BW_SIZES:  # unrecorded: a first rate, so that short iperf3 runs can be sized
+                iperf3_bandwidth(ports["iperf3"], size, args.seconds)
             for rep in range(args.reps):
                 print(f"# rep {rep + 1}/{args.reps}", file=sys.stderr, flush=True)
                 slot = {
                     "fabricbench": partial(fabricbench_latency, ports["fabricbench"], Path(tmp, f"lat{rep}")),
+                    "reference": partial(sockperf_latency, ports["sockperf"]),
                     "control": partial(sockperf_latency, ports["sockperf"]),
                     "floor": partial(minimal_latency, ports["minimal"]),
                 }
-                for who in order.sample(list(slot), len(slot)):  # no one always runs first in the slot
+                for who in order.sample(list(slot), len(slot)):  # no tool always runs in the same place
                     settle()
                     latency(who, slot[who]())
-                settle()
-                latency("reference", sockperf_latency(ports["sockperf"]))
                 for size in BW_SIZES:
                     name, out_dir = bw_names[size], Path(tmp, f"bw{rep}-{size}")
                     ours = partial(fabricbench_bandwidth, ports["fabricbench"], out_dir)
                     slot = {
                         "fabricbench": partial(ours, size, args.seconds),
+                        "reference": partial(iperf3_bandwidth, ports["iperf3"], size, args.seconds),
                         "control": partial(iperf3_bandwidth, ports["iperf3"], size, args.seconds),
                     }
                     for who in order.sample(list(slot), len(slot)):
                         settle()
                         add(name, who, slot[who]())
-                    settle()
-                    add(name, "reference", iperf3_bandwidth(ports["iperf3"], size, args.seconds))
     finally:
         for server in servers:
             server.terminate()
             server.wait(timeout=10)
 
-    print(f"# tcp on loopback, {args.reps} reps: medians, and the median of the sandwiched ratios with its 95% CI")
+    print(f"# tcp on loopback, {args.reps} reps: medians, and the median of the paired ratios with its 95% CI")
     print(f"{'measure':<24}{'reference':>10}{'measured':>12}{'ratio':>7}{'95% CI':>11}  what")
     ok = True
     for name, by in series.items():
@@ -335,7 +349,7 @@ def main() -> int:
             note = f"minimal Python loop; fabricbench / it = {floor_ratio:.3f}"
             print(summary_line("", by["reference"], by["floor"], note)[0])
     print("# latency: sockperf ping-pong, one way (RTT/2); bandwidth: iperf3 -l SIZE, one stream, receiver side")
-    print("# A/A: the reference measured again in the same slot; its spread is the resolution of every ratio above")
+    print("# A/A: the reference measured again in the same rep; its spread is the resolution of every ratio above")
     return 0 if ok else 1
 
 
