@@ -67,13 +67,35 @@ def test_rank_killed_mid_sweep_leaves_readable_rows(out):
     assert meta["complete"] is False
 
 
+def _states(launcher: int, pids) -> str:
+    """ps's view of the launcher, its children and the ranks: what a hang left behind."""
+    ps = [
+        "ps",
+        "-o",
+        "pid,ppid,stat,wchan:24,args",
+        "--ppid",
+        str(launcher),
+        "-p",
+        ",".join(map(str, [launcher, *pids])),
+    ]
+    return subprocess.run(ps, capture_output=True, text=True, check=False).stdout
+
+
 def test_frozen_peer_times_out_instead_of_hanging(out):
     run = _start(out, "-i", "3000", "-x", "10", "--timeout", "3")
     meta = _wait_for_rows(out, 2)
-    frozen = meta["ranks"][1]["pid"]
+    ranks = [rank["pid"] for rank in meta["ranks"]]
+    frozen = ranks[1]
     os.kill(frozen, signal.SIGSTOP)
     try:
         _, stderr = run.communicate(timeout=60)
+    except subprocess.TimeoutExpired as hung:
+        states = _states(run.pid, ranks)
+        for pid in [run.pid, *ranks]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        run.communicate()
+        pytest.fail(f"the job outlived rank 0's watchdog by a minute; stderr: {hung.stderr!r}\n{states}")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(frozen, signal.SIGKILL)
