@@ -23,15 +23,23 @@ from fabricbench.transports import open_transport
 CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check
 
 
-class Watchdog:
-    """Ends this rank when a size makes no progress: MPI calls have no timeout of their own.
+ABORT_GRACE_S = 10.0  # how long the watchdog's abort may take before the rank just exits
 
-    Exiting one rank makes the launcher end the others, so no rank is left
-    hanging, and the rows already written stay on disk.
+
+class Watchdog:
+    """Ends the run when a size makes no progress: MPI calls have no timeout of their own.
+
+    It aborts through the control plane (MPI_Abort: the launcher kills every
+    rank on every host; without MPI the peer sees the connection close), so
+    no rank is left hanging, and the rows already written stay on disk. A
+    rank that merely exited was not enough: hydra now and then left a frozen
+    peer running. Should the abort itself hang in a wedged MPI library, the
+    rank exits after ABORT_GRACE_S.
     """
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, abort):
         self.rank = rank
+        self._abort = abort
         self._timer: threading.Timer | None = None
 
     def arm(self, seconds: float, what: str) -> None:
@@ -51,6 +59,10 @@ class Watchdog:
             "a peer may have died (rows measured so far are kept)\n"
         )
         sys.stderr.flush()
+        fallback = threading.Timer(ABORT_GRACE_S, os._exit, args=(3,))
+        fallback.daemon = True
+        fallback.start()
+        self._abort(3)
         os._exit(3)
 
 
@@ -100,7 +112,7 @@ def check(ctrl, case, kernel: Kernel) -> int:
 
 def execute(plan: Plan, ctrl, reporter) -> None:
     """Run every step of the plan; ``reporter`` is rank 0's sink for rows (None elsewhere)."""
-    watchdog = Watchdog(ctrl.rank)
+    watchdog = Watchdog(ctrl.rank, ctrl.abort)
     transports: dict = {}
     try:
         for step in plan.steps:
