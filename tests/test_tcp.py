@@ -157,6 +157,46 @@ def test_busy_data_port_ends_every_rank_with_one_line(out):
     _one_error_line(result.stderr, f"cannot listen on 0.0.0.0:{port + 1}: address already in use")
 
 
+def test_c_and_python_loops_validate_and_each_row_says_which_ran(tmp_path):
+    from fabricbench.transports.tcp import c_loop_built
+
+    # The build is optional so that an install without a compiler still works; here it must have happened.
+    assert c_loop_built(), "fabricbench._tcploop was not built: no C compiler or Python headers at install?"
+    for loop in ("c", "python"):
+        out = tmp_path / loop
+        args = ["-t", "tcp", "-k", "latency,bw,msgrate,bibw", "-m", "1:1M", "-c", "--tcp-loop", loop]
+        result = fabricbench("run", *args, "--out", str(out), *QUICK)
+        assert result.returncode == 0, result.stderr
+        rows, meta = read_rows(out)
+        measured = rows[rows.status == "ok"]
+        assert len(measured) == 4 * 21 and (measured.validation == "pass").all()
+        methods = measured.groupby("kernel").method.agg(set).to_dict()
+        timed = f"{loop} loop"
+        assert methods == {"latency": {timed}, "bw": {timed}, "msgrate": {timed}, "bibw": {"python loop"}}
+        assert meta["transports"]["tcp"]["tcp_c_loop"] is (loop == "c")
+        series = measured[measured.kernel == "bw"].set_index("size_B").bw_MBps
+        assert series[1 << 20] > 100 * series[1]
+
+
+@pytest.mark.parametrize("kernel", ["latency", "bw"])
+def test_ctrl_c_ends_a_run_inside_the_c_loop(server, out, kernel):
+    """The C loop runs without the GIL; a signal must still reach Python's handler, and soon."""
+    run = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{server.port}", "-k", kernel, "-m", "8"]
+        + ["-i", "2000000", "--timeout", "60", "--format", "none", "--out", str(out)],  # minutes of work
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+    )
+    server.wait_for("running tcp")
+    time.sleep(1.5)  # well inside the timed loop
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=30)
+    assert run.returncode == 130 and stderr.strip() == "fabricbench: interrupted", stderr
+    server.wait_for("still serving")
+
+
 # ---- serve / run --peer ------------------------------------------------------------------------
 
 

@@ -13,6 +13,12 @@ preallocated, written buffers (measured a little faster than ``sendall`` or
 MSG_WAITALL for small messages) and finish a partial transfer off the fast
 path, with MSG_WAITALL.
 
+The latency, bw and msgrate loops run in C (``_tcploop``, the same system
+calls with the GIL released) when the extension was built: the interpreter's
+cost per message is not the network's, and a TCP baseline must not carry it.
+``--tcp-loop python`` times the same pattern in Python instead, for a
+like-for-like look beside mpi4py; the row's ``method`` says which loop ran.
+
 - latency: ping-pong between rank 0 and rank N/2 (osu_latency).
 - bw, msgrate: W messages, then a 1-byte ack (osu_bw, osu_mbw_mr over pairs r, r + N/2).
 - bibw: both ways at once, W messages each (osu_bibw).
@@ -38,6 +44,11 @@ from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.kernels import Kernel, peer_of
 from fabricbench.rendezvous import LINK, FieldReader, Fields, accept, connect, listen, recv_message, send_message
 from fabricbench.transports.base import EMPTY, Case, Transport
+
+try:
+    from fabricbench import _tcploop
+except ImportError:  # installed without a C compiler: the Python loops time everything
+    _tcploop = None
 
 WAITALL = socket.MSG_WAITALL
 DONTWAIT = socket.MSG_DONTWAIT
@@ -245,7 +256,7 @@ class _Duplex:
 class _TCPCase(Case):
     """Turns socket failures inside the timed loop into one clear PeerError."""
 
-    method = "sockets"
+    method = "python loop"
 
     def __init__(self, kernel: Kernel, size: int, timeout: float, peers: list[int]):
         super().__init__()
@@ -274,8 +285,15 @@ def _send_seed(rank: int) -> int:
     return rank + 1
 
 
+def c_loop_built() -> bool:
+    return _tcploop is not None
+
+
 class _PointToPoint(_TCPCase):
     """This rank's partner, role and written buffers; ranks outside the pattern sit out."""
+
+    loop = None  # the C loops (_tcploop) when they time this case, else None
+    both_ways = False
 
     def __init__(self, links: dict, rank: int, ranks: int, kernel: Kernel, size: int, timeout: float):
         role = peer_of(kernel, rank, ranks)
@@ -289,7 +307,11 @@ class _PointToPoint(_TCPCase):
         self.send_view, self.recv_view = memoryview(self.send_buf), memoryview(self.recv_buf)
         if self.active:
             self.sock = links[self.peer]
+            self.fd = self.sock.fileno()
             self.received = self.recv_buf
+
+    def use_c_loop(self) -> None:
+        self.loop, self.method = _tcploop, "c loop"
 
     def expected(self):
         return pattern(len(self.received), _send_seed(self.peer))
@@ -300,6 +322,9 @@ class PingPong(_PointToPoint):
 
     def _run(self, iterations: int, times: memoryview) -> None:
         if not self.active:
+            return
+        if self.loop:
+            self.loop.pingpong(self.fd, self.send_view, self.recv_view, iterations, times, self.initiator)
             return
         send, sendall, recv_into = self.sock.send, self.sock.sendall, self.sock.recv_into
         send_view, recv_view, size, clock = self.send_view, self.recv_view, self.size, time.perf_counter_ns
@@ -351,6 +376,12 @@ class Window(_PointToPoint):
                 now = clock()
                 times[i] = now - last
                 last = now
+            return
+        if self.loop:
+            self.loop.window(
+                self.fd, self.send_view, self.recv_view, self.ack, self.ack_in,
+                iterations, self.window, times, self.initiator,
+            )  # fmt: skip
             return
         sendall, recv_into = self.sock.sendall, self.sock.recv_into
         window, ack, ack_in = range(self.window), self.ack, self.ack_in
@@ -453,7 +484,10 @@ class TCPTransport(Transport):
         self.ctrl = ctrl
         self.timeout = plan.timeout
         self.window = plan.window
-        self.links, self.bind = open_links(ctrl, plan.transport_options.get("tcp", {}), plan.run_id, plan.timeout)
+        options = plan.transport_options.get("tcp", {})
+        # "auto" (the default) takes the C loops where this rank's install has them.
+        self.c_loop = options.get("loop", "auto") != "python" and c_loop_built()
+        self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout)
 
     def case(self, kernel: Kernel, size: int) -> Case:
         ctrl = self.ctrl
@@ -463,12 +497,16 @@ class TCPTransport(Transport):
         if size == 0:
             raise Unsupported("a TCP byte stream carries no zero-byte messages")
         if kernel.windowed:
-            return Window(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, self.window)
-        return PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout)
+            case = Window(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, self.window)
+        else:
+            case = PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout)
+        if self.c_loop and not case.both_ways:  # bibw's duplex loop stays in Python
+            case.use_c_loop()
+        return case
 
     def metadata(self) -> dict:
         sock = next(iter(self.links.values()), None)
-        meta = {"tcp_bind_address": self.bind or ANY, "tcp_nodelay": True}
+        meta = {"tcp_bind_address": self.bind or ANY, "tcp_nodelay": True, "tcp_c_loop": self.c_loop}
         if sock:
             meta["tcp_so_sndbuf"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
             meta["tcp_so_rcvbuf"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)

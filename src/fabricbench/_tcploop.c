@@ -1,0 +1,265 @@
+/* The tcp transport's timed loops for ping-pong and one-way streaming, outside the interpreter.
+ *
+ * A Python loop adds the interpreter's cost to every message, and on a fast
+ * loopback or a 100 Gb/s NIC that cost is a visible part of what gets
+ * reported (measured: about 1 µs per round trip, and several per cent of the
+ * bandwidth at 128-256 KiB on a 2-vCPU machine). These loops make the same
+ * system calls as fabricbench's Python loops, and as osu_latency and osu_bw
+ * make over their fabric: one send and one receive per message, an 8-byte
+ * CLOCK_MONOTONIC stamp per iteration (the clock of time.perf_counter_ns).
+ *
+ * The socket must be blocking with SO_RCVTIMEO/SO_SNDTIMEO set: a timeout
+ * then comes back as EAGAIN and is raised as BlockingIOError, as in Python.
+ * The GIL is released for the whole loop, so the runner's watchdog thread
+ * keeps running. Signals: a call interrupted by one (EINTR), and in any case
+ * every SIGNAL_CHECK_NS (a signal may land on another thread and interrupt
+ * nothing here), take the GIL back just long enough to run Python's
+ * handlers; if one raises (Ctrl-C), the loop ends with that error. An orderly
+ * close by the peer is raised as EOFError.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+
+enum { OK = 0, CLOSED = -1, FAILED = -2, SIGNALLED = -3 };
+
+#define SIGNAL_CHECK_NS 50000000LL /* 50 ms */
+
+static inline int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* EINTR: run Python's signal handlers with the GIL, then go on unless one raised. */
+static int interrupted(PyThreadState **state)
+{
+    PyEval_RestoreThread(*state);
+    int raised = PyErr_CheckSignals();
+    *state = PyEval_SaveThread();
+    return raised;
+}
+
+/* Between messages: run pending signal handlers if SIGNAL_CHECK_NS passed since `*checked`. */
+static inline int due(int64_t now, int64_t *checked, PyThreadState **state)
+{
+    if (now - *checked < SIGNAL_CHECK_NS)
+        return 0;
+    *checked = now;
+    return interrupted(state);
+}
+
+static int send_all(int fd, const char *buf, size_t size, PyThreadState **state)
+{
+    size_t sent = 0;
+    while (sent < size) {
+        ssize_t n = send(fd, buf + sent, size - sent, MSG_NOSIGNAL);
+        if (n >= 0) {
+            sent += (size_t)n;
+        } else if (errno != EINTR) {
+            return FAILED;
+        } else if (interrupted(state)) {
+            return SIGNALLED;
+        }
+    }
+    return OK;
+}
+
+/* One plain recv first (a small message arrives whole), then MSG_WAITALL for the rest. */
+static int recv_all(int fd, char *buf, size_t size, int flags, PyThreadState **state)
+{
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = recv(fd, buf + got, size - got, got ? MSG_WAITALL : flags);
+        if (n > 0) {
+            got += (size_t)n;
+        } else if (n == 0) {
+            return CLOSED;
+        } else if (errno != EINTR) {
+            return FAILED;
+        } else if (interrupted(state)) {
+            return SIGNALLED;
+        }
+    }
+    return OK;
+}
+
+/* After the loop, with the GIL held again: turn an outcome into a Python exception. */
+static PyObject *finish(int outcome, int saved_errno)
+{
+    switch (outcome) {
+    case OK:
+        Py_RETURN_NONE;
+    case CLOSED:
+        PyErr_SetNone(PyExc_EOFError);
+        return NULL;
+    case FAILED:
+        errno = saved_errno;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    default: /* SIGNALLED: the handler's exception is already set */
+        return NULL;
+    }
+}
+
+static int check_times(Py_buffer *times, Py_ssize_t iterations, int initiator)
+{
+    if (initiator && times->len < iterations * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "times holds fewer than `iterations` int64 samples");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(pingpong_doc,
+             "pingpong(fd, send, recv, iterations, times, initiator)\n--\n\n"
+             "osu_latency's loop. The initiator sends `send`, receives len(recv) bytes and writes each round\n"
+             "trip in ns to the int64 buffer `times`; the responder receives, then sends back.");
+
+static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    int fd, initiator;
+    Py_ssize_t iterations;
+    Py_buffer out, in, times;
+    if (!PyArg_ParseTuple(args, "iy*w*nw*p", &fd, &out, &in, &iterations, &times, &initiator))
+        return NULL;
+    PyObject *result = NULL;
+    if (iterations < 0) {
+        PyErr_SetString(PyExc_ValueError, "iterations < 0");
+        goto done;
+    }
+    if (check_times(&times, iterations, initiator))
+        goto done;
+    int outcome = OK, saved_errno = 0;
+    const char *send_buf = out.buf;
+    char *recv_buf = in.buf;
+    size_t out_size = (size_t)out.len, in_size = (size_t)in.len;
+    int64_t *samples = times.buf;
+    PyThreadState *state = PyEval_SaveThread();
+    int64_t checked = now_ns();
+    if (initiator) {
+        int64_t last = checked;
+        for (Py_ssize_t i = 0; i < iterations; i++) {
+            if ((outcome = send_all(fd, send_buf, out_size, &state)) != OK)
+                break;
+            if ((outcome = recv_all(fd, recv_buf, in_size, 0, &state)) != OK)
+                break;
+            int64_t now = now_ns();
+            samples[i] = now - last;
+            last = now;
+            if (due(now, &checked, &state)) {
+                outcome = SIGNALLED;
+                break;
+            }
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < iterations; i++) {
+            if ((outcome = recv_all(fd, recv_buf, in_size, 0, &state)) != OK)
+                break;
+            if ((outcome = send_all(fd, send_buf, out_size, &state)) != OK)
+                break;
+            if (due(now_ns(), &checked, &state)) {
+                outcome = SIGNALLED;
+                break;
+            }
+        }
+    }
+    saved_errno = errno;
+    PyEval_RestoreThread(state);
+    result = finish(outcome, saved_errno);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&times);
+    return result;
+}
+
+PyDoc_STRVAR(window_doc,
+             "window(fd, send, recv, ack, ack_in, iterations, window, times, initiator)\n--\n\n"
+             "osu_bw's loop. The initiator sends `send` `window` times, then waits for a 1-byte ack and writes\n"
+             "each iteration's time in ns to `times`; the receiver takes `window` messages of len(recv)\n"
+             "bytes (MSG_WAITALL), then sends `ack`.");
+
+static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    int fd, initiator;
+    Py_ssize_t iterations, messages;
+    Py_buffer out, in, ack, ack_in, times;
+    if (!PyArg_ParseTuple(args, "iy*w*y*w*nnw*p", &fd, &out, &in, &ack, &ack_in, &iterations, &messages, &times,
+                          &initiator))
+        return NULL;
+    PyObject *result = NULL;
+    if (iterations < 0 || messages < 1 || ack.len < 1 || ack_in.len < 1) {
+        PyErr_SetString(PyExc_ValueError, "iterations < 0, window < 1 or an empty ack buffer");
+        goto done;
+    }
+    if (check_times(&times, iterations, initiator))
+        goto done;
+    int outcome = OK, saved_errno = 0;
+    const char *send_buf = out.buf, *ack_buf = ack.buf;
+    char *recv_buf = in.buf, *ack_in_buf = ack_in.buf;
+    size_t out_size = (size_t)out.len, in_size = (size_t)in.len;
+    int64_t *samples = times.buf;
+    PyThreadState *state = PyEval_SaveThread();
+    /* A window of large messages over a slow link can take seconds: the clock is read for signals
+       every 16 messages, not only once per window. */
+    int64_t checked = now_ns();
+    unsigned count = 0;
+    if (initiator) {
+        int64_t last = checked;
+        for (Py_ssize_t i = 0; i < iterations && outcome == OK; i++) {
+            for (Py_ssize_t m = 0; m < messages && outcome == OK; m++)
+                if ((outcome = send_all(fd, send_buf, out_size, &state)) == OK && (++count & 15) == 0 &&
+                    due(now_ns(), &checked, &state))
+                    outcome = SIGNALLED;
+            if (outcome != OK || (outcome = recv_all(fd, ack_in_buf, 1, 0, &state)) != OK)
+                break;
+            int64_t now = now_ns();
+            samples[i] = now - last;
+            last = now;
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < iterations && outcome == OK; i++) {
+            for (Py_ssize_t m = 0; m < messages && outcome == OK; m++)
+                if ((outcome = recv_all(fd, recv_buf, in_size, MSG_WAITALL, &state)) == OK && (++count & 15) == 0 &&
+                    due(now_ns(), &checked, &state))
+                    outcome = SIGNALLED;
+            if (outcome == OK)
+                outcome = send_all(fd, ack_buf, 1, &state);
+        }
+    }
+    saved_errno = errno;
+    PyEval_RestoreThread(state);
+    result = finish(outcome, saved_errno);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&ack);
+    PyBuffer_Release(&ack_in);
+    PyBuffer_Release(&times);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"pingpong", pingpong, METH_VARARGS, pingpong_doc},
+    {"window", window, METH_VARARGS, window_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "fabricbench._tcploop",
+    .m_doc = "The tcp transport's ping-pong and streaming loops in C, with the GIL released.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__tcploop(void)
+{
+    return PyModule_Create(&module);
+}
