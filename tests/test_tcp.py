@@ -22,7 +22,7 @@ import pytest
 
 from conftest import PYTHON, _env, fabricbench, mpiexec, read_rows
 from fabricbench.errors import PeerError
-from fabricbench.peer import PairControl, encode_hello
+from fabricbench.peer import TCP_LOOPS, PairControl, decode_hello, encode_hello
 from fabricbench.plan import Plan, Step
 from fabricbench.rendezvous import (
     ERROR,
@@ -380,6 +380,22 @@ def test_fields_round_trip_and_refuse_malformed_payloads():
         extra.end()
     with pytest.raises(ProtocolError, match="over the 4 B limit"):
         FieldReader(Fields().text("too long").payload(), "test message").text(max_len=4)
+
+
+def test_hello_carries_the_clients_tcp_loop_and_keeps_the_servers_own_options():
+    server_options = {"tcp": {"address": "10.0.0.2"}, "verbs": {"device": "rxe0"}}
+    for loop in TCP_LOOPS:
+        tcp = {} if loop == "auto" else {"loop": loop}
+        plan = Plan(steps=[Step("tcp", "bw", [8])], run_id="r1", transport_options={"tcp": tcp | {"port": 1}})
+        decoded, _, _ = decode_hello(encode_hello(plan, None), server_options)
+        assert decoded.transport_options == {"tcp": {"address": "10.0.0.2"} | tcp, "verbs": {"device": "rxe0"}}
+    payload = bytearray(encode_hello(Plan(steps=[Step("tcp", "bw", [8])], run_id="r1"), None))
+    step = 2 + (2 + len("tcp")) + (2 + len("bw")) + 2 + 8  # step count, transport, kernel, size count, size
+    loop_at = len(payload) - step - 1
+    assert payload[loop_at] == TCP_LOOPS["auto"]
+    payload[loop_at] = 9
+    with pytest.raises(ProtocolError, match="bad tcp loop setting"):
+        decode_hello(bytes(payload), server_options)
 
 
 def test_recv_message_checks_type_and_relays_refusals():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import os
 import secrets
 import socket
@@ -105,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--peer", metavar="HOST:PORT", help="run as rank 0 against `fabricbench serve` there, without MPI")
     _add_tcp_options(run)
+    run.add_argument(
+        "--tcp-loop",
+        choices=["auto", "c", "python"],
+        default="auto",
+        help="tcp latency/bw/msgrate: time them in the C loop (no interpreter cost per message) or in Python "
+        "(like-for-like with mpi4py), on every rank; auto: C where it was built (default)",
+    )
     rdma.add_arguments(run)
     run.set_defaults(func=cmd_run)
 
@@ -145,22 +151,18 @@ def _add_tcp_options(parser: argparse.ArgumentParser) -> None:
     tcp.add_argument("--tcp-address", help="address to bind and advertise for data connections (default: all)")
     tcp.add_argument("--tcp-interface", help="bind to this interface's IPv4 address instead, e.g. eth0")
     tcp.add_argument("--tcp-port", type=_port, help="listening port for data; rank r uses PORT+r (default: any free)")
-    tcp.add_argument(
-        "--tcp-loop",
-        choices=["auto", "c", "python"],
-        default="auto",
-        help="time latency/bw/msgrate in the C loop (no interpreter cost per message) or in Python "
-        "(like-for-like with mpi4py); auto: C where it was built (default)",
-    )
 
 
 def tcp_options(args) -> dict:
     """The tcp transport's settings from the command line, as Plan.transport_options['tcp']."""
-    if args.tcp_loop == "c" and importlib.util.find_spec("fabricbench._tcploop") is None:
+    from fabricbench.transports.tcp import c_loop_built
+
+    loop = getattr(args, "tcp_loop", "auto")  # a run's choice; serve takes the client's
+    if loop == "c" and not c_loop_built():
         raise UsageError("--tcp-loop c: this install has no C loop (it was built without a C compiler)")
     given = {"address": args.tcp_address, "interface": args.tcp_interface, "port": args.tcp_port}
-    if args.tcp_loop != "auto":
-        given["loop"] = args.tcp_loop
+    if loop != "auto":
+        given["loop"] = loop
     return {key: value for key, value in given.items() if value is not None}
 
 

@@ -48,7 +48,7 @@ from fabricbench.rendezvous import (
     send_message,
     serve_forever,
 )
-from fabricbench.transports import TRANSPORTS, supported_kernels
+from fabricbench.transports import TRANSPORTS, supported_kernels, tcp
 
 RANKS = 2
 MAX_STEPS = 64
@@ -57,6 +57,7 @@ MAX_COUNT = 10**9  # iterations or warm-up
 MAX_WINDOW = 65536
 MAX_SECONDS = 86400.0
 HUGEPAGES = {None: 0, "on": 1, "off": 2}
+TCP_LOOPS = {"auto": 0, "c": 1, "python": 2}
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _F64 = struct.Struct("!d")
 
@@ -146,7 +147,8 @@ def encode_hello(plan: Plan, hugepages: str | None) -> bytes:
     fields = Fields().text(__version__).text(plan.run_id)
     fields.i64(-1 if plan.iterations is None else plan.iterations).i64(-1 if plan.warmup is None else plan.warmup)
     fields.u32(plan.window).f64(plan.max_time or 0.0).u8(int(plan.validate)).f64(plan.timeout)
-    fields.text(plan.method).u8(HUGEPAGES[hugepages]).u16(len(plan.steps))
+    fields.text(plan.method).u8(HUGEPAGES[hugepages])
+    fields.u8(TCP_LOOPS[plan.transport_options.get("tcp", {}).get("loop", "auto")]).u16(len(plan.steps))
     for step in plan.steps:
         fields.text(step.transport).text(step.kernel).u16(len(step.sizes))
         for size in step.sizes:
@@ -163,7 +165,8 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
     """Check every HELLO field; returns (plan, hugepages, client version) or raises ProtocolError.
 
     ``transport_options`` are the server's own (addresses, devices): they describe this host, so
-    they never come from the client.
+    they never come from the client. The one exception is the tcp loop, which the client picks
+    for both sides of its run.
     """
     reader = FieldReader(payload, "HELLO message")
     client_version, run_id = reader.text(64), reader.text(128)
@@ -178,6 +181,11 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
     _refuse_unless(math.isfinite(timeout) and 0 < timeout <= MAX_SECONDS, f"bad --timeout {timeout}")
     method, hugepages = reader.text(32), reader.u8()
     _refuse_unless(hugepages in HUGEPAGES.values(), f"bad hugepages setting {hugepages}")
+    loop = {code: name for name, code in TCP_LOOPS.items()}.get(reader.u8())
+    _refuse_unless(loop is not None, "bad tcp loop setting")
+    _refuse_unless(loop != "c" or tcp.c_loop_built(), "--tcp-loop c: this server's install has no C loop")
+    if loop != "auto":
+        transport_options = transport_options | {"tcp": transport_options.get("tcp", {}) | {"loop": loop}}
     step_count = reader.u16()
     _refuse_unless(1 <= step_count <= MAX_STEPS, f"{step_count} steps; 1 to {MAX_STEPS} are allowed")
     steps = []

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
 
 MAGIC = b"FBRV"
-VERSION = 1
+VERSION = 2  # 2: HELLO carries the tcp loop
 HEADER = struct.Struct("!4sHHI")
 MAX_PAYLOAD = 64 * 1024  # the default limit on one message; the handshake and control plane stay far below
 MAX_TEXT = 1024
