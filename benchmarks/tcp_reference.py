@@ -5,15 +5,17 @@ Run it alone, on one machine (Debian: apt-get install sockperf iperf3):
     python benchmarks/tcp_reference.py [--reps 30] [--seconds 0.5] [--pin CLIENT_CPU,SERVER_CPU]
 
 On loopback, rep by rep, it alternates short measurements:
-- latency at 64 B: sockperf ping-pong over TCP (one way: RTT/2, as fabricbench's rows are),
-  fabricbench ``tcp latency``, and a minimal Python ping-pong (send, recv_into, one clock read per
-  iteration): the floor any Python loop sets, which shows what the interpreter itself costs;
+- latency at 64 B: sockperf ping-pong over TCP (one way: RTT/2, as fabricbench's rows are) and
+  fabricbench ``tcp latency``;
 - bandwidth at 64 KiB, 256 KiB and 1 MiB: iperf3, one stream, writes of the message size (-l S;
   1 MiB is the largest write iperf3 takes), and fabricbench ``tcp bw`` at that size (window 64,
   a 1-byte ack per window, as osu_bw).
+fabricbench runs twice in every rep: with its default C timed loop, which the targets are for,
+and with ``--tcp-loop python``, which shows what timing the same system calls from the
+interpreter costs (what a Python MPI benchmark such as OMB-Py pays as well).
 
 fabricbench runs as ``fabricbench serve`` and ``fabricbench run --peer``, a server and a client like
-the two tools, with no MPI.
+the two tools, with no MPI; ``--tcp-loop`` holds on both sides.
 
 Why it is built this way: loopback throughput on a small shared VM drifts by a factor of two over
 seconds (iperf3 alone, back to back, 0.1 s each: 2.0 to 4.5 GB/s at 256 KiB, in slow and fast
@@ -53,12 +55,12 @@ from pathlib import Path
 
 LAT_SIZE = 64
 LAT_WARMUP = 2000
+LOOPS = {"fabricbench": "c", "python loop": "python"}  # series name: --tcp-loop
 BW_SIZES = [64 * 1024, 256 * 1024, 1024 * 1024]  # iperf3 writes at most 1 MiB at a time
 LAT_SECONDS = 1  # sockperf takes whole seconds
 LAT_TARGET = 1.10
 BW_TARGET = 0.95
 FABRICBENCH = [sys.executable, "-m", "fabricbench"]
-MINIMAL = [sys.executable, __file__]
 SETTLE_SECONDS = 0.3
 PIN = {"client": [], "server": []}  # taskset prefixes from --pin: every tool gets the same placement
 
@@ -96,48 +98,6 @@ def run(command: list[str], timeout: float, retries: int = 0) -> str:
     raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
-# --- the minimal Python ping-pong: what the interpreter alone costs -------------------------------
-
-
-def minimal_server(port: int) -> None:
-    """Echo 64-byte messages, one client at a time, until killed."""
-    listener = socket.create_server(("127.0.0.1", port))
-    buf = bytearray(b"s" * LAT_SIZE)
-    while True:
-        conn, _ = listener.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.settimeout(None)  # a Python-level timeout would poll() before every call
-        with conn:
-            while conn.recv_into(buf, LAT_SIZE, socket.MSG_WAITALL) == LAT_SIZE:
-                conn.sendall(buf)
-
-
-def minimal_client(port: int, seconds: float) -> None:
-    """Ping-pong for ``seconds``, one clock read per round trip; prints one-way p50 and mean in µs."""
-    conn = socket.create_connection(("127.0.0.1", port), timeout=30)
-    conn.settimeout(None)  # a Python-level timeout would poll() before every call
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    out, back = bytearray(b"c" * LAT_SIZE), bytearray(LAT_SIZE)
-    send, recv_into, clock = conn.send, conn.recv_into, time.perf_counter_ns
-    for _ in range(LAT_WARMUP):
-        send(out)
-        recv_into(back, LAT_SIZE, socket.MSG_WAITALL)
-    samples: list[int] = []
-    end = clock() + int(seconds * 1e9)
-    last = clock()
-    while last < end:
-        for _ in range(1000):
-            send(out)
-            recv_into(back, LAT_SIZE, socket.MSG_WAITALL)
-            now = clock()
-            samples.append(now - last)
-            last = now
-    conn.close()
-    samples.sort()
-    p50 = samples[math.ceil(0.5 * len(samples)) - 1]  # nearest rank, as OSU and fabricbench
-    print(json.dumps({"p50": p50 / 2000, "mean": statistics.fmean(samples) / 2000}))
-
-
 # --- one measurement of each tool ----------------------------------------------------------------
 
 
@@ -150,10 +110,6 @@ def sockperf_latency(port: int) -> dict:
     if not (p50 and mean):
         raise SystemExit(f"cannot read sockperf's output:\n{out}")
     return {"p50": float(p50.group(1)), "mean": float(mean.group(1))}
-
-
-def minimal_latency(port: int) -> dict:
-    return json.loads(run([*MINIMAL, "_minimal_client", str(port), str(LAT_SECONDS)], timeout=LAT_SECONDS + 60))
 
 
 IPERF3_RATE: dict[int, float] = {}  # MB/s of the last iperf3 run at each size
@@ -183,15 +139,16 @@ def fabricbench_rows(port: int, out_dir: Path, kernel: str, size: int, *args: st
         return [row for row in csv.DictReader(table) if row["status"] == "ok"]
 
 
-def fabricbench_latency(port: int, out_dir: Path) -> dict:
-    args = ("-i", "1000000", "-x", str(LAT_WARMUP), "--max-time", str(LAT_SECONDS))
+def fabricbench_latency(port: int, out_dir: Path, loop: str) -> dict:
+    args = ("-i", "1000000", "-x", str(LAT_WARMUP), "--max-time", str(LAT_SECONDS), "--tcp-loop", loop)
     row = fabricbench_rows(port, out_dir, "latency", LAT_SIZE, *args)[0]
     return {"p50": float(row["lat_p50_us"]), "mean": float(row["lat_mean_us"])}
 
 
-def fabricbench_bandwidth(port: int, out_dir: Path, size: int, seconds: float) -> float:
+def fabricbench_bandwidth(port: int, out_dir: Path, loop: str, size: int, seconds: float) -> float:
     """fabricbench tcp bw at one size for ``seconds``, as iperf3 gets: MB/s (10^6 B)."""
-    row = fabricbench_rows(port, out_dir, "bw", size, "-i", "100000", "-x", "5", "--max-time", str(seconds))[0]
+    args = ("-i", "100000", "-x", "5", "--max-time", str(seconds), "--tcp-loop", loop)
+    row = fabricbench_rows(port, out_dir, "bw", size, *args)[0]
     return float(row["bw_MBps"])
 
 
@@ -239,12 +196,6 @@ def summary_line(name: str, reference: list[float], samples: list[float], note: 
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "_minimal_server":
-        minimal_server(int(sys.argv[2]))
-        return 0
-    if len(sys.argv) > 1 and sys.argv[1] == "_minimal_client":
-        minimal_client(int(sys.argv[2]), float(sys.argv[3]))
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30, help="alternating repetitions (default 30)")
     parser.add_argument("--seconds", type=float, default=0.5, help="seconds per bandwidth measurement (default 0.5)")
@@ -266,7 +217,7 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed (Debian: apt-get install -y sockperf iperf3)")
 
-    ports = {name: free_port() for name in ("sockperf", "iperf3", "fabricbench", "minimal")}
+    ports = {name: free_port() for name in ("sockperf", "iperf3", "fabricbench")}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     servers = [
         subprocess.Popen(
@@ -277,11 +228,10 @@ def main() -> int:
             [*PIN["server"], *FABRICBENCH, "serve", "--address", "127.0.0.1", "--port", str(ports["fabricbench"])],
             **quiet,
         ),
-        subprocess.Popen([*PIN["server"], *MINIMAL, "_minimal_server", str(ports["minimal"])], **quiet),
     ]
     # Per measure and tool, one value per rep: fabricbench, the reference, the reference once more
-    # (its A/A control: how well this machine repeats a measurement at all), and for latency the
-    # minimal Python loop.
+    # (its A/A control: how well this machine repeats a measurement at all), and fabricbench's
+    # Python loop.
     series: dict[str, dict[str, list[float]]] = {}
     lat_names = {stat: f"latency {LAT_SIZE} B {stat} (us)" for stat in ("p50", "mean")}
     bw_names = {size: f"bw {size // 1024} KiB (MB/s)" for size in BW_SIZES}
@@ -305,22 +255,21 @@ def main() -> int:
             for rep in range(args.reps):
                 print(f"# rep {rep + 1}/{args.reps}", file=sys.stderr, flush=True)
                 slot = {
-                    "fabricbench": partial(fabricbench_latency, ports["fabricbench"], Path(tmp, f"lat{rep}")),
-                    "reference": partial(sockperf_latency, ports["sockperf"]),
-                    "control": partial(sockperf_latency, ports["sockperf"]),
-                    "floor": partial(minimal_latency, ports["minimal"]),
+                    who: partial(fabricbench_latency, ports["fabricbench"], Path(tmp, f"lat{rep}-{loop}"), loop)
+                    for who, loop in LOOPS.items()
                 }
+                slot["reference"] = slot["control"] = partial(sockperf_latency, ports["sockperf"])
                 for who in order.sample(list(slot), len(slot)):  # no tool always runs in the same place
                     settle()
                     latency(who, slot[who]())
                 for size in BW_SIZES:
-                    name, out_dir = bw_names[size], Path(tmp, f"bw{rep}-{size}")
-                    ours = partial(fabricbench_bandwidth, ports["fabricbench"], out_dir)
+                    name = bw_names[size]
+                    ours = partial(fabricbench_bandwidth, ports["fabricbench"])
                     slot = {
-                        "fabricbench": partial(ours, size, args.seconds),
-                        "reference": partial(iperf3_bandwidth, ports["iperf3"], size, args.seconds),
-                        "control": partial(iperf3_bandwidth, ports["iperf3"], size, args.seconds),
+                        who: partial(ours, Path(tmp, f"bw{rep}-{size}-{loop}"), loop, size, args.seconds)
+                        for who, loop in LOOPS.items()
                     }
+                    slot["reference"] = slot["control"] = partial(iperf3_bandwidth, ports["iperf3"], size, args.seconds)
                     for who in order.sample(list(slot), len(slot)):
                         settle()
                         add(name, who, slot[who]())
@@ -344,10 +293,9 @@ def main() -> int:
         else:
             print(summary_line(name, by["reference"], by["fabricbench"], "fabricbench")[0])
         print(summary_line("", by["reference"], by["control"], f"{tool} against itself (A/A)")[0])
-        if "floor" in by:
-            floor_ratio = statistics.median(o / f for o, f in zip(by["fabricbench"], by["floor"], strict=True))
-            note = f"minimal Python loop; fabricbench / it = {floor_ratio:.3f}"
-            print(summary_line("", by["reference"], by["floor"], note)[0])
+        gain = statistics.median(o / p for o, p in zip(by["fabricbench"], by["python loop"], strict=True))
+        note = f"fabricbench --tcp-loop python; C loop / it = {gain:.3f}"
+        print(summary_line("", by["reference"], by["python loop"], note)[0])
     print("# latency: sockperf ping-pong, one way (RTT/2); bandwidth: iperf3 -l SIZE, one stream, receiver side")
     print("# A/A: the reference measured again in the same rep; its spread is the resolution of every ratio above")
     return 0 if ok else 1
