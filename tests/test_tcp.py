@@ -8,14 +8,17 @@ the wire). Every subprocess has a timeout, so a hang fails the test.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -176,6 +179,23 @@ def test_c_and_python_loops_validate_and_each_row_says_which_ran(tmp_path):
         assert meta["transports"]["tcp"]["tcp_c_loop"] is (loop == "c")
         series = measured[measured.kernel == "bw"].set_index("size_B").bw_MBps
         assert series[1 << 20] > 100 * series[1]
+
+
+def test_an_install_without_the_c_loop_falls_back_to_python_and_refuses_c(tmp_path):
+    """As if installed without a compiler: the same package, minus the built extension."""
+    installed = Path(importlib.util.find_spec("fabricbench").origin).parent
+    copy = tmp_path / "site" / "fabricbench"
+    shutil.copytree(installed, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    env = {"PYTHONPATH": str(copy.parent)}
+    out = tmp_path / "run"
+    result = fabricbench("run", "-t", "tcp", "-k", "latency,bw", "-m", "64:128", "--out", str(out), *QUICK, env=env)
+    assert result.returncode == 0, result.stderr
+    rows, meta = read_rows(out)
+    assert (rows.method == "python loop").all() and meta["transports"]["tcp"]["tcp_c_loop"] is False
+    assert str(copy) in meta["command_line"][0]  # the copy ran, not the installed package
+    refused = fabricbench("run", "-t", "tcp", "-k", "latency", "--tcp-loop", "c", "--out", str(out), env=env)
+    assert refused.returncode == 2
+    _one_error_line(refused.stderr, "--tcp-loop c: this install has no C loop")
 
 
 @pytest.mark.parametrize("kernel", ["latency", "bw"])
