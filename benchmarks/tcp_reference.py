@@ -2,7 +2,7 @@
 
 Run it alone, on one machine (Debian: apt-get install sockperf iperf3):
 
-    python benchmarks/tcp_reference.py [--reps 30] [--seconds 0.5] [--pin CLIENT_CPU,SERVER_CPU]
+    python benchmarks/tcp_reference.py [--reps 30] [--seconds 0.5] [--bw-sizes 64,256,1024] [--pin C,S]
 
 On loopback, rep by rep, it alternates short measurements:
 - latency at 64 B: sockperf ping-pong over TCP (one way: RTT/2, as fabricbench's rows are) and
@@ -201,6 +201,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.5, help="seconds per bandwidth measurement (default 0.5)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the order within each rep (default 1)")
     parser.add_argument(
+        "--bw-sizes",
+        default=",".join(str(size // 1024) for size in BW_SIZES),
+        help="bandwidth sizes in KiB, 64 to 1024 (default 64,256,1024): fewer sizes, more reps in the same time",
+    )
+    parser.add_argument(
         "--pin",
         metavar="CLIENT_CPU,SERVER_CPU",
         help="pin every client to one CPU and every server to another (taskset); default: the scheduler's choice",
@@ -210,6 +215,12 @@ def main() -> int:
         parser.error("--reps must be at least 6 for a 95%% interval on the median")
     if not 0 < args.seconds <= 60:
         parser.error("--seconds must be above 0 and at most 60")
+    try:
+        sizes = [int(kib) * 1024 for kib in args.bw_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--bw-sizes must be KiB numbers separated by commas, got {args.bw_sizes!r}")
+    if not all(64 * 1024 <= size <= 1024 * 1024 for size in sizes):
+        parser.error("--bw-sizes: each size must be 64 to 1024 KiB (iperf3 writes at most 1 MiB)")
     if args.pin:
         client_cpu, server_cpu = args.pin.split(",")
         PIN.update(client=["taskset", "-c", client_cpu], server=["taskset", "-c", server_cpu])
@@ -234,7 +245,7 @@ def main() -> int:
     # Python loop.
     series: dict[str, dict[str, list[float]]] = {}
     lat_names = {stat: f"latency {LAT_SIZE} B {stat} (us)" for stat in ("p50", "mean")}
-    bw_names = {size: f"bw {size // 1024} KiB (MB/s)" for size in BW_SIZES}
+    bw_names = {size: f"bw {size // 1024} KiB (MB/s)" for size in sizes}
 
     order = random.Random(args.seed)
 
@@ -250,7 +261,7 @@ def main() -> int:
             wait_listening(port)
         time.sleep(0.5)  # the probes above were clients too; let the servers settle
         with tempfile.TemporaryDirectory() as tmp:
-            for size in BW_SIZES:  # unrecorded: a first rate, so that short iperf3 runs can be sized
+            for size in sizes:  # unrecorded: a first rate, so that short iperf3 runs can be sized
                 iperf3_bandwidth(ports["iperf3"], size, args.seconds)
             for rep in range(args.reps):
                 print(f"# rep {rep + 1}/{args.reps}", file=sys.stderr, flush=True)
@@ -262,7 +273,7 @@ def main() -> int:
                 for who in order.sample(list(slot), len(slot)):  # no tool always runs in the same place
                     settle()
                     latency(who, slot[who]())
-                for size in BW_SIZES:
+                for size in sizes:
                     name = bw_names[size]
                     ours = partial(fabricbench_bandwidth, ports["fabricbench"])
                     slot = {
