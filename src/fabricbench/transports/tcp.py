@@ -486,6 +486,8 @@ class TCPTransport(Transport):
         self.window = plan.window
         options = plan.transport_options.get("tcp", {})
         # "auto" (the default) takes the C loops where this rank's install has them.
+        if options.get("loop") == "c" and not c_loop_built():  # rank 0 checked its own install, not this one
+            raise UsageError(f"--tcp-loop c: the install on {socket.gethostname()} has no C loop")
         self.c_loop = options.get("loop", "auto") != "python" and c_loop_built()
         self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout)
 
