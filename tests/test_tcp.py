@@ -280,10 +280,10 @@ def test_garbage_handshakes_are_refused_and_serve_keeps_serving(server, out):
     assert (rows.validation == "pass").all() and len(rows) == 4
 
 
-def _long_peer_run(port: int, out, timeout: str) -> subprocess.Popen:
-    """A latency sweep to 4 MiB that runs long enough to be interrupted."""
+def _long_peer_run(port: int, out, timeout: str, kernel: str = "latency") -> subprocess.Popen:
+    """A sweep to 4 MiB that runs long enough to be interrupted."""
     return subprocess.Popen(
-        [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{port}", "-k", "latency", "-m", "1:4M"]
+        [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{port}", "-k", kernel, "-m", "1:4M"]
         + ["-i", "5000", "-x", "10", "--timeout", timeout, "--format", "none", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -325,8 +325,9 @@ def test_client_failing_in_session_costs_serve_one_line(server, tmp_path):
     assert good.returncode == 0, good.stderr
 
 
-def test_peer_frozen_mid_run_times_out_and_keeps_rows(server, out):
-    run = _long_peer_run(server.port, out, "2")
+@pytest.mark.parametrize("kernel", ["latency", "bw"])  # the C ping-pong blocks in recv; the C window waits in poll
+def test_peer_frozen_mid_run_times_out_and_keeps_rows(server, out, kernel):
+    run = _long_peer_run(server.port, out, "2", kernel)
     session = _session_pid_after_rows(run, out, 2)
     os.kill(session, signal.SIGSTOP)  # alive, connected, silent
     try:

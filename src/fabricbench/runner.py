@@ -78,12 +78,14 @@ def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Wa
         view = memoryview(times)
         ctrl.barrier()
         case.run(probe, view)
-        if plan.max_time:
+        if probe:
             # Every rank must agree on the count: take the slowest rank's estimate.
             # The median: one preempted warm-up iteration must not shrink the count.
-            estimate_ns = float(np.median(times[:probe])) if case.initiator and probe else 0.0
+            estimate_ns = float(np.median(times[:probe])) if case.initiator else 0.0
             estimate_ns = max(ctrl.allreduce_max(estimate_ns), 1.0)
-            iterations = max(1, min(iterations, int(plan.max_time * 1e9 / estimate_ns)))
+            if plan.max_time:
+                iterations = max(1, min(iterations, int(plan.max_time * 1e9 / estimate_ns)))
+            # --timeout bounds a stall, not a long size: give the timed loop its expected length on top.
             watchdog.arm(plan.timeout + 4 * iterations * estimate_ns / 1e9, what)
         ctrl.barrier()
         case.run(iterations, view)
