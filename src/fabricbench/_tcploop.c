@@ -10,6 +10,12 @@
  *
  * The socket must be blocking with SO_RCVTIMEO/SO_SNDTIMEO set: a timeout
  * then comes back as EAGAIN and is raised as BlockingIOError, as in Python.
+ * The ping-pong blocks in send and recv: one system call per message. The
+ * streaming window instead calls them with MSG_DONTWAIT and waits in poll()
+ * when the socket is full or empty, as iperf3 does; on loopback here, with
+ * both ends doing so, that moved about 4 % more at 256 KiB than blocking
+ * calls (paired runs of a plain C loop, 100 of 160 won). poll() waits at most
+ * the socket's own SO_SNDTIMEO/SO_RCVTIMEO in all.
  * The GIL is released for the whole loop, so the runner's watchdog thread
  * keeps running. Signals: a call interrupted by one (EINTR), and in any case
  * every SIGNAL_CHECK_NS (a signal may land on another thread and interrupt
@@ -21,8 +27,10 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -72,11 +80,11 @@ static int send_all(int fd, const char *buf, size_t size, PyThreadState **state)
 }
 
 /* One plain recv first (a small message arrives whole), then MSG_WAITALL for the rest. */
-static int recv_all(int fd, char *buf, size_t size, int flags, PyThreadState **state)
+static int recv_all(int fd, char *buf, size_t size, PyThreadState **state)
 {
     size_t got = 0;
     while (got < size) {
-        ssize_t n = recv(fd, buf + got, size - got, got ? MSG_WAITALL : flags);
+        ssize_t n = recv(fd, buf + got, size - got, got ? MSG_WAITALL : 0);
         if (n > 0) {
             got += (size_t)n;
         } else if (n == 0) {
@@ -86,6 +94,85 @@ static int recv_all(int fd, char *buf, size_t size, int flags, PyThreadState **s
         } else if (interrupted(state)) {
             return SIGNALLED;
         }
+    }
+    return OK;
+}
+
+/* The socket's SO_RCVTIMEO or SO_SNDTIMEO in ns; 0 means none (wait for ever), as for the kernel. */
+static int64_t socket_timeout_ns(int fd, int option)
+{
+    struct timeval limit = {0, 0};
+    socklen_t length = sizeof limit;
+    if (getsockopt(fd, SOL_SOCKET, option, &limit, &length))
+        return 0;
+    return (int64_t)limit.tv_sec * 1000000000LL + (int64_t)limit.tv_usec * 1000LL;
+}
+
+/* The streaming side of a socket: MSG_DONTWAIT calls, and poll() in between for at most `timeout_ns`. */
+typedef struct {
+    int fd;
+    int64_t send_timeout_ns, recv_timeout_ns;
+} Stream;
+
+/* Wait until `events` or the timeout, in slices of SIGNAL_CHECK_NS so that Python's handlers run.
+   A timeout returns FAILED with errno EAGAIN, as a blocking call with SO_*TIMEO would. */
+static int wait_for(const Stream *stream, short events, int64_t timeout_ns, PyThreadState **state)
+{
+    int64_t start = now_ns();
+    for (;;) {
+        struct pollfd ready = {stream->fd, events, 0};
+        int n = poll(&ready, 1, (int)(SIGNAL_CHECK_NS / 1000000));
+        if (n > 0)
+            return OK;
+        if (n < 0 && errno != EINTR)
+            return FAILED;
+        if (interrupted(state))
+            return SIGNALLED;
+        if (timeout_ns > 0 && now_ns() - start >= timeout_ns) {
+            errno = EAGAIN;
+            return FAILED;
+        }
+    }
+}
+
+static int stream_send(const Stream *stream, const char *buf, size_t size, PyThreadState **state)
+{
+    size_t sent = 0;
+    while (sent < size) {
+        ssize_t n = send(stream->fd, buf + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        int outcome = OK;
+        if (n >= 0)
+            sent += (size_t)n;
+        else if (errno == EAGAIN || errno == EWOULDBLOCK)
+            outcome = wait_for(stream, POLLOUT, stream->send_timeout_ns, state);
+        else if (errno != EINTR)
+            outcome = FAILED;
+        else if (interrupted(state))
+            outcome = SIGNALLED;
+        if (outcome != OK)
+            return outcome;
+    }
+    return OK;
+}
+
+static int stream_recv(const Stream *stream, char *buf, size_t size, PyThreadState **state)
+{
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = recv(stream->fd, buf + got, size - got, MSG_DONTWAIT);
+        int outcome = OK;
+        if (n > 0)
+            got += (size_t)n;
+        else if (n == 0)
+            outcome = CLOSED;
+        else if (errno == EAGAIN || errno == EWOULDBLOCK)
+            outcome = wait_for(stream, POLLIN, stream->recv_timeout_ns, state);
+        else if (errno != EINTR)
+            outcome = FAILED;
+        else if (interrupted(state))
+            outcome = SIGNALLED;
+        if (outcome != OK)
+            return outcome;
     }
     return OK;
 }
@@ -147,7 +234,7 @@ static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
         for (Py_ssize_t i = 0; i < iterations; i++) {
             if ((outcome = send_all(fd, send_buf, out_size, &state)) != OK)
                 break;
-            if ((outcome = recv_all(fd, recv_buf, in_size, 0, &state)) != OK)
+            if ((outcome = recv_all(fd, recv_buf, in_size, &state)) != OK)
                 break;
             int64_t now = now_ns();
             samples[i] = now - last;
@@ -159,7 +246,7 @@ static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
         }
     } else {
         for (Py_ssize_t i = 0; i < iterations; i++) {
-            if ((outcome = recv_all(fd, recv_buf, in_size, 0, &state)) != OK)
+            if ((outcome = recv_all(fd, recv_buf, in_size, &state)) != OK)
                 break;
             if ((outcome = send_all(fd, send_buf, out_size, &state)) != OK)
                 break;
@@ -183,7 +270,7 @@ PyDoc_STRVAR(window_doc,
              "window(fd, send, recv, ack, ack_in, iterations, window, times, initiator)\n--\n\n"
              "osu_bw's loop. The initiator sends `send` `window` times, then waits for a 1-byte ack and writes\n"
              "each iteration's time in ns to `times`; the receiver takes `window` messages of len(recv)\n"
-             "bytes (MSG_WAITALL), then sends `ack`.");
+             "bytes, then sends `ack`. Both wait in poll(), within the socket's SO_SNDTIMEO/SO_RCVTIMEO.");
 
 static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -205,6 +292,7 @@ static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
     char *recv_buf = in.buf, *ack_in_buf = ack_in.buf;
     size_t out_size = (size_t)out.len, in_size = (size_t)in.len;
     int64_t *samples = times.buf;
+    Stream stream = {fd, socket_timeout_ns(fd, SO_SNDTIMEO), socket_timeout_ns(fd, SO_RCVTIMEO)};
     PyThreadState *state = PyEval_SaveThread();
     /* A window of large messages over a slow link can take seconds: the clock is read for signals
        every 16 messages, not only once per window. */
@@ -214,10 +302,10 @@ static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
         int64_t last = checked;
         for (Py_ssize_t i = 0; i < iterations && outcome == OK; i++) {
             for (Py_ssize_t m = 0; m < messages && outcome == OK; m++)
-                if ((outcome = send_all(fd, send_buf, out_size, &state)) == OK && (++count & 15) == 0 &&
+                if ((outcome = stream_send(&stream, send_buf, out_size, &state)) == OK && (++count & 15) == 0 &&
                     due(now_ns(), &checked, &state))
                     outcome = SIGNALLED;
-            if (outcome != OK || (outcome = recv_all(fd, ack_in_buf, 1, 0, &state)) != OK)
+            if (outcome != OK || (outcome = stream_recv(&stream, ack_in_buf, 1, &state)) != OK)
                 break;
             int64_t now = now_ns();
             samples[i] = now - last;
@@ -226,11 +314,11 @@ static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
     } else {
         for (Py_ssize_t i = 0; i < iterations && outcome == OK; i++) {
             for (Py_ssize_t m = 0; m < messages && outcome == OK; m++)
-                if ((outcome = recv_all(fd, recv_buf, in_size, MSG_WAITALL, &state)) == OK && (++count & 15) == 0 &&
+                if ((outcome = stream_recv(&stream, recv_buf, in_size, &state)) == OK && (++count & 15) == 0 &&
                     due(now_ns(), &checked, &state))
                     outcome = SIGNALLED;
             if (outcome == OK)
-                outcome = send_all(fd, ack_buf, 1, &state);
+                outcome = stream_send(&stream, ack_buf, 1, &state);
         }
     }
     saved_errno = errno;
