@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,42 @@ def test_frozen_peer_times_out_instead_of_hanging(out):
     assert "made no progress for 3 s; a peer may have died" in stderr
     rows, _ = read_rows(out)
     assert len(rows) >= 2
+
+
+def test_console_reader_going_away_under_mpiexec_leaves_no_rank(out):
+    """`fabricbench run -n 2 | head`: hydra forwards the ranks' output and meets the closed pipe
+    itself; it must still end every rank, and the rows measured so far stay in the CSV."""
+    run = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "run", "-n", "2", "-t", "tcp", "-k", "latency", "-m", "1:4M"]
+        + ["-i", "3000", "-x", "10", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+    )
+    lines = [run.stdout.readline() for _ in range(3)]  # the two header lines and the first row
+    assert lines[-1].split()[0] == "1", lines
+    ranks = [rank["pid"] for rank in json.loads((out / "metadata.json").read_text())["ranks"]]
+    run.stdout.close()
+    try:
+        stderr = run.stderr.read()
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0 and "Traceback" not in stderr, stderr
+    rows, _ = read_rows(out)
+    assert 1 <= len(rows) < 23 and (rows.status == "ok").all()
+    end = time.monotonic() + 10
+    while any(_alive(pid) for pid in ranks) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in ranks), "a rank outlived the run"
+
+
+def _alive(pid: int) -> bool:
+    """Running or stopped; a zombie has ended (its parent may be gone and nobody reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")

@@ -220,6 +220,27 @@ def test_ctrl_c_ends_a_run_inside_the_c_loop(server, out, kernel):
 # ---- serve / run --peer ------------------------------------------------------------------------
 
 
+def test_console_reader_going_away_is_one_line_and_keeps_rows(server, out):
+    """`fabricbench run --peer ... | head`: this process owns the pipe; it stops as on SIGPIPE."""
+    run = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{server.port}", "-k", "latency", "-m", "1:4M"]
+        + ["-i", "3000", "-x", "10", "--timeout", "20", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+    )
+    lines = [run.stdout.readline() for _ in range(3)]  # the two header lines and the first row
+    assert lines[-1].split()[0] == "1", lines
+    run.stdout.close()  # the next row meets a closed pipe
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 141, stderr
+    _one_error_line(stderr, "the reader of the console table went away; the rows so far are in")
+    rows, meta = read_rows(out)
+    assert 1 <= len(rows) < 23 and (rows.status == "ok").all() and meta["complete"] is False
+    server.wait_for("still serving")
+
+
 def test_serve_and_peer_round_trip_without_mpi(out):
     served = Server(importtime=True)
     try:

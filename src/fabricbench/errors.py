@@ -23,3 +23,9 @@ class PeerError(FabricbenchError):
     """A peer died, closed, timed out or sent something we refuse."""
 
     exit_code = 3
+
+
+class ConsoleClosed(FabricbenchError):
+    """Whoever read the console table (head, less) went away: stop as a Unix tool does on SIGPIPE."""
+
+    exit_code = 141

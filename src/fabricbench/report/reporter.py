@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from pathlib import Path
 
+from fabricbench.errors import ConsoleClosed
 from fabricbench.report import console, osu
 from fabricbench.results import TableWriter, write_metadata, write_parquet
 
@@ -30,10 +32,16 @@ class Reporter:
     def _print(self, text: str) -> None:
         if self.plan.output_format == "none":
             return
-        if self._progress:
-            self._progress.write(text, file=self.stream)
-        else:
-            print(text, file=self.stream, flush=True)
+        try:
+            if self._progress:
+                self._progress.write(text, file=self.stream)
+            else:
+                print(text, file=self.stream, flush=True)
+        except BrokenPipeError:
+            # Nothing more can be shown; the rows so far are on disk. Later writes go nowhere.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            gone = f"the reader of the console table went away; the rows so far are in {self.out_dir}/"
+            raise ConsoleClosed(gone) from None
 
     def add_transport(self, name: str, metadata: dict) -> None:
         """A transport's own facts (devices, settings), written to metadata.json at once."""
