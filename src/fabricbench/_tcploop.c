@@ -135,46 +135,42 @@ static int wait_for(const Stream *stream, short events, int64_t timeout_ns, PyTh
     }
 }
 
+/* A MSG_DONTWAIT call failed: wait in poll() when it would have blocked, run handlers on EINTR. */
+static int call_failed(const Stream *stream, short events, int64_t timeout_ns, PyThreadState **state)
+{
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return wait_for(stream, events, timeout_ns, state);
+    if (errno != EINTR)
+        return FAILED;
+    return interrupted(state) ? SIGNALLED : OK;
+}
+
 static int stream_send(const Stream *stream, const char *buf, size_t size, PyThreadState **state)
 {
-    size_t sent = 0;
-    while (sent < size) {
+    int outcome = OK;
+    for (size_t sent = 0; sent < size && outcome == OK;) {
         ssize_t n = send(stream->fd, buf + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        int outcome = OK;
         if (n >= 0)
             sent += (size_t)n;
-        else if (errno == EAGAIN || errno == EWOULDBLOCK)
-            outcome = wait_for(stream, POLLOUT, stream->send_timeout_ns, state);
-        else if (errno != EINTR)
-            outcome = FAILED;
-        else if (interrupted(state))
-            outcome = SIGNALLED;
-        if (outcome != OK)
-            return outcome;
+        else
+            outcome = call_failed(stream, POLLOUT, stream->send_timeout_ns, state);
     }
-    return OK;
+    return outcome;
 }
 
 static int stream_recv(const Stream *stream, char *buf, size_t size, PyThreadState **state)
 {
-    size_t got = 0;
-    while (got < size) {
+    int outcome = OK;
+    for (size_t got = 0; got < size && outcome == OK;) {
         ssize_t n = recv(stream->fd, buf + got, size - got, MSG_DONTWAIT);
-        int outcome = OK;
         if (n > 0)
             got += (size_t)n;
         else if (n == 0)
             outcome = CLOSED;
-        else if (errno == EAGAIN || errno == EWOULDBLOCK)
-            outcome = wait_for(stream, POLLIN, stream->recv_timeout_ns, state);
-        else if (errno != EINTR)
-            outcome = FAILED;
-        else if (interrupted(state))
-            outcome = SIGNALLED;
-        if (outcome != OK)
-            return outcome;
+        else
+            outcome = call_failed(stream, POLLIN, stream->recv_timeout_ns, state);
     }
-    return OK;
+    return outcome;
 }
 
 /* After the loop, with the GIL held again: turn an outcome into a Python exception. */
