@@ -190,6 +190,21 @@ static PyObject *finish(int outcome, int saved_errno)
     }
 }
 
+/* Take the GIL back and turn the outcome into the result; errno is read before Python can change it. */
+static PyObject *leave(int outcome, PyThreadState *state)
+{
+    int saved_errno = errno;
+    PyEval_RestoreThread(state);
+    return finish(outcome, saved_errno);
+}
+
+/* Release the NULL-terminated list of buffers a call took. */
+static void release(Py_buffer **views)
+{
+    for (; *views; views++)
+        PyBuffer_Release(*views);
+}
+
 static int check_times(Py_buffer *times, Py_ssize_t iterations, int initiator)
 {
     if (initiator && times->len < iterations * (Py_ssize_t)sizeof(int64_t)) {
@@ -218,7 +233,7 @@ static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
     }
     if (check_times(&times, iterations, initiator))
         goto done;
-    int outcome = OK, saved_errno = 0;
+    int outcome = OK;
     const char *send_buf = out.buf;
     char *recv_buf = in.buf;
     size_t out_size = (size_t)out.len, in_size = (size_t)in.len;
@@ -252,13 +267,9 @@ static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
             }
         }
     }
-    saved_errno = errno;
-    PyEval_RestoreThread(state);
-    result = finish(outcome, saved_errno);
+    result = leave(outcome, state);
 done:
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&times);
+    release((Py_buffer *[]){&out, &in, &times, NULL});
     return result;
 }
 
@@ -283,7 +294,7 @@ static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
     }
     if (check_times(&times, iterations, initiator))
         goto done;
-    int outcome = OK, saved_errno = 0;
+    int outcome = OK;
     const char *send_buf = out.buf, *ack_buf = ack.buf;
     char *recv_buf = in.buf, *ack_in_buf = ack_in.buf;
     size_t out_size = (size_t)out.len, in_size = (size_t)in.len;
@@ -317,15 +328,9 @@ static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
                 outcome = stream_send(&stream, ack_buf, 1, &state);
         }
     }
-    saved_errno = errno;
-    PyEval_RestoreThread(state);
-    result = finish(outcome, saved_errno);
+    result = leave(outcome, state);
 done:
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&ack);
-    PyBuffer_Release(&ack_in);
-    PyBuffer_Release(&times);
+    release((Py_buffer *[]){&out, &in, &ack, &ack_in, &times, NULL});
     return result;
 }
 
