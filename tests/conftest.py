@@ -38,6 +38,21 @@ def mpiexec(ranks: int, *args: str, timeout: float = 120, env: dict | None = Non
     )
 
 
+def run_until_first_row(*args: str) -> subprocess.Popen:
+    """Start a latency sweep from 1 B that prints its table (``fabricbench run ARGS``); return once
+    the two header lines and the first row (1 B) were read, with stdout still open."""
+    run = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "run", "-k", "latency", "-m", "1:4M", "-i", "3000", "-x", "10", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+    )
+    lines = [run.stdout.readline() for _ in range(3)]
+    assert lines[-1].split()[0] == "1", lines
+    return run
+
+
 def _env(extra: dict | None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "FABRICBENCH_"))}
     env.update(extra or {})

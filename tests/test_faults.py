@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MPIEXEC, PYTHON, _env, read_rows
+from conftest import MPIEXEC, PYTHON, _env, read_rows, run_until_first_row
 from fabricbench.results import COLUMNS
 
 
@@ -109,16 +109,7 @@ def test_frozen_peer_times_out_instead_of_hanging(out):
 def test_console_reader_going_away_under_mpiexec_leaves_no_rank(out):
     """`fabricbench run -n 2 | head`: hydra forwards the ranks' output and meets the closed pipe
     itself; it must still end every rank, and the rows measured so far stay in the CSV."""
-    run = subprocess.Popen(
-        [PYTHON, "-m", "fabricbench", "run", "-n", "2", "-t", "tcp", "-k", "latency", "-m", "1:4M"]
-        + ["-i", "3000", "-x", "10", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(None),
-    )
-    lines = [run.stdout.readline() for _ in range(3)]  # the two header lines and the first row
-    assert lines[-1].split()[0] == "1", lines
+    run = run_until_first_row("-n", "2", "-t", "tcp", "--out", str(out))
     ranks = [rank["pid"] for rank in json.loads((out / "metadata.json").read_text())["ranks"]]
     run.stdout.close()
     try:

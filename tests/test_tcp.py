@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PYTHON, _env, fabricbench, mpiexec, read_rows
+from conftest import PYTHON, _env, fabricbench, mpiexec, read_rows, run_until_first_row
 from fabricbench.errors import PeerError
 from fabricbench.peer import TCP_LOOPS, PairControl, decode_hello, encode_hello
 from fabricbench.plan import Plan, Step
@@ -222,16 +222,7 @@ def test_ctrl_c_ends_a_run_inside_the_c_loop(server, out, kernel):
 
 def test_console_reader_going_away_is_one_line_and_keeps_rows(server, out):
     """`fabricbench run --peer ... | head`: this process owns the pipe; it stops as on SIGPIPE."""
-    run = subprocess.Popen(
-        [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{server.port}", "-k", "latency", "-m", "1:4M"]
-        + ["-i", "3000", "-x", "10", "--timeout", "20", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(None),
-    )
-    lines = [run.stdout.readline() for _ in range(3)]  # the two header lines and the first row
-    assert lines[-1].split()[0] == "1", lines
+    run = run_until_first_row("--peer", f"127.0.0.1:{server.port}", "--timeout", "20", "--out", str(out))
     run.stdout.close()  # the next row meets a closed pipe
     _, stderr = run.communicate(timeout=60)
     assert run.returncode == 141, stderr
