@@ -11,6 +11,7 @@ import numpy as np
 
 PAGE = 4096
 POISON = 0xFE  # never produced by pattern(): marks "nothing arrived here"
+EMPTY = np.empty(0, dtype=np.uint8)  # what a rank that receives nothing validates
 
 
 def aligned(nbytes: int, dtype: str = "u1") -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fabricbench.collectives import COLLECTIVES, CollectiveSpec
 from fabricbench.errors import UsageError
 
 KiB = 1024
@@ -39,16 +40,21 @@ class Kernel:
     sample: str
     min_size: int
     max_size: int
-    osu_title: str
+    osu_title: str  # OSU's title line, {lib} standing for the library ("MPI", or "fabricbench tcp")
     elem_bytes: int = 1  # sizes must be multiples of this (float32 reductions)
     directions: int = 1  # bibw moves bytes both ways
-    algbw_ranks: bool = False  # nccl-tests: algbw counts S * n bytes
-    busbw: str = ""  # nccl-tests bus-bandwidth factor: "", "allreduce", "(n-1)/n", "1"
     min_ranks: int = 2
+    osu_datatype: str = "MPI_CHAR"  # OSU's "# Datatype:" line; empty for a kernel that moves no data
+    collective_spec: CollectiveSpec | None = None  # buffers, checks and bandwidth formulas of a collective
 
     @property
     def collective(self) -> bool:
-        return self.family == "collective"
+        return self.collective_spec is not None
+
+    @property
+    def moves_data(self) -> bool:
+        """False for a kernel whose only size is 0 (barrier): no sweep, no bandwidth."""
+        return self.max_size > 0
 
     @property
     def windowed(self) -> bool:
@@ -62,12 +68,8 @@ class Kernel:
         return small_it, small_wu
 
     def busbw_factor(self, ranks: int) -> float:
-        """nccl-tests' factor from algorithm bandwidth to bus bandwidth."""
-        if self.busbw == "allreduce":
-            return 2.0 * (ranks - 1) / ranks
-        if self.busbw == "(n-1)/n":
-            return (ranks - 1) / ranks
-        return 1.0
+        """nccl-tests' factor from algorithm bandwidth to bus bandwidth (a collective that moves data)."""
+        return self.collective_spec.bus_factor(ranks)
 
     def check_ranks(self, ranks: int) -> None:
         if ranks < self.min_ranks:
@@ -78,43 +80,33 @@ class Kernel:
             )
 
 
+def _collective(spec: CollectiveSpec) -> Kernel:
+    """A collective's kernel, everything it says taken from its spec."""
+    return Kernel(
+        spec.name,
+        "collective",
+        "all",
+        "op",
+        spec.min_size,
+        spec.max_size,
+        spec.osu_title,
+        elem_bytes=spec.elem_bytes,
+        osu_datatype=spec.osu_datatype,
+        collective_spec=spec,
+    )
+
+
 _ALL = [
-    Kernel("latency", "latency", "pair", "rtt", 0, 4 * MiB, "Latency Test"),
-    Kernel("bw", "bandwidth", "pair", "window", 1, 4 * MiB, "Bandwidth Test"),
-    Kernel("bibw", "bandwidth", "pair", "window", 1, 4 * MiB, "Bi-Directional Bandwidth Test", directions=2),
-    Kernel("msgrate", "bandwidth", "pairs", "window", 1, 4 * MiB, "Multiple Bandwidth / Message Rate Test"),
-    Kernel("multi-latency", "latency", "pairs", "rtt", 0, 4 * MiB, "Multi Latency Test"),
-    Kernel("allreduce", "collective", "all", "op", 4, MiB, "Allreduce Latency Test", elem_bytes=4, busbw="allreduce"),
-    Kernel("allgather", "collective", "all", "op", 1, MiB, "Allgather Latency Test", algbw_ranks=True, busbw="(n-1)/n"),
-    Kernel(
-        "alltoall",
-        "collective",
-        "all",
-        "op",
-        1,
-        MiB,
-        "All-to-All Personalized Exchange Latency Test",
-        algbw_ranks=True,
-        busbw="(n-1)/n",
-    ),
-    Kernel("bcast", "collective", "all", "op", 1, MiB, "Broadcast Latency Test", busbw="1"),
-    Kernel(
-        "reduce_scatter",
-        "collective",
-        "all",
-        "op",
-        4,
-        MiB,
-        "Reduce_scatter Latency Test",
-        elem_bytes=4,
-        algbw_ranks=True,
-        busbw="(n-1)/n",
-    ),
-    Kernel("barrier", "collective", "all", "op", 0, 0, "Barrier Latency Test"),
-    Kernel("put", "latency", "pair", "op", 1, 4 * MiB, "_Put Latency Test"),
-    Kernel("get", "latency", "pair", "op", 1, 4 * MiB, "_Get Latency Test"),
-    Kernel("put-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "_Put Bandwidth Test"),
-    Kernel("get-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "_Get Bandwidth Test"),
+    Kernel("latency", "latency", "pair", "rtt", 0, 4 * MiB, "{lib} Latency Test"),
+    Kernel("bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib} Bandwidth Test"),
+    Kernel("bibw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib} Bi-Directional Bandwidth Test", directions=2),
+    Kernel("msgrate", "bandwidth", "pairs", "window", 1, 4 * MiB, "{lib} Multiple Bandwidth / Message Rate Test"),
+    Kernel("multi-latency", "latency", "pairs", "rtt", 0, 4 * MiB, "{lib} Multi Latency Test"),
+    *(_collective(spec) for spec in COLLECTIVES.values()),
+    Kernel("put", "latency", "pair", "op", 1, 4 * MiB, "{lib}_Put Latency Test"),
+    Kernel("get", "latency", "pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test"),
+    Kernel("put-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test"),
+    Kernel("get-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test"),
 ]
 KERNELS: dict[str, Kernel] = {k.name: k for k in _ALL}
 

@@ -67,7 +67,6 @@ class Plan:
     window: int = 64
     max_time: float | None = None  # seconds per size; lowers the iteration count
     validate: bool = False
-    method: str = "persistent"
     timeout: float = 120.0  # seconds without progress before a rank gives up
     out_dir: str = ""
     run_id: str = ""
@@ -96,7 +95,7 @@ class Plan:
 
 def kernel_sizes(kernel: Kernel, size_range: tuple[int, int] | None) -> list[int]:
     """The sizes a kernel sweeps: its OSU default, or -m clipped to what it allows."""
-    if kernel.name == "barrier":
+    if not kernel.moves_data:
         return [0]
     if size_range is None:
         return sizes_between(kernel.min_size, kernel.max_size)

@@ -80,9 +80,9 @@ def measured_row(
         row["msgrate_per_s"] = float((case.window * kernel.directions * iterations_each / seconds_each).sum())
         if len(samples_ns):
             row["bw_peak_MBps"] = float(bandwidth_MBps(per_iteration, float(samples_ns.min()) / 1e9))
-    elif kernel.collective and kernel.name != "barrier":
+    elif kernel.collective and kernel.moves_data:
         seconds = float(means_us.mean()) / 1e6
-        algbw = size * (ranks if kernel.algbw_ranks else 1) / seconds / 1e9
+        algbw = kernel.collective_spec.algbw_bytes(size, ranks) / seconds / 1e9
         row["algbw_GBps"] = algbw
         row["busbw_GBps"] = algbw * kernel.busbw_factor(ranks)
     return row

@@ -1,0 +1,13 @@
+"""Barrier: moves no data, so it has one size (0), nothing to check and no bandwidth."""
+
+from __future__ import annotations
+
+from fabricbench.buffers import EMPTY
+from fabricbench.collectives import CollectiveBuffers, CollectiveSpec
+
+
+def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
+    return CollectiveBuffers(EMPTY, EMPTY, 0, EMPTY, lambda: EMPTY)
+
+
+SPEC = CollectiveSpec("barrier", "{lib} Barrier Latency Test", None, 0, 0, buffers, None, None)

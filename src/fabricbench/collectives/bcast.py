@@ -1,0 +1,33 @@
+"""Broadcast: the root's S bytes arrive at every other rank, in one buffer that is both sent and received."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from fabricbench.buffers import EMPTY, filled, pattern, poisoned
+from fabricbench.collectives import (
+    BYTE,
+    OSU_MAX_SIZE,
+    ROOT,
+    CollectiveBuffers,
+    CollectiveSpec,
+    block_bytes,
+    unit_factor,
+)
+
+
+def expected(size: int, ranks: int, rank: int) -> np.ndarray:
+    return EMPTY if rank == ROOT else pattern(size, ROOT)
+
+
+def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
+    if rank == ROOT:
+        buf, received = filled(size, ROOT), EMPTY
+    else:
+        buf = received = poisoned(size)
+    return CollectiveBuffers(buf, buf, size, received, partial(expected, size, ranks, rank))
+
+
+SPEC = CollectiveSpec("bcast", "{lib} Broadcast Latency Test", BYTE, 1, OSU_MAX_SIZE, buffers, block_bytes, unit_factor)

@@ -1,0 +1,149 @@
+"""The collective specs without processes: each rank's expected result, nccl-tests' formulas, OSU's labels."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fabricbench.buffers import EMPTY, POISON
+from fabricbench.collectives import COLLECTIVES, ROOT
+from fabricbench.kernels import get_kernel
+from fabricbench.plan import kernel_sizes
+from fabricbench.report.osu import header
+from fabricbench.rows import measured_row
+from fabricbench.transports import TRANSPORTS, transport_class
+
+RANKS = (2, 3, 4)
+SIZES = (0, 1, 3, 4, 12, 17, 64, 1000, 4096)
+
+
+def _sum(sends: list[np.ndarray]) -> np.ndarray:
+    """The float32 sum of every rank's vector, added one rank after another as a reduction would."""
+    total = np.zeros_like(sends[0])
+    for send in sends:
+        total += send
+    return total.view(np.uint8)
+
+
+def _block(buf: np.ndarray, index: int, size: int) -> np.ndarray:
+    return buf.view(np.uint8)[index * size : (index + 1) * size]
+
+
+# What rank ``rank`` holds after the operation, computed from every rank's send buffer; S is bytes per block.
+SIMULATED = {
+    "allreduce": lambda sends, rank, size: _sum(sends),
+    "reduce": lambda sends, rank, size: _sum(sends) if rank == ROOT else EMPTY,
+    "reduce_scatter": lambda sends, rank, size: _block(_sum(sends), rank, size),
+    "allgather": lambda sends, rank, size: np.concatenate(sends),
+    "alltoall": lambda sends, rank, size: np.concatenate([_block(send, rank, size) for send in sends]),
+    "bcast": lambda sends, rank, size: EMPTY if rank == ROOT else sends[ROOT],
+    "barrier": lambda sends, rank, size: EMPTY,
+}
+# nccl-tests' bus-bandwidth factors and algbw byte counts (S bytes per rank's buffer, n ranks).
+NCCL_BUS_FACTOR = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "bcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+NCCL_ALGBW_BYTES = {
+    "allreduce": lambda size, n: size,
+    "allgather": lambda size, n: size * n,
+    "alltoall": lambda size, n: size * n,
+    "reduce_scatter": lambda size, n: size * n,
+    "bcast": lambda size, n: size,
+    "reduce": lambda size, n: size,
+}
+# (element bytes, OSU's datatype line, OSU's min and max size)
+OSU = {
+    "allreduce": (4, "MPI_FLOAT", 4, 1 << 20),
+    "reduce": (4, "MPI_FLOAT", 4, 1 << 20),
+    "reduce_scatter": (4, "MPI_FLOAT", 4, 1 << 20),
+    "allgather": (1, "MPI_CHAR", 1, 1 << 20),
+    "alltoall": (1, "MPI_CHAR", 1, 1 << 20),
+    "bcast": (1, "MPI_CHAR", 1, 1 << 20),
+    "barrier": (1, "", 0, 0),
+}
+
+
+def test_every_collective_has_a_simulation_and_reference_figures():
+    assert set(SIMULATED) == set(OSU) == set(COLLECTIVES)
+    assert set(NCCL_BUS_FACTOR) == set(NCCL_ALGBW_BYTES) == {n for n, s in COLLECTIVES.items() if s.max_size}
+
+
+@pytest.mark.parametrize("ranks", RANKS)
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_expected_result_is_the_collective_of_every_ranks_send_buffer(name, ranks):
+    spec = COLLECTIVES[name]
+    sizes = [size for size in SIZES if size % spec.elem_bytes == 0 and size <= spec.max_size]
+    assert sizes
+    for size in sizes:
+        buffers = [spec.buffers(size, ranks, rank) for rank in range(ranks)]
+        sends = [bufs.send for bufs in buffers]
+        for rank, bufs in enumerate(buffers):
+            want = SIMULATED[name](sends, rank, size)
+            assert np.array_equal(bufs.expected().view(np.uint8), want), (size, rank)
+            # Nothing has arrived yet: what validation reads is as long as the result, and all poison.
+            assert bufs.received.dtype == np.uint8 and bufs.received.size == want.size
+            assert (bufs.received == POISON).all()
+            assert bufs.count * spec.elem_bytes == size
+
+
+@pytest.mark.parametrize("name", NCCL_BUS_FACTOR)
+def test_bandwidth_formulas_are_nccl_tests(name):
+    spec, kernel = COLLECTIVES[name], get_kernel(name)
+    for ranks in range(2, 9):
+        assert spec.bus_factor(ranks) == pytest.approx(NCCL_BUS_FACTOR[name](ranks))
+        assert kernel.busbw_factor(ranks) == pytest.approx(NCCL_BUS_FACTOR[name](ranks))
+        for size in (4, 4096, 1 << 20):
+            assert spec.algbw_bytes(size, ranks) == NCCL_ALGBW_BYTES[name](size, ranks)
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_kernel_takes_element_datatype_and_sizes_from_the_spec(name):
+    elem_bytes, datatype, min_size, max_size = OSU[name]
+    spec, kernel = COLLECTIVES[name], get_kernel(name)
+    assert kernel.collective and kernel.collective_spec is spec and kernel.family == "collective"
+    assert (spec.elem_bytes, spec.osu_datatype, spec.min_size, spec.max_size) == OSU[name]
+    assert (kernel.elem_bytes, kernel.osu_datatype, kernel.min_size, kernel.max_size) == OSU[name]
+    assert kernel.osu_title == spec.osu_title and "{lib}" in spec.osu_title
+
+
+def test_reduce_has_osus_header_and_is_not_in_any_default_sweep():
+    assert header("mpi", "reduce", 64, 1).splitlines() == [
+        "# OSU MPI Reduce Latency Test v7.4",
+        "# Datatype: MPI_FLOAT.",
+        "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations",
+    ]
+    assert {"mpi", "tcp"} <= {name for name in TRANSPORTS if "reduce" in transport_class(name).kernels}
+    assert not any("reduce" in transport_class(name).default_kernels for name in TRANSPORTS)
+
+
+def _row(name: str, size: int, ranks: int, mean_ns: float) -> dict:
+    """The row measured_row makes when every rank took ``mean_ns`` per operation."""
+    plan = SimpleNamespace(run_id="run", label="")
+    case = SimpleNamespace(method="blocking", pairs=1, window=0)
+    gathered = np.array([[1.0, 10.0, 10 * mean_ns, 1.0]] * ranks)
+    return measured_row(plan, "mpi", get_kernel(name), size, case, 1, np.full(10, mean_ns), gathered)
+
+
+def test_barrier_moves_no_data():
+    spec, kernel = COLLECTIVES["barrier"], get_kernel("barrier")
+    assert spec.element is None and spec.algbw_bytes is None and spec.bus_factor is None
+    assert not kernel.moves_data and all(get_kernel(name).moves_data for name in NCCL_BUS_FACTOR)
+    assert kernel_sizes(kernel, (4, 65536)) == [0] and kernel_sizes(kernel, None) == [0]
+    row = _row("barrier", 0, 4, 1000.0)
+    assert math.isnan(row["algbw_GBps"]) and math.isnan(row["busbw_GBps"])
+    assert header("mpi", "barrier", 64, 1).splitlines()[1].startswith("# Size")  # no datatype line
+
+
+def test_rows_take_algbw_and_busbw_from_the_spec():
+    row = _row("alltoall", 4096, 4, 1000.0)  # 1 µs per operation
+    assert row["algbw_GBps"] == pytest.approx(4096 * 4 / 1e-6 / 1e9)
+    assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 3 / 4)
+    assert _row("reduce", 4096, 3, 1000.0)["busbw_GBps"] == pytest.approx(4096 / 1e-6 / 1e9)
