@@ -89,7 +89,7 @@ def worker() -> None:
     import numpy as np
     from mpi4py import MPI
 
-    from fabricbench.control import MPIControl
+    from fabricbench.control.mpi import MPIControl
     from fabricbench.kernels import get_kernel
     from fabricbench.plan import Plan
     from fabricbench.runner import Watchdog, measure
@@ -134,9 +134,15 @@ def worker() -> None:
 
     # fabricbench, through the runner that `fabricbench run` uses.
     ctrl = MPIControl(comm)
-    watchdog = Watchdog(rank)
+    watchdog = Watchdog(rank, ctrl.abort)
     for method in ("persistent", "blocking"):
-        plan = Plan(steps=[], window=WINDOW, method=method, iterations=LAT_ITERS, warmup=LAT_ITERS // 10)
+        plan = Plan(
+            steps=[],
+            window=WINDOW,
+            iterations=LAT_ITERS,
+            warmup=LAT_ITERS // 10,
+            transport_options={"mpi": {"method": method}},
+        )
         transport = MPITransport(ctrl, plan)
         row = measure(ctrl, transport, get_kernel("latency"), LAT_SIZE, plan, watchdog)
         if row:

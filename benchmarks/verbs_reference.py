@@ -63,7 +63,7 @@ def methods(rows: list[dict]) -> str:
 
 def loop_costs(rounds: int) -> dict[str, float]:
     """Nanoseconds per call in the Python loop, on two QPs of this process joined to each other."""
-    from fabricbench.rdma import load_pyverbs
+    from fabricbench.transports.rdma import load_pyverbs
     from fabricbench.transports.verbs_link import Link
 
     verbs = load_pyverbs()

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from conftest import fabricbench, mpiexec, read_rows
 from fabricbench.results import COLUMNS
+from support import fabricbench, mpiexec, read_rows
 
 P2P = ["latency", "bw", "bibw", "msgrate", "multi-latency"]
-COLLECTIVES = ["allreduce", "allgather", "alltoall", "bcast", "reduce_scatter", "barrier"]
+COLLECTIVES = ["allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter", "barrier"]
 RMA = ["put", "get", "put-bw", "get-bw"]
 QUICK = ["-i", "30", "-x", "3", "-W", "8", "--format", "none"]
 

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import threading
 import time
@@ -23,23 +22,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PYTHON, _env, fabricbench, mpiexec, read_rows, run_until_first_row
-from fabricbench.errors import PeerError
-from fabricbench.peer import TCP_LOOPS, PairControl, decode_hello, encode_hello
-from fabricbench.plan import Plan, Step
-from fabricbench.rendezvous import (
-    ERROR,
+from fabricbench.control.peer import encode_hello
+from fabricbench.control.rendezvous import (
     HEADER,
     HELLO,
     MAGIC,
-    VECTOR,
     VERSION,
-    FieldReader,
-    Fields,
-    ProtocolError,
     recv_message,
-    send_message,
 )
+from fabricbench.errors import PeerError
+from fabricbench.plan import Plan, Step
+from support import PYTHON, clean_env, fabricbench, mpiexec, read_rows, run_until_first_row
 
 QUICK = ["-i", "20", "-x", "2", "-W", "8", "--format", "none", "--timeout", "20"]
 P2P = ["latency", "bw", "bibw", "msgrate"]
@@ -69,7 +62,7 @@ class Server:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(None),
+            env=clean_env(),
         )
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -136,7 +129,10 @@ def test_tcp_kernels_on_two_ranks_validate_with_sane_units(out):
 
 @pytest.mark.parametrize(
     "ranks,kernels,where",
-    [(4, "allreduce,allgather,msgrate,latency", []), (3, "allreduce,allgather", ["--tcp-interface", "lo"])],
+    [
+        (4, "allreduce,allgather,reduce,msgrate,latency", []),
+        (3, "allreduce,allgather,reduce", ["--tcp-interface", "lo"]),
+    ],
 )
 def test_tcp_rings_and_pairs_on_more_ranks(tmp_path, ranks, kernels, where):
     out = tmp_path / "run"
@@ -207,7 +203,7 @@ def test_ctrl_c_ends_a_run_inside_the_c_loop(server, out, kernel):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(None),
+        env=clean_env(),
     )
     server.wait_for("running tcp")
     time.sleep(1.5)  # well inside the timed loop
@@ -241,7 +237,7 @@ def test_serve_and_peer_round_trip_without_mpi(out):
             capture_output=True,
             text=True,
             timeout=60,
-            env=_env(None),
+            env=clean_env(),
         )
         assert result.returncode == 0, result.stderr
         served.wait_for("session done")
@@ -270,7 +266,7 @@ def test_garbage_handshakes_are_refused_and_serve_keeps_serving(server, out):
     huge_size = Plan(steps=[Step("tcp", "latency", [1 << 40])], run_id="r2", timeout=5)
     cases = {
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n": "not a fabricbench peer: bad magic b'GET '",
-        HEADER.pack(MAGIC, VERSION + 8, HELLO, 0): f"protocol version {VERSION + 8} is not supported",
+        HEADER.pack(MAGIC, VERSION + 8, HELLO, 0): f"the peer speaks rendezvous protocol version {VERSION + 8}",
         HEADER.pack(MAGIC, VERSION, HELLO, 1 << 31): "HELLO message of 2147483648 B is over the 65536 B limit",
         HEADER.pack(MAGIC, VERSION, HELLO, 3) + b"\x00\x09a": "malformed HELLO message: truncated",
         HEADER.pack(MAGIC, VERSION, HELLO, 0): "malformed HELLO message: truncated",
@@ -300,7 +296,7 @@ def _long_peer_run(port: int, out, timeout: str, kernel: str = "latency") -> sub
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(None),
+        env=clean_env(),
     )
 
 
@@ -392,92 +388,3 @@ def test_bad_peer_input(args, expected, out):
     result = fabricbench("run", *args, "--out", str(out), timeout=30)
     assert result.returncode == 2
     _one_error_line(result.stderr, expected)
-
-
-# ---- the rendezvous protocol and PairControl, over socket pairs ---------------------------------
-
-
-def test_fields_round_trip_and_refuse_malformed_payloads():
-    payload = Fields().u8(7).u16(513).u32(70000).u64(1 << 40).i64(-1).f64(0.25).text("rxe0").blob(b"\x00gid").payload()
-    reader = FieldReader(payload, "test message")
-    assert (reader.u8(), reader.u16(), reader.u32(), reader.u64(), reader.i64()) == (7, 513, 70000, 1 << 40, -1)
-    assert (reader.f64(), reader.text(), reader.blob()) == (0.25, "rxe0", b"\x00gid")
-    reader.end()
-    short = FieldReader(payload[:3], "test message")
-    short.u8(), short.u16()
-    with pytest.raises(ProtocolError, match="malformed test message: truncated at byte 3, needed 7"):
-        short.u32()
-    extra = FieldReader(Fields().u8(1).u8(2).payload(), "test message")
-    extra.u8()
-    with pytest.raises(ProtocolError, match="1 unexpected trailing bytes"):
-        extra.end()
-    with pytest.raises(ProtocolError, match="over the 4 B limit"):
-        FieldReader(Fields().text("too long").payload(), "test message").text(max_len=4)
-
-
-def test_hello_carries_the_clients_tcp_loop_and_keeps_the_servers_own_options():
-    server_options = {"tcp": {"address": "10.0.0.2"}, "verbs": {"device": "rxe0"}}
-    for loop in TCP_LOOPS:
-        tcp = {} if loop == "auto" else {"loop": loop}
-        plan = Plan(steps=[Step("tcp", "bw", [8])], run_id="r1", transport_options={"tcp": tcp | {"port": 1}})
-        decoded, _, _ = decode_hello(encode_hello(plan, None), server_options)
-        assert decoded.transport_options == {"tcp": {"address": "10.0.0.2"} | tcp, "verbs": {"device": "rxe0"}}
-    payload = bytearray(encode_hello(Plan(steps=[Step("tcp", "bw", [8])], run_id="r1"), None))
-    step = 2 + (2 + len("tcp")) + (2 + len("bw")) + 2 + 8  # step count, transport, kernel, size count, size
-    loop_at = len(payload) - step - 1
-    assert payload[loop_at] == TCP_LOOPS["auto"]
-    payload[loop_at] = 9
-    with pytest.raises(ProtocolError, match="bad tcp loop setting"):
-        decode_hello(bytes(payload), server_options)
-
-
-def test_recv_message_checks_type_and_relays_refusals():
-    left, right = socket.socketpair()
-    with left, right:
-        right.settimeout(5)
-        send_message(left, ERROR, Fields().text("no such device").payload())
-        with pytest.raises(PeerError, match="peer refused: no such device"):
-            recv_message(right, HELLO)
-        send_message(left, HELLO + 100, b"")
-        with pytest.raises(ProtocolError, match="expected a HELLO message, got type 102"):
-            recv_message(right, HELLO)
-        right.settimeout(0.2)
-        with pytest.raises(PeerError, match="timed out after 0.2 s waiting for the peer's HELLO"):
-            recv_message(right, HELLO)
-        left.close()
-        with pytest.raises(PeerError, match="peer closed the connection"):
-            recv_message(right, HELLO)
-
-
-def test_pair_control_matches_the_mpi_control_interface():
-    client_sock, server_sock = socket.socketpair()
-    results: dict = {}
-
-    def side(sock, rank):
-        ctrl = PairControl(sock, rank, timeout=10)
-        ctrl.barrier()
-        results[rank, "max"] = ctrl.allreduce_max(1.5 if rank else 0.5)
-        results[rank, "gather"] = ctrl.gather(np.array([rank, 10.0 + rank]))
-        results[rank, "bcast"] = ctrl.bcast_bytes(b"plan" if rank == 0 else None)
-        results[rank, "json"] = ctrl.gather_json({"rank": rank})
-        ctrl.barrier()
-
-    threads = [threading.Thread(target=side, args=(s, r)) for r, s in enumerate((client_sock, server_sock))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=20)
-    client_sock.close()
-    server_sock.close()
-    assert results[0, "max"] == results[1, "max"] == 1.5
-    assert results[0, "gather"].tolist() == [[0.0, 10.0], [1.0, 11.0]] and results[1, "gather"] is None
-    assert results[0, "bcast"] == results[1, "bcast"] == b"plan"
-    assert results[0, "json"] == [{"rank": 0}, {"rank": 1}] and results[1, "json"] is None
-
-
-def test_pair_control_refuses_a_short_vector():
-    left, right = socket.socketpair()
-    with left, right:
-        send_message(left, VECTOR, struct.pack("!d", 1.0))  # one value where two are due
-        with pytest.raises(ProtocolError, match="8 B where 16 B were due"):
-            PairControl(right, 0, timeout=5).gather(np.zeros(2))

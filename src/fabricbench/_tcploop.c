@@ -2,8 +2,7 @@
  *
  * A Python loop adds the interpreter's cost to every message, and on a fast
  * loopback or a 100 Gb/s NIC that cost is a visible part of what gets
- * reported (measured: about 1 µs per round trip, and several per cent of the
- * bandwidth at 128-256 KiB on a 2-vCPU machine). These loops make the same
+ * reported (README gives the figures). These loops make the same
  * system calls as fabricbench's Python loops, and as osu_latency and osu_bw
  * make over their fabric: one send and one receive per message, an 8-byte
  * CLOCK_MONOTONIC stamp per iteration (the clock of time.perf_counter_ns).
@@ -12,9 +11,8 @@
  * then comes back as EAGAIN and is raised as BlockingIOError, as in Python.
  * The ping-pong blocks in send and recv: one system call per message. The
  * streaming window instead calls them with MSG_DONTWAIT and waits in poll()
- * when the socket is full or empty, as iperf3 does; on loopback here, with
- * both ends doing so, that moved about 4 % more at 256 KiB than blocking
- * calls (paired runs of a plain C loop, 100 of 160 won). poll() waits at most
+ * when the socket is full or empty, as iperf3 does, which keeps both ends
+ * busy where a blocking call would sleep a whole wake-up. poll() waits at most
  * the socket's own SO_SNDTIMEO/SO_RCVTIMEO in all.
  * The GIL is released for the whole loop, so the runner's watchdog thread
  * keeps running. Signals: a call interrupted by one (EINTR), and in any case

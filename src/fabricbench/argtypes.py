@@ -33,3 +33,11 @@ def seconds(name: str):
         return value
 
     return parse
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: any free port)."""
+    value = whole_number("port", 0)(text)
+    if value > 65535:
+        raise UsageError(f"port must be at most 65535, got {value}")
+    return value

@@ -10,28 +10,21 @@ import socket
 import sys
 
 # numpy's OpenBLAS starts a thread per core that spins for a while after import. fabricbench
-# never calls BLAS, and on a small node that thread steals the CPU of the rank being timed
-# (measured: about 0.1 s of spinning per rank, right when the first sizes run). Set before
-# numpy is first imported; a user's own setting wins, and the metadata records it.
+# never calls BLAS, and on a small node that thread steals the CPU of the rank being timed,
+# right when the first sizes run. Set before numpy is first imported; a user's own setting
+# wins, and the metadata records it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from fabricbench import __version__, rdma
-from fabricbench.argtypes import names, seconds, whole_number
+from fabricbench import __version__, transports
+from fabricbench.argtypes import names, port_number, seconds, whole_number
 from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.kernels import KERNELS, get_kernel
+from fabricbench.orchestrate import RUN_ID_VAR
 from fabricbench.plan import Plan, Step, kernel_sizes, parse_size_range
 from fabricbench.transports import TRANSPORTS, check_transport, preflight, supported_kernels
 
-# The main job: what `fabricbench run` measures when told nothing.
-DEFAULT_SUITE = [
-    ("mpi", ["latency", "bw", "bibw", "allreduce", "allgather", "alltoall", "bcast", "reduce_scatter", "barrier"]),
-    ("mpi-rma", ["put", "get", "put-bw"]),
-    ("tcp", ["latency", "bw", "allreduce"]),
-]
-DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep to about a minute
+DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
 DEFAULT_SERVE_PORT = 18600
-RUN_ID_VAR = "FABRICBENCH_RUN_ID"
-NATURAL_TRANSPORT = {"put": "mpi-rma", "get": "mpi-rma", "put-bw": "mpi-rma", "get-bw": "mpi-rma"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,12 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--max-time", type=seconds("--max-time"), help="seconds per size; lowers the iteration count")
     run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
-    run.add_argument(
-        "--method",
-        default="persistent",
-        choices=["persistent", "blocking"],
-        help="MPI point-to-point loop: persistent requests (default) or plain blocking calls",
-    )
     run.add_argument("--out", help="results directory (default results/RUN_ID)")
     run.add_argument("--label", default="", help="a name for this run in tables and plots")
     run.add_argument(
@@ -103,28 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="local ranks to start when run outside a launcher (default 2)",
     )
     run.add_argument("--peer", metavar="HOST:PORT", help="run as rank 0 against `fabricbench serve` there, without MPI")
-    _add_tcp_options(run)
-    run.add_argument(
-        "--tcp-loop",
-        choices=["auto", "c", "python"],
-        default="auto",
-        help="tcp latency/bw/msgrate: time them in the C loop (no interpreter cost per message) or in Python "
-        "(like-for-like with mpi4py), on every rank; auto: C where it was built (default)",
-    )
-    rdma.add_arguments(run)
+    transports.add_arguments(run, "run")
     run.set_defaults(func=cmd_run)
 
     serve = sub.add_parser("serve", help="be rank 1 for `fabricbench run --peer` clients, one at a time, without MPI")
     serve.add_argument("--address", default="0.0.0.0", help="address to listen on (default: all)")
-    serve.add_argument("--port", type=_port, default=DEFAULT_SERVE_PORT, help=f"port (default {DEFAULT_SERVE_PORT})")
+    serve.add_argument(
+        "--port", type=port_number, default=DEFAULT_SERVE_PORT, help=f"port (default {DEFAULT_SERVE_PORT})"
+    )
     serve.add_argument(
         "--timeout",
         type=seconds("--timeout"),
         default=30.0,
         help="seconds to wait for a client's handshake (default 30); a session then uses the client's --timeout",
     )
-    _add_tcp_options(serve)
-    rdma.add_serve_arguments(serve)
+    transports.add_arguments(serve, "serve")
     serve.set_defaults(func=cmd_serve)
 
     compare = sub.add_parser("compare", help="put finished runs side by side: ratios to the first, CSV and plots")
@@ -136,41 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list of columns to compare, e.g. p50,p99,bw,busbw (default: p50 latency, bw, busbw)",
     )
     compare.set_defaults(func=cmd_compare)
+
+    doctor = sub.add_parser("doctor", help="what can run here: every transport, the MPI, the C loops, the devices")
+    doctor.add_argument("--json", action="store_true", help="one JSON object for scripts instead of the table")
+    doctor.set_defaults(func=cmd_doctor)
     return parser
-
-
-def _port(text: str) -> int:
-    value = whole_number("port", 0)(text)
-    if value > 65535:
-        raise UsageError(f"port must be at most 65535, got {value}")
-    return value
-
-
-def _add_tcp_options(parser: argparse.ArgumentParser) -> None:
-    tcp = parser.add_argument_group("tcp transport")
-    tcp.add_argument("--tcp-address", help="address to bind and advertise for data connections (default: all)")
-    tcp.add_argument("--tcp-interface", help="bind to this interface's IPv4 address instead, e.g. eth0")
-    tcp.add_argument("--tcp-port", type=_port, help="listening port for data; rank r uses PORT+r (default: any free)")
-
-
-def tcp_options(args) -> dict:
-    """The tcp transport's settings from the command line, as Plan.transport_options['tcp']."""
-    from fabricbench.transports.tcp import c_loop_built
-
-    loop = getattr(args, "tcp_loop", "auto")  # a run's choice; serve takes the client's
-    if loop == "c" and not c_loop_built():
-        raise UsageError("--tcp-loop c: this install has no C loop (it was built without a C compiler)")
-    given = {"address": args.tcp_address, "interface": args.tcp_interface, "port": args.tcp_port}
-    if loop != "auto":
-        given["loop"] = loop
-    return {key: value for key, value in given.items() if value is not None}
 
 
 def _steps(args) -> list[Step]:
     if not args.transport and not args.kernel:
-        pairs = DEFAULT_SUITE
+        pairs = transports.default_suite()
     elif not args.transport:
-        pairs = [(NATURAL_TRANSPORT.get(k, "mpi"), [k]) for k in args.kernel]
+        pairs = [(transports.natural_transport(k), [k]) for k in args.kernel]
     else:
         pairs = [(t, args.kernel or sorted(supported_kernels(t))) for t in args.transport]
     steps = []
@@ -188,9 +145,9 @@ def build_plan(args, ranks: int) -> Plan:
     for step in steps:
         if step.kernel in supported_kernels(step.transport):
             step.spec.check_ranks(ranks)
-    verbs_options = rdma.options(args)
+    options = transports.transport_options(args, "run")
     for transport in dict.fromkeys(step.transport for step in steps):
-        preflight(transport)
+        preflight(transport, options)
     # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
     run_id = os.environ.get(RUN_ID_VAR) or (
         f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
@@ -203,14 +160,13 @@ def build_plan(args, ranks: int) -> Plan:
         window=args.window,
         max_time=args.max_time or (DEFAULT_SUITE_MAX_TIME if default_suite else None),
         validate=args.validate,
-        method=args.method,
         timeout=args.timeout,
         out_dir=args.out or os.path.join("results", run_id),
         run_id=run_id,
         label=args.label,
         output_format=args.output_format,
         progress=progress,
-        transport_options={"tcp": tcp_options(args), "verbs": verbs_options},
+        transport_options=options,
     )
 
 
@@ -221,84 +177,30 @@ def cmd_compare(args, argv: list[str]) -> int:
 
 
 def cmd_run(args, argv: list[str]) -> int:
-    from fabricbench import launch
-    from fabricbench.results import prepare_out_dir
+    from fabricbench import launch, orchestrate
 
     if args.peer:  # no launcher and no MPI: this process is rank 0 of two
-        from fabricbench import peer
+        from fabricbench.control import peer
 
-        args.transport = args.transport or ["tcp"]
+        args.transport = args.transport or [peer.default_transport()]
         return peer.run_client(build_plan(args, 2), args.peer, args.hugepages)
     who = launch.launcher()
     if who is None:
-        # Started alone: check what we can here, then start local ranks.
-        plan = build_plan(args, args.np)
-        prepare_out_dir(plan.out_dir)
-        os.environ[RUN_ID_VAR] = plan.run_id
-        child_argv = list(argv)
-        if not args.out:
-            child_argv += ["--out", plan.out_dir]
-        return launch.relaunch(child_argv, args.np, progress=sys.stderr.isatty() and args.progress is not False)
-    return _run_ranks(args, who)
-
-
-def _run_ranks(args, who: str) -> int:
-    import json
-
-    from mpi4py import MPI
-
-    from fabricbench.control import MPIControl
-
-    ctrl = MPIControl(MPI.COMM_WORLD)
-    envelope = None
-    if ctrl.rank == 0:
-        try:
-            from fabricbench.results import prepare_out_dir
-
-            plan = build_plan(args, ctrl.size)
-            prepare_out_dir(plan.out_dir)
-            envelope = {"plan": json.loads(plan.to_json())}
-        except FabricbenchError as exc:
-            envelope = {"error": str(exc), "code": exc.exit_code}
-    envelope = json.loads(ctrl.bcast_bytes(json.dumps(envelope).encode() if ctrl.rank == 0 else None))
-    if "error" in envelope:
-        if ctrl.rank == 0:
-            print(f"fabricbench: error: {envelope['error']}", file=sys.stderr)
-        return int(envelope["code"])
-    plan = Plan.from_json(json.dumps(envelope["plan"]).encode())
-    return execute_plan(plan, ctrl, who, args.hugepages)
+        progress = sys.stderr.isatty() and args.progress is not False
+        return orchestrate.self_launch(build_plan(args, args.np), argv, args.np, bool(args.out), progress)
+    return orchestrate.run_ranks(lambda ranks: build_plan(args, ranks), who, args.hugepages)
 
 
 def cmd_serve(args, argv: list[str]) -> int:
-    from fabricbench import peer
+    from fabricbench.control import peer
 
-    host = {"tcp": tcp_options(args), "verbs": rdma.host_options(args)}
-    return peer.serve(args.address, args.port, args.timeout, host)
+    return peer.serve(args.address, args.port, args.timeout, transports.transport_options(args, "serve"))
 
 
-def execute_plan(plan: Plan, ctrl, who: str | None, hugepages: str | None, extra_metadata: dict | None = None) -> int:
-    from pathlib import Path
+def cmd_doctor(args, argv: list[str]) -> int:
+    from fabricbench import doctor
 
-    from fabricbench import env
-    from fabricbench.runner import execute
-
-    if hugepages:
-        env.set_numpy_hugepages(hugepages == "on")
-    ranks = ctrl.gather_json(env.rank_info())
-    reporter = None
-    if ctrl.rank == 0:
-        from fabricbench.report.reporter import Reporter
-
-        metadata = env.run_metadata(plan, ranks, who)
-        metadata.update(extra_metadata or {})
-        if any(s.transport.startswith("mpi") for s in plan.steps) or who:
-            metadata.update(env.mpi_info())
-        reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
-    execute(plan, ctrl, reporter)
-    if reporter:
-        reporter.close()
-        return 1 if reporter.failed_validation else 0
-    return 0
+    return doctor.doctor(as_json=args.json)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
-UNSTABLE_CV = 0.10  # pyperf's threshold: a stdev above 10 % of the mean is flagged
+UNSTABLE_CV = 0.10  # flagged when the block medians' stdev is above 10 % of their median (pyperf warns at 10 %)
 
 
 def nearest_rank(sorted_values: np.ndarray, percent: float) -> float:
@@ -59,8 +59,9 @@ def stability_note(samples_ns: np.ndarray) -> str:
     """Say so when the result drifts during the run, as pyperf warns of unstable runs.
 
     Single iterations are always spiky, so their spread says little. The
-    samples are cut into consecutive blocks; if the block medians disagree by
-    more than 10 %, the machine or the fabric changed under the measurement.
+    samples are cut into 5 to 20 consecutive blocks of at least 10; when the
+    standard deviation of the block medians is more than UNSTABLE_CV of their
+    median, the machine or the fabric changed under the measurement.
     """
     blocks = min(20, len(samples_ns) // 10)
     if blocks < 5:

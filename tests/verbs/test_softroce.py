@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, _env, mpiexec, read_rows
-from fabricbench.rdma import BAD_RKEY_HOOK
 from fabricbench.transports.perftest import listening
+from fabricbench.transports.rdma import BAD_RKEY_HOOK
+from support import PYTHON, clean_env, mpiexec, read_rows
 
 DEVICES = Path("/sys/class/infiniband")
 pytestmark = [
@@ -127,7 +127,7 @@ def _device() -> str:
 def test_serve_opens_the_device_it_is_told_and_names_a_wrong_one(out, tmp_path):
     """serve --device is the server's own choice: a device this host lacks fails there, in words."""
     port = _free_port()
-    env = _env(None)
+    env = clean_env()
     log_path = tmp_path / "serve.log"
     with open(log_path, "w") as log:
         server = subprocess.Popen(
@@ -160,7 +160,7 @@ def test_serve_opens_the_device_it_is_told_and_names_a_wrong_one(out, tmp_path):
 def test_killed_peer_without_mpi_is_a_clear_error_and_keeps_the_rows(out, tmp_path):
     """``serve`` / ``run --peer`` (the TCP rendezvous, no MPI): the server's session is killed mid-sweep."""
     port = _free_port()
-    env = _env(None)
+    env = clean_env()
     with open(tmp_path / "serve.log", "w") as log:
         server = subprocess.Popen(
             [PYTHON, "-m", "fabricbench", "serve", "--address", "127.0.0.1", "--port", str(port), "--timeout", "60",
@@ -197,3 +197,18 @@ def test_killed_peer_without_mpi_is_a_clear_error_and_keeps_the_rows(out, tmp_pa
     inline = min(220, meta["transports"]["verbs"]["max_inline_B"])
     assert inline > 0 and rows[rows.size_B <= inline].method.str.startswith("write inline").all()
     assert not rows[rows.size_B > inline].method.str.contains("inline").any()
+
+
+def test_doctor_lists_the_rxe_device_with_its_active_port():
+    result = subprocess.run(
+        [PYTHON, "-m", "fabricbench", "doctor", "--json"], capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+    assert result.returncode == 0, result.stderr
+    verdicts = json.loads(result.stdout)["transports"]
+    assert verdicts["verbs"]["available"] and verdicts["verbs-send"]["available"], verdicts["verbs"]
+    devices = {device["device"]: device for device in verdicts["verbs"]["details"]["devices"]}
+    port = devices["rxe0"]["ports"][0]
+    assert "active" in port["state"].lower() and port["link_layer"] == "Ethernet", port
+    assert port["active_mtu_B"] in (1024, 2048, 4096) and "RoCE v2" in port["gid"], port
+    table = subprocess.run([PYTHON, "-m", "fabricbench", "doctor"], capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert table.returncode == 0 and "rxe0" in table.stdout, table.stdout

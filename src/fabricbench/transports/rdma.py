@@ -9,7 +9,6 @@ perftest makes. Those run (and are tested) on machines with no RDMA at all.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ INSTALL_HINT = (
     "Debian/Ubuntu: apt-get install python3-pyverbs rdma-core ibverbs-providers; "
     "RHEL/Fedora: dnf install python3-pyverbs rdma-core libibverbs"
 )
+MAX_WINDOW = 65536  # work requests in flight that a peer client may ask for
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}  # enum ibv_mtu
 GID_TYPES = {0: "IB", 1: "RoCE v1", 2: "RoCE v2"}  # enum ibv_gid_type (the extended GID query)
 LINK_LAYERS = {0: "unspecified", 1: "InfiniBand", 2: "Ethernet"}
@@ -78,8 +78,15 @@ def _host_arguments(group, port_flag: str) -> None:
     )
 
 
-def add_arguments(parser) -> None:
-    """The verbs transports' options on ``fabricbench run``."""
+def add_arguments(parser, role: str) -> None:
+    """The verbs transports' options: on ``run`` (role "run") and on ``serve``, whose --port is its listening port.
+
+    On ``serve`` they describe the server's own device, so they are the server's to choose and never come
+    from the client.
+    """
+    if role == "serve":
+        _host_arguments(parser.add_argument_group("verbs and perftest transports, on this host"), "--device-port")
+        return
     group = parser.add_argument_group("verbs and perftest transports")
     _host_arguments(group, "--port")
     group.add_argument(
@@ -89,17 +96,8 @@ def add_arguments(parser) -> None:
     )
 
 
-def add_serve_arguments(parser) -> None:
-    """The same host settings on ``fabricbench serve``, whose --port is the listening port.
-
-    They describe the server's own device, so they are the server's to choose and never come
-    from the client.
-    """
-    _host_arguments(parser.add_argument_group("verbs and perftest transports, on this host"), "--device-port")
-
-
-def host_options(args) -> dict:
-    """This host's verbs settings, as Plan.transport_options['verbs'] (no --cq-mod: that one needs the window)."""
+def options(args, role: str) -> dict:
+    """The verbs settings from the command line, as Plan.transport_options['verbs']."""
     given = {
         "device": args.device,
         "port": args.device_port,
@@ -107,13 +105,10 @@ def host_options(args) -> dict:
         "inline": args.inline,
         "spin": args.spin,
     }
+    if role == "run":
+        check_cq_mod(args.cq_mod, args.window)
+        given["cq_mod"] = args.cq_mod
     return {key: value for key, value in given.items() if value is not None}
-
-
-def options(args) -> dict:
-    """The verbs settings from the command line, as Plan.transport_options['verbs']."""
-    check_cq_mod(args.cq_mod, args.window)
-    return host_options(args) | ({"cq_mod": args.cq_mod} if args.cq_mod is not None else {})
 
 
 def check_cq_mod(cq_mod: int | None, window: int) -> None:
@@ -362,20 +357,3 @@ def decode_endpoint(record: object, who: str) -> Endpoint:
     if os.environ.get(BAD_RKEY_HOOK) == "1":
         fields["rkey"] ^= 0x5A5A5A5A
     return Endpoint(gid=raw_gid, **fields)
-
-
-def allgather_json(ctrl, record: dict) -> list[dict]:
-    """Every rank's small record, in rank order, on every rank: gathered on rank 0, then broadcast.
-
-    What comes back passed through the network, so its shape is checked
-    before use; each field is checked by whoever reads it.
-    """
-    gathered = ctrl.gather_json(record)
-    data = ctrl.bcast_bytes(json.dumps(gathered).encode() if ctrl.rank == 0 else None)
-    try:
-        table = json.loads(data)
-    except (ValueError, RecursionError):
-        raise PeerError("the table broadcast by rank 0 is not JSON") from None
-    if not isinstance(table, list) or len(table) != ctrl.size or not all(isinstance(r, dict) for r in table):
-        raise PeerError("the table broadcast by rank 0 is malformed")
-    return table

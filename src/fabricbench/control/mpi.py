@@ -1,10 +1,4 @@
-"""The control plane between ranks: barriers, agreement and gathering results.
-
-It is separate from the data path so that a transport (TCP, verbs) can move
-its data without MPI while the runner still synchronises the ranks. Under a
-launcher this is MPI. Everything crosses as numbers or JSON bytes; nothing is
-pickled.
-"""
+"""The control plane under a launcher: MPI collectives on a communicator (a ControlPlane)."""
 
 from __future__ import annotations
 
@@ -14,6 +8,8 @@ import numpy as np
 
 
 class MPIControl:
+    local_address = None  # ranks reach each other by host name (or the transports' own options)
+
     def __init__(self, comm):
         from mpi4py import MPI
 

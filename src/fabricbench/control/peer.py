@@ -14,28 +14,17 @@ goes on to the next client.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import socket
-import struct
 import sys
 
-import numpy as np
-
 from fabricbench import __version__
-from fabricbench.errors import FabricbenchError, PeerError, UsageError
-from fabricbench.kernels import get_kernel
-from fabricbench.plan import Plan, Step
-from fabricbench.rendezvous import (
+from fabricbench.control.pair import RANKS, PairControl
+from fabricbench.control.rendezvous import (
     ACCEPT,
-    BARRIER,
-    BYTES,
     HELLO,
-    JSON,
-    VALUE,
-    VECTOR,
     VERSION,
     FieldReader,
     Fields,
@@ -48,111 +37,67 @@ from fabricbench.rendezvous import (
     send_message,
     serve_forever,
 )
-from fabricbench.transports import TRANSPORTS, supported_kernels, tcp
+from fabricbench.errors import FabricbenchError, PeerError, UsageError
+from fabricbench.kernels import get_kernel
+from fabricbench.orchestrate import execute_plan
+from fabricbench.plan import Plan, Step
+from fabricbench.transports import TRANSPORTS, transport_class
 
-RANKS = 2
 MAX_STEPS = 64
 MAX_SIZES = 64
 MAX_COUNT = 10**9  # iterations or warm-up
 MAX_WINDOW = 65536
 MAX_SECONDS = 86400.0
+MAX_SECTIONS = 16  # transports' own field sections in one HELLO
 HUGEPAGES = {None: 0, "on": 1, "off": 2}
-TCP_LOOPS = {"auto": 0, "c": 1, "python": 2}
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_F64 = struct.Struct("!d")
 
 
-class PairControl:
-    """The control plane of a two-rank run over one rendezvous connection (MPIControl's interface).
-
-    Rank 0 is the client, rank 1 the server. Every call sends a typed
-    message and, where the result needs it, waits for the peer's; every wait
-    times out.
-    """
-
-    size = RANKS
-
-    def __init__(self, sock: socket.socket, rank: int, timeout: float):
-        sock.settimeout(timeout)
-        self.sock = sock
-        self.rank = rank
-        inet = sock.family in (socket.AF_INET, socket.AF_INET6)
-        self.local_address = sock.getsockname()[0] if inet else None  # the address the other side reached us by
-
-    def _exchange(self, kind: int, payload: bytes) -> bytes:
-        send_message(self.sock, kind, payload)
-        return recv_message(self.sock, kind)
-
-    def barrier(self) -> None:
-        if self._exchange(BARRIER, b""):
-            raise ProtocolError("malformed BARRIER message: it carries a payload")
-
-    def allreduce_max(self, value: float) -> float:
-        other = FieldReader(self._exchange(VALUE, _F64.pack(value)), "VALUE message")
-        theirs = other.f64()
-        other.end()
-        return max(value, theirs)
-
-    def gather(self, values: np.ndarray) -> np.ndarray | None:
-        """Rank 0 gets a (2, k) float64 array: its own vector, then the server's."""
-        values = np.ascontiguousarray(values, dtype=np.float64)
-        if self.rank != 0:
-            send_message(self.sock, VECTOR, values.astype(">f8").tobytes())
-            return None
-        payload = recv_message(self.sock, VECTOR)
-        if len(payload) != values.nbytes:
-            raise ProtocolError(f"malformed VECTOR message: {len(payload)} B where {values.nbytes} B were due")
-        return np.vstack([values, np.frombuffer(payload, dtype=">f8").astype(np.float64)])
-
-    def bcast_bytes(self, data: bytes | None) -> bytes:
-        if self.rank == 0:
-            send_message(self.sock, BYTES, data)
-            return data
-        return recv_message(self.sock, BYTES)
-
-    def gather_json(self, obj: dict) -> list[dict] | None:
-        if self.rank != 0:
-            send_message(self.sock, JSON, json.dumps(obj).encode())
-            return None
-        try:
-            theirs = json.loads(recv_message(self.sock, JSON))
-        except (ValueError, RecursionError):
-            raise ProtocolError("malformed JSON message") from None
-        if not isinstance(theirs, dict):
-            raise ProtocolError("malformed JSON message: not an object")
-        return [obj, theirs]
-
-    def abort(self, code: int) -> None:
-        """Like MPI_Abort: the peer sees the connection close, this process ends now."""
-        self.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-    def close(self) -> None:
-        self.sock.close()
+def default_transport() -> str:
+    """What ``run --peer`` measures when told no transport: the first registered one that needs no launcher."""
+    return next(name for name in TRANSPORTS if not transport_class(name).needs_launcher)
 
 
 def mpi_free(plan: Plan) -> None:
-    """A peer run has no MPI: refuse the transports that need it."""
+    """A peer run has no launcher: refuse the transports that need one."""
     for step in plan.steps:
-        if step.transport.startswith("mpi"):
+        if transport_class(step.transport).needs_launcher:
+            free = ", ".join(name for name in TRANSPORTS if not transport_class(name).needs_launcher)
             raise UsageError(
-                f"transport {step.transport!r} needs MPI and a launcher; --peer runs without MPI (try -t tcp)"
+                f"transport {step.transport!r} needs MPI and a launcher; --peer runs without MPI (transports "
+                f"that need none: {free})"
             )
 
 
+def _handshake_owners(plan: Plan) -> dict:
+    """{options key: transport class} for the plan's transports that add fields to the HELLO, in step order."""
+    owners = {}
+    for step in plan.steps:
+        cls = transport_class(step.transport)
+        if cls.handshake_version:
+            owners.setdefault(cls.options_key, cls)
+    return owners
+
+
 def encode_hello(plan: Plan, hugepages: str | None) -> bytes:
-    """The HELLO payload: the plan fields the server needs, struct-packed."""
+    """The HELLO payload: the plan fields the server needs, then each transport's own section, struct-packed.
+
+    A section is (options key, that transport's field version, its fields), so a transport's new option
+    bumps its own version, not the protocol's.
+    """
     fields = Fields().text(__version__).text(plan.run_id)
     fields.i64(-1 if plan.iterations is None else plan.iterations).i64(-1 if plan.warmup is None else plan.warmup)
     fields.u32(plan.window).f64(plan.max_time or 0.0).u8(int(plan.validate)).f64(plan.timeout)
-    fields.text(plan.method).u8(HUGEPAGES[hugepages])
-    fields.u8(TCP_LOOPS[plan.transport_options.get("tcp", {}).get("loop", "auto")]).u16(len(plan.steps))
+    fields.u8(HUGEPAGES[hugepages]).u16(len(plan.steps))
     for step in plan.steps:
         fields.text(step.transport).text(step.kernel).u16(len(step.sizes))
         for size in step.sizes:
             fields.u64(size)
+    owners = _handshake_owners(plan)
+    fields.u16(len(owners))
+    for key, cls in owners.items():
+        section = cls.encode_handshake(plan.transport_options.get(key, {}))
+        fields.text(key).u16(cls.handshake_version).blob(section)
     return fields.payload()
 
 
@@ -165,8 +110,8 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
     """Check every HELLO field; returns (plan, hugepages, client version) or raises ProtocolError.
 
     ``transport_options`` are the server's own (addresses, devices): they describe this host, so
-    they never come from the client. The one exception is the tcp loop, which the client picks
-    for both sides of its run.
+    they never come from the client, except what a transport's own section lets the client choose
+    for both sides of its run (each transport's decode_handshake checks its fields).
     """
     reader = FieldReader(payload, "HELLO message")
     client_version, run_id = reader.text(64), reader.text(128)
@@ -179,20 +124,17 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
     _refuse_unless(max_time == 0 or (math.isfinite(max_time) and 0 < max_time <= MAX_SECONDS), "bad --max-time")
     _refuse_unless(validate in (0, 1), f"bad validate flag {validate}")
     _refuse_unless(math.isfinite(timeout) and 0 < timeout <= MAX_SECONDS, f"bad --timeout {timeout}")
-    method, hugepages = reader.text(32), reader.u8()
+    hugepages = reader.u8()
     _refuse_unless(hugepages in HUGEPAGES.values(), f"bad hugepages setting {hugepages}")
-    loop = {code: name for name, code in TCP_LOOPS.items()}.get(reader.u8())
-    _refuse_unless(loop is not None, "bad tcp loop setting")
-    _refuse_unless(loop != "c" or tcp.c_loop_built(), "--tcp-loop c: this server's install has no C loop")
-    if loop != "auto":
-        transport_options = transport_options | {"tcp": transport_options.get("tcp", {}) | {"loop": loop}}
     step_count = reader.u16()
     _refuse_unless(1 <= step_count <= MAX_STEPS, f"{step_count} steps; 1 to {MAX_STEPS} are allowed")
     steps = []
     for _ in range(step_count):
         transport, kernel_name, size_count = reader.text(64), reader.text(64), reader.u16()
         _refuse_unless(transport in TRANSPORTS, f"unknown transport {transport!r}")
-        _refuse_unless(not transport.startswith("mpi"), f"transport {transport!r} needs MPI; a peer run has none")
+        _refuse_unless(
+            not transport_class(transport).needs_launcher, f"transport {transport!r} needs MPI; a peer run has none"
+        )
         _refuse_unless(1 <= size_count <= MAX_SIZES, f"{size_count} sizes; 1 to {MAX_SIZES} are allowed")
         sizes = [reader.u64() for _ in range(size_count)]
         try:
@@ -200,13 +142,15 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
             kernel.check_ranks(RANKS)
         except UsageError as exc:
             raise ProtocolError(str(exc)) from None
-        _refuse_unless(kernel.name in supported_kernels(transport), f"{transport} has no {kernel.name} kernel")
+        _refuse_unless(kernel.name in transport_class(transport).kernels, f"{transport} has no {kernel.name} kernel")
         for size in sizes:
             _refuse_unless(
                 kernel.min_size <= size <= kernel.max_size,
                 f"{kernel.name} size {size} B is outside {kernel.min_size}..{kernel.max_size} B",
             )
         steps.append(Step(transport, kernel.name, sizes))
+    plan = Plan(steps=steps)
+    transport_options = _decode_sections(reader, _handshake_owners(plan), transport_options)
     reader.end()
     plan = Plan(
         steps=steps,
@@ -215,7 +159,6 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
         window=window,
         max_time=max_time or None,
         validate=bool(validate),
-        method=method,
         timeout=timeout,
         run_id=run_id,
         output_format="none",
@@ -223,6 +166,30 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
     )
     hugepages_name = {code: name for name, code in HUGEPAGES.items()}[hugepages]
     return plan, hugepages_name, client_version
+
+
+def _decode_sections(reader: FieldReader, owners: dict, transport_options: dict) -> dict:
+    """The transports' own sections: exactly one per transport in the plan that has fields, each of its version."""
+    count = reader.u16()
+    _refuse_unless(count <= MAX_SECTIONS, f"{count} transport sections; at most {MAX_SECTIONS} are allowed")
+    seen = set()
+    merged = dict(transport_options)
+    for _ in range(count):
+        key, version, section = reader.text(64), reader.u16(), reader.blob()
+        _refuse_unless(key in owners and key not in seen, f"unexpected transport section {key!r}")
+        seen.add(key)
+        cls = owners[key]
+        _refuse_unless(
+            version == cls.handshake_version,
+            f"the client's {key} fields are version {version}; this server speaks {key} version "
+            f"{cls.handshake_version}: run the same fabricbench version on both sides",
+        )
+        fields = FieldReader(section, f"{key} section of the HELLO message")
+        merged[key] = cls.decode_handshake(fields, merged.get(key, {}))
+        fields.end()
+    missing = sorted(set(owners) - seen)
+    _refuse_unless(not missing, f"no transport section for {', '.join(missing)}")
+    return merged
 
 
 def parse_peer(text: str) -> tuple[str, int]:
@@ -236,7 +203,6 @@ def parse_peer(text: str) -> tuple[str, int]:
 
 def run_client(plan: Plan, peer: str, hugepages: str | None) -> int:
     """Rank 0 of a peer run: handshake, then the ordinary runner over PairControl."""
-    from fabricbench.cli import execute_plan
     from fabricbench.results import prepare_out_dir
 
     host, port = parse_peer(peer)
@@ -279,14 +245,10 @@ def serve(address: str, port: int, timeout: float, transport_options: dict) -> i
     ``transport_options`` are this host's settings per transport, as Plan.transport_options.
     """
     listener = listen(address, port)
-    tcp = dict(transport_options.get("tcp", {}))
-    if address != "0.0.0.0" and not tcp.get("interface"):
-        tcp.setdefault("address", address)  # data goes where the client already reaches us
-    data_options = transport_options | {"tcp": tcp}
 
     def session(sock: socket.socket, client: str) -> None:
         try:
-            plan, hugepages, client_version = decode_hello(recv_message(sock, HELLO), data_options)
+            plan, hugepages, client_version = decode_hello(recv_message(sock, HELLO), transport_options)
         except ProtocolError as exc:
             refuse(sock, str(exc))
             raise PeerError(f"refused: {exc}") from None
@@ -311,8 +273,6 @@ def serve(address: str, port: int, timeout: float, transport_options: dict) -> i
 
 def _run_forked(listener: socket.socket, sock: socket.socket, plan: Plan, hugepages: str | None) -> int:
     """Run one session as rank 1 in a child process and return its exit code."""
-    from fabricbench.cli import execute_plan
-
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()

@@ -8,8 +8,9 @@ Every message is a 12-byte header and a payload::
 
     magic b"FBRV" | version u16 | message type u16 | payload length u32   (network byte order)
 
-The header keeps this layout in every version, so a peer of another version
-is told so in words. A payload is a sequence of struct-packed fields written
+The header keeps this layout in every version, and so does an ERROR
+message's payload (one text field), so a peer of another version is told so
+in words and can read a refusal from any version. A payload is a sequence of struct-packed fields written
 by ``Fields`` and read back, length-checked, by ``FieldReader``. Nothing
 received is unpickled or evaluated; every length is checked against a limit
 before anything is read, and every blocking call has a timeout.
@@ -27,10 +28,11 @@ import struct
 import sys
 from collections.abc import Callable
 
+from fabricbench import __version__
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
 
 MAGIC = b"FBRV"
-VERSION = 2  # 2: HELLO carries the tcp loop
+VERSION = 3  # 3: transports add their own versioned sections to the HELLO
 HEADER = struct.Struct("!4sHHI")
 MAX_PAYLOAD = 64 * 1024  # the default limit on one message; the handshake and control plane stay far below
 MAX_TEXT = 1024
@@ -212,10 +214,13 @@ def recv_message(sock: socket.socket, expect: int, max_payload: int = MAX_PAYLOA
     magic, version, kind, length = HEADER.unpack(_recv_exact(sock, HEADER.size, waiting_for))
     if magic != MAGIC:
         raise ProtocolError(f"not a fabricbench peer: bad magic {magic!r} (expected {MAGIC!r})")
-    if version != VERSION:
-        raise ProtocolError(f"protocol version {version} is not supported (this side speaks version {VERSION})")
     if length > max_payload:
         raise ProtocolError(f"{_name(kind)} message of {length} B is over the {max_payload} B limit")
+    if version != VERSION and kind != ERROR:
+        raise ProtocolError(
+            f"the peer speaks rendezvous protocol version {version} and this side (fabricbench {__version__}) "
+            f"version {VERSION}: run the same fabricbench version on both sides"
+        )
     payload = _recv_exact(sock, length, waiting_for)
     if kind == ERROR:
         raise Refused(FieldReader(payload, "ERROR message").text())

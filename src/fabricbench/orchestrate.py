@@ -1,0 +1,88 @@
+"""From a plan to rows on disk: start local ranks, agree on the plan, run it, hand rows to the writers.
+
+``cli`` parses and dispatches; this module is what happens next, for the
+three ways a run starts: alone (it re-executes itself under ``mpiexec``),
+under a launcher (every rank runs ``run_ranks``), or as one side of a
+two-host run without MPI (``control.peer`` calls ``execute_plan``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from fabricbench.control import ControlPlane
+from fabricbench.errors import FabricbenchError
+from fabricbench.plan import Plan
+
+RUN_ID_VAR = "FABRICBENCH_RUN_ID"  # a self-launching parent names the run once; its ranks keep that name
+
+
+def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progress: bool) -> int:
+    """Started alone: check what can be checked here, then run ``argv`` again on ``ranks`` local ranks."""
+    from fabricbench import launch
+    from fabricbench.results import prepare_out_dir
+
+    prepare_out_dir(plan.out_dir)
+    os.environ[RUN_ID_VAR] = plan.run_id
+    child_argv = list(argv) if out_given else [*argv, "--out", plan.out_dir]
+    return launch.relaunch(child_argv, ranks, progress=progress)
+
+
+def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | None) -> int:
+    """Under a launcher, on every rank: rank 0 builds the plan and broadcasts it as JSON, then all run it.
+
+    Bad input found on rank 0 reaches every rank through the broadcast, so
+    every rank exits with the same code and one line is printed.
+    """
+    from mpi4py import MPI
+
+    from fabricbench import env
+    from fabricbench.control.mpi import MPIControl
+
+    ctrl = MPIControl(MPI.COMM_WORLD)
+    envelope = None
+    if ctrl.rank == 0:
+        try:
+            from fabricbench.results import prepare_out_dir
+
+            plan = make_plan(ctrl.size)
+            prepare_out_dir(plan.out_dir)
+            envelope = {"plan": json.loads(plan.to_json())}
+        except FabricbenchError as exc:
+            envelope = {"error": str(exc), "code": exc.exit_code}
+    envelope = json.loads(ctrl.bcast_bytes(json.dumps(envelope).encode() if ctrl.rank == 0 else None))
+    if "error" in envelope:
+        if ctrl.rank == 0:
+            print(f"fabricbench: error: {envelope['error']}", file=sys.stderr)
+        return int(envelope["code"])
+    plan = Plan.from_json(json.dumps(envelope["plan"]).encode())
+    return execute_plan(plan, ctrl, launcher, hugepages, env.mpi_info() if ctrl.rank == 0 else None)
+
+
+def execute_plan(
+    plan: Plan, ctrl: ControlPlane, launcher: str | None, hugepages: str | None, extra_metadata: dict | None = None
+) -> int:
+    """Run the plan on this rank; rank 0 writes the table. Returns the exit code (1: validation failed)."""
+    from pathlib import Path
+
+    from fabricbench import env
+    from fabricbench.runner import execute
+
+    if hugepages:
+        env.set_numpy_hugepages(hugepages == "on")
+    ranks = ctrl.gather_json(env.rank_info())
+    reporter = None
+    if ctrl.rank == 0:
+        from fabricbench.report.reporter import Reporter
+
+        metadata = env.run_metadata(plan, ranks, launcher)
+        metadata.update(extra_metadata or {})
+        reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
+    execute(plan, ctrl, reporter)
+    if reporter:
+        reporter.close()
+        return 1 if reporter.failed_validation else 0
+    return 0

@@ -1,0 +1,226 @@
+"""The tcp transport's links: address discovery, one TCP connection per needed pair of ranks, and a duplex engine.
+
+The ranks meet through the control plane (MPI under a launcher, the
+rendezvous connection under ``serve``/``run --peer``): each rank that expects
+connections listens, the listening addresses are gathered and broadcast, then
+the lower rank of every needed pair connects and names itself with a LINK
+message. From then on the data path is sockets only.
+
+Sockets have TCP_NODELAY and kernel-side timeouts (SO_RCVTIMEO/SO_SNDTIMEO)
+instead of Python's, so one send or receive is one system call and a dead
+peer still ends the run. The timed loops live in ``tcp.py``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import socket
+import struct
+
+from fabricbench.control import allgather_json
+from fabricbench.control.rendezvous import (
+    LINK,
+    FieldReader,
+    Fields,
+    accept,
+    connect,
+    listen,
+    recv_message,
+    send_message,
+)
+from fabricbench.errors import PeerError, UsageError
+
+WAITALL = socket.MSG_WAITALL
+DONTWAIT = socket.MSG_DONTWAIT
+READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
+WRITABLE = select.POLLOUT | select.POLLERR | select.POLLHUP
+SIOCGIFADDR = 0x8915
+ANY = "0.0.0.0"
+
+
+def interface_address(name: str) -> str:
+    """The IPv4 address of a network interface, as ``ip addr`` shows it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            raw = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError as exc:
+            raise UsageError(f"--tcp-interface {name!r}: no IPv4 address ({exc.strerror})") from None
+    return socket.inet_ntoa(raw[20:24])
+
+
+def _net_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return 0
+
+
+def _needed_peers(rank: int, ranks: int) -> set[int]:
+    """The ranks this rank exchanges data with: its pair partner and its ring neighbours."""
+    half = ranks // 2
+    peers = {(rank + 1) % ranks, (rank - 1) % ranks}
+    if rank < half:
+        peers.add(rank + half)
+    elif rank < 2 * half:
+        peers.add(rank - half)
+    peers.discard(rank)
+    return peers
+
+
+def _data_socket(sock: socket.socket, timeout: float) -> socket.socket:
+    """Blocking in Python, bounded in the kernel: no poll() before every call."""
+    sock.settimeout(None)
+    seconds = int(timeout)
+    limit = struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _reach(me: dict, other: dict, rank: int) -> tuple[str, int]:
+    """Where to connect to reach ``other``'s listener from here."""
+    port = other.get("port")
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise PeerError(f"tcp: rank {rank} sent a bad port {port!r}")
+    for key in ("address", "fallback"):
+        if other.get(key) is not None and not isinstance(other[key], str):
+            raise PeerError(f"tcp: rank {rank} sent a bad {key} {other[key]!r}")
+    if other.get("address"):
+        return other["address"], port
+    if (other.get("host"), other.get("netns")) == (me["host"], me["netns"]):
+        return "127.0.0.1", port
+    if other.get("fallback"):
+        return other["fallback"], port
+    raise PeerError(
+        f"tcp: no address to reach rank {rank} on {other.get('host')!r}; give --tcp-address or --tcp-interface"
+    )
+
+
+def open_links(ctrl, options: dict, token: str, timeout: float) -> tuple[dict[int, socket.socket], str | None]:
+    """Connect this rank to the ranks it needs: {peer rank: socket}, and the bound address.
+
+    The lower rank of each pair connects, the higher accepts. Connections
+    complete in the listener's backlog before anyone accepts, so the order
+    cannot deadlock.
+    """
+    rank, ranks = ctrl.rank, ctrl.size
+    bind = options.get("address") or (interface_address(options["interface"]) if options.get("interface") else None)
+    bind = None if bind == ANY else bind
+    peers = _needed_peers(rank, ranks)
+    incoming = sorted(p for p in peers if p < rank)
+    listener = None
+    if incoming:
+        port = options.get("port")
+        listener = listen(bind or ANY, port + rank if port else 0, backlog=len(incoming) + 4)
+    try:
+        fallback = getattr(ctrl, "local_address", None)
+        if fallback is None:
+            try:
+                fallback = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                fallback = None
+        entry = {
+            "host": socket.gethostname(),
+            "netns": _net_namespace(),
+            "address": bind,
+            "fallback": fallback,
+            "port": listener.getsockname()[1] if listener else 0,
+        }
+        table = allgather_json(ctrl, entry, "tcp address table")
+        links: dict[int, socket.socket] = {}
+        for peer in sorted(p for p in peers if p > rank):
+            host, port = _reach(entry, table[peer], peer)
+            sock = connect(host, port, timeout, source=bind)
+            send_message(sock, LINK, Fields().text(token).u32(rank).payload())
+            links[peer] = sock
+        for _ in incoming:
+            sock, where = accept(listener, timeout, f"tcp connections from ranks {incoming}")
+            sock.settimeout(timeout)
+            reader = FieldReader(recv_message(sock, LINK), f"LINK message from {where}")
+            their_token, peer = reader.text(), reader.u32()
+            reader.end()
+            if their_token != token or peer not in incoming or peer in links:
+                sock.close()
+                raise PeerError(f"tcp: unexpected connection from {where} (rank {peer}, run {their_token!r})")
+            links[peer] = sock
+    finally:
+        if listener:
+            listener.close()
+    return {peer: _data_socket(sock, timeout) for peer, sock in links.items()}, bind
+
+
+def finish_recv(recv_into, view: memoryview, got: int) -> None:
+    """The slow path: the rest of a message that arrived in pieces (or a closed peer)."""
+    size = len(view)
+    while got < size:
+        n = recv_into(view[got:], 0, WAITALL)
+        if not n:
+            raise EOFError
+        got += n
+
+
+class Duplex:
+    """Sends to one socket while receiving from another (or the same), so two senders never block each other.
+
+    It sends eagerly until the kernel would block, then polls both ways. Once
+    one direction is done it blocks on the other: if our receive is complete
+    the peer has finished sending and is draining us, and the other way round.
+    """
+
+    def __init__(self, out_sock: socket.socket, in_sock: socket.socket, timeout: float):
+        self.send, self.sendall, self.recv_into = out_sock.send, out_sock.sendall, in_sock.recv_into
+        self.out_fd, self.in_fd = out_sock.fileno(), in_sock.fileno()
+        self.poller = select.poll()
+        if self.out_fd == self.in_fd:
+            self.poller.register(self.out_fd, READABLE | WRITABLE)
+        else:
+            self.poller.register(self.out_fd, WRITABLE)
+            self.poller.register(self.in_fd, READABLE)
+        self.timeout_ms = int(timeout * 1000)
+
+    def transfer(self, send_view: memoryview, recv_view: memoryview, repeat: int = 1) -> None:
+        """Send ``send_view`` ``repeat`` times while receiving ``repeat`` messages into ``recv_view``."""
+        send, recv_into = self.send, self.recv_into
+        out_size, in_size = len(send_view), len(recv_view)
+        out_end, in_end = out_size * repeat, in_size * repeat
+        sent = got = 0
+        try:
+            while sent < out_end:
+                offset = sent % out_size
+                sent += send(send_view[offset:] if offset else send_view, DONTWAIT)
+        except BlockingIOError:
+            pass
+        out_fd, in_fd, poll, timeout_ms = self.out_fd, self.in_fd, self.poller.poll, self.timeout_ms
+        while sent < out_end and got < in_end:
+            events = poll(timeout_ms)
+            if not events:
+                raise BlockingIOError
+            for fd, event in events:
+                if fd == out_fd and event & WRITABLE and sent < out_end:
+                    offset = sent % out_size
+                    try:  # noqa: SIM105 - suppress() would cost a context manager per call here
+                        sent += send(send_view[offset:] if offset else send_view, DONTWAIT)
+                    except BlockingIOError:
+                        pass
+                if fd == in_fd and event & READABLE and got < in_end:
+                    offset = got % in_size
+                    try:
+                        n = recv_into(recv_view[offset:] if offset else recv_view, 0, DONTWAIT)
+                    except BlockingIOError:
+                        continue
+                    if not n:
+                        raise EOFError
+                    got += n
+        while sent < out_end:
+            offset = sent % out_size
+            self.sendall(send_view[offset:] if offset else send_view)
+            sent += out_size - offset
+        while got < in_end:
+            offset = got % in_size
+            n = recv_into(recv_view[offset:] if offset else recv_view, 0, WAITALL)
+            if not n:
+                raise EOFError
+            got += n
