@@ -1,7 +1,8 @@
-"""`fabricbench compare` on real runs: ratios, the overlap, the tidy CSV, the plots, bad input."""
+"""`fabricbench compare` on real runs: ratios, the overlap, the tidy CSV, the plots, schemas, bad input."""
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 import subprocess
@@ -9,7 +10,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from conftest import PYTHON, fabricbench, read_rows
+from support import PYTHON, REPO, fabricbench, read_rows
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 OVERLAP = [64, 128, 256, 512, 1024]
@@ -216,6 +217,26 @@ def test_compare_needs_no_mpi(finished_runs, tmp_path):
     assert (tmp_path / "comparison.csv").exists()
 
 
+def test_runs_record_schema_version_2_and_read_without_migration(finished_runs, compared):
+    result, _ = compared
+    metadata = json.loads((finished_runs["a"] / "metadata.json").read_text())
+    assert metadata["schema_version"] == 2
+    assert "os_release" in metadata and "kernel" not in metadata
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(finished_runs["a"] / "results.parquet")
+    assert json.loads(schema.metadata[b"fabricbench"])["schema_version"] == 2
+    assert "# note:" not in result.stdout
+
+
+def test_the_shipped_example_written_before_schema_version_still_compares():
+    example = "results/examples/default-sweep"
+    result = fabricbench("compare", example, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith((REPO / "results/examples/default-sweep-compare/compare.txt").read_text())
+    assert result.stdout.endswith(f"# note: {example}: read as schema 1 (it has no schema_version); migrated to 2\n")
+
+
 def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
     """Each case: the compare arguments (a good run beside the bad input) and the error it must name."""
     (root / "empty.csv").write_bytes(b"")
@@ -225,6 +246,11 @@ def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
     (root / "broken.parquet").write_bytes((run_a / "results.parquet").read_bytes()[:300])
     (root / "no-results").mkdir()
     (root / "no-results" / "metadata.json").write_text((run_a / "metadata.json").read_text())
+    metadata = json.loads((run_a / "metadata.json").read_text())
+    for name, changed in (("newer", {"schema_version": 3}), ("hosts", {"hosts": 5}), ("list", None)):
+        (root / name).mkdir()
+        (root / name / "results.csv").write_text((run_a / "results.csv").read_text())
+        (root / name / "metadata.json").write_text(json.dumps(metadata | changed if changed else [metadata]))
     good = str(run_b)
     return {
         "missing path": ([str(root / "nowhere"), good], "no such file or directory"),
@@ -234,6 +260,12 @@ def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
         "binary csv": ([str(root / "binary.csv"), good], "cannot read results from"),
         "corrupt parquet": ([str(root / "broken.parquet"), good], "cannot read results from"),
         "dir without results": ([str(root / "no-results"), good], "no results.csv or results.parquet in"),
+        "newer schema": (
+            [good, str(root / "newer")],
+            "was written by a newer fabricbench (schema 3); this one reads up to 2",
+        ),
+        "hosts not a list": ([str(root / "hosts"), good], "has metadata field 'hosts' = 5, not a list of strings"),
+        "metadata not an object": ([str(root / "list"), good], "has metadata that is not a JSON object"),
         "unknown metric": ([str(run_a), good, "--metric", "speed"], "unknown metric 'speed'"),
         "metric with no values": ([str(run_a), good, "--metric", "busbw"], "no measured values for busbw_GBps"),
         "unwritable out": ([str(run_a), good, "--out", "/proc/fabricbench"], "output directory '/proc/fabricbench'"),
@@ -248,6 +280,9 @@ BAD = [
     "binary csv",
     "corrupt parquet",
     "dir without results",
+    "newer schema",
+    "hosts not a list",
+    "metadata not an object",
     "unknown metric",
     "metric with no values",
     "unwritable out",

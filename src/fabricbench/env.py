@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fabricbench import __version__
+from fabricbench.results import SCHEMA_VERSION
 
 
 def _read(path: str) -> str:
@@ -70,6 +71,7 @@ def mpi_info() -> dict:
 def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
     """The run's metadata; ``ranks`` is rank_info() from every rank, in rank order."""
     meta = {
+        "schema_version": SCHEMA_VERSION,
         "run_id": plan.run_id,
         "label": plan.label,
         "fabricbench_version": __version__,
@@ -82,7 +84,7 @@ def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
         "hosts": sorted({r["host"] for r in ranks}),
         "ranks": ranks,
         "cpu_model": cpu_model(),
-        "kernel": platform.release(),
+        "os_release": platform.release(),
         "transparent_hugepage": transparent_hugepages(),
         "numpy_madvise_hugepage": numpy_hugepages(),
         "NUMPY_MADVISE_HUGEPAGE": os.environ.get("NUMPY_MADVISE_HUGEPAGE", "unset"),

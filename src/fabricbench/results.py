@@ -52,6 +52,9 @@ COLUMNS = [
 ]
 NUMERIC = {c for c in COLUMNS if c.endswith(("_us", "_MBps", "_GBps", "_per_s"))}
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup"}
+# The table's and its metadata's layout; compare migrates older ones (report/load.py).
+# 1: every table written before schema_version existed; 2: metadata says os_release, not kernel.
+SCHEMA_VERSION = 2
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"

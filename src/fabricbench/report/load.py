@@ -1,0 +1,193 @@
+"""Reading finished runs for ``fabricbench compare``: checked inputs, schema migration, series.
+
+Every input is read, checked and migrated to the current schema here, so the
+comparison and the plots only see tables of one shape. A series is one (run,
+transport, buffer) of one input, so a run that measured both mpi and tcp gives
+two series. Only the compare subcommand imports this module, on one process, so
+pandas is imported at the top.
+"""
+
+from __future__ import annotations
+
+import math
+import reprlib
+import string
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from fabricbench.errors import UsageError
+from fabricbench.results import CSV_NAME, NUMERIC, PARQUET_NAME, SCHEMA_VERSION, read_table
+
+REQUIRED = ["transport", "kernel", "size_B", "status"]
+# Columns a schema 1 table may lack, with the value a row without them means.
+OPTIONAL = {"run_id": "", "label": "", "buffer": "host", "method": "", "validation": "", "sample": ""}
+# Metadata fields the report reads that must be strings (and "hosts", a list of strings).
+STRING_FIELDS = ("label", "run_id", "mpi_vendor")
+# What migrate() records in the metadata it returns: the sentence the report prints as a note.
+MIGRATED = "migrated"
+KEY = ["kernel", "size_B"]
+
+
+@dataclass
+class Series:
+    """One line in the tables and plots."""
+
+    letter: str
+    name: str
+    source: str
+    run_id: str
+    transport: str
+    buffer: str
+    metadata: dict
+
+
+def _check_metadata(metadata: object) -> None:
+    """Raise a UsageError, worded to follow the input's name, for metadata the report cannot read."""
+    if not isinstance(metadata, dict):
+        raise UsageError("has metadata that is not a JSON object")
+    hosts = metadata.get("hosts", [])
+    if not (isinstance(hosts, list) and all(isinstance(host, str) for host in hosts)):
+        raise UsageError(f"has metadata field 'hosts' = {reprlib.repr(hosts)}, not a list of strings")
+    for field in STRING_FIELDS:
+        if not isinstance(metadata.get(field, ""), str):
+            raise UsageError(f"has metadata field {field!r} = {reprlib.repr(metadata[field])}, not a string")
+    version = metadata.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UsageError(f"has metadata field 'schema_version' = {reprlib.repr(version)}, not a positive integer")
+    if version > SCHEMA_VERSION:
+        raise UsageError(
+            f"was written by a newer fabricbench (schema {version}); this one reads up to {SCHEMA_VERSION}"
+        )
+
+
+def migrate(frame: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, dict]:
+    """A table and its metadata brought up to SCHEMA_VERSION, so old tables are read on purpose, not by defaults.
+
+    Schema 1 is every table written before ``schema_version`` existed: its
+    metadata called the OS release ``kernel`` (the name of a row column), and
+    its rows may lack the OPTIONAL columns. The returned metadata says under
+    MIGRATED what was done; a current table comes back unchanged. Metadata of
+    the wrong shape or of a newer schema raises a UsageError.
+    """
+    _check_metadata(metadata)
+    if metadata.get("schema_version", 1) == SCHEMA_VERSION:
+        return frame, metadata
+    metadata = dict(metadata)
+    if "kernel" in metadata:
+        metadata["os_release"] = metadata.pop("kernel")
+    frame = frame.copy()
+    for column, default in OPTIONAL.items():
+        if column not in frame.columns:
+            frame[column] = default
+    unmarked = "" if "schema_version" in metadata else " (it has no schema_version)"
+    metadata["schema_version"] = SCHEMA_VERSION
+    metadata[MIGRATED] = f"read as schema 1{unmarked}; migrated to {SCHEMA_VERSION}"
+    return frame, metadata
+
+
+def _require_columns(path: str, frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise UsageError(f"{path!r} is not a {what}: no column {', '.join(missing)}")
+
+
+def _load(path: str) -> tuple[pd.DataFrame, dict]:
+    """One input as a checked DataFrame of the current schema, or a one-line UsageError."""
+    import pyarrow
+
+    source = Path(path)
+    if not source.exists():
+        raise UsageError(f"no such file or directory: {path!r}")
+    if source.is_dir() and not any((source / name).exists() for name in (CSV_NAME, PARQUET_NAME)):
+        raise UsageError(f"no {CSV_NAME} or {PARQUET_NAME} in {path!r}")
+    if source.is_file() and source.stat().st_size == 0:
+        raise UsageError(f"{path!r} is empty")
+    try:
+        frame, metadata = read_table(path)
+    except UsageError:
+        raise
+    except (ValueError, OSError, pyarrow.ArrowException) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot read results from {path!r}: {first_line}") from None
+    _require_columns(path, frame, REQUIRED, "fabricbench table")
+    if frame.empty:
+        raise UsageError(f"{path!r} holds no result rows")
+    try:
+        frame, metadata = migrate(frame, metadata)
+    except UsageError as exc:
+        raise UsageError(f"{path!r} {exc}") from None
+    _require_columns(path, frame, OPTIONAL, f"schema {SCHEMA_VERSION} table")
+    frame = frame.copy()
+    for column, default in OPTIONAL.items():
+        frame[column] = frame[column].fillna(default).astype(str)
+    frame["transport"] = frame["transport"].astype(str)
+    frame["kernel"] = frame["kernel"].astype(str)
+    frame["status"] = frame["status"].fillna("").astype(str)
+    try:
+        frame["size_B"] = pd.to_numeric(frame["size_B"].replace("", math.nan))
+        for column in NUMERIC & set(frame.columns):
+            frame[column] = pd.to_numeric(frame[column].replace("", math.nan)).astype(float)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{path!r} has a non-numeric value: {exc}") from None
+    return frame, metadata
+
+
+def _path_name(path: str) -> str:
+    source = Path(path).resolve()
+    if source.name in (CSV_NAME, PARQUET_NAME):
+        return source.parent.name
+    return source.stem if source.is_file() else source.name
+
+
+def _run_label(path: str, metadata: dict, run_id: str, rows: pd.DataFrame) -> str:
+    """The metadata's label, else the rows' label, else the run id, else the path's name."""
+    if metadata.get("label") and metadata.get("run_id", run_id) == run_id:
+        return metadata["label"]
+    labels = [label for label in rows["label"].unique() if label]
+    return labels[0] if labels else run_id or _path_name(path)
+
+
+def comparable(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose numbers stand: measured, and not failed validation."""
+    return rows["status"].str.startswith("ok") & (rows["validation"] != "fail")
+
+
+def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str]]:
+    """Every input cut into series; the tidy rows of all of them; notes about migrations and repeated rows."""
+    found: list[tuple[str, dict, str, str, str, str, pd.DataFrame]] = []
+    notes = []
+    for path in paths:
+        frame, metadata = _load(path)
+        if MIGRATED in metadata:
+            notes.append(f"{path}: {metadata[MIGRATED]}")
+        for (run_id, transport, buffer), rows in frame.groupby(["run_id", "transport", "buffer"], sort=False):
+            label = _run_label(path, metadata, run_id, rows)
+            found.append((path, metadata, run_id, transport, buffer, label, rows))
+    if len(found) > len(string.ascii_uppercase):
+        raise UsageError(f"compare takes at most {len(string.ascii_uppercase)} series, these inputs hold {len(found)}")
+    vary_transport = len({f[3] for f in found}) > 1
+    vary_buffer = len({f[4] for f in found}) > 1
+    series, frames, taken = [], [], set()
+    for letter, (path, metadata, run_id, transport, buffer, label, rows) in zip(
+        string.ascii_uppercase, found, strict=False
+    ):
+        detail = [part for part, varies in ((transport, vary_transport), (buffer, vary_buffer)) if varies]
+        name = f"{label} ({', '.join(detail)})" if detail else label
+        unique, copy = name, 2
+        while unique in taken:
+            unique, copy = f"{name} #{copy}", copy + 1
+        taken.add(unique)
+        series.append(Series(letter, unique, path, run_id, transport, buffer, metadata))
+        measured = rows[comparable(rows)]
+        repeated = measured.duplicated(KEY, keep="last").reindex(rows.index, fill_value=False)
+        if repeated.any():
+            notes.append(f"{letter} holds {int(repeated.sum())} repeated (kernel, size) rows; the last of each is used")
+        rows = rows[~repeated].copy()
+        rows.insert(0, "letter", letter)
+        rows.insert(0, "series", unique)
+        rows["source"] = path
+        frames.append(rows)
+    return series, pd.concat(frames, ignore_index=True), notes

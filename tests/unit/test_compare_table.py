@@ -1,0 +1,208 @@
+"""The compare report's pure parts on hand-built tables: ratios, baselines, metric names, sizes, migration."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from fabricbench.errors import UsageError
+from fabricbench.report.compare import compare, comparison_table, format_sizes, parse_metrics
+from fabricbench.report.load import MIGRATED, OPTIONAL, migrate, split_series
+from fabricbench.results import SCHEMA_VERSION
+
+METRICS = ["lat_p50_us", "bw_MBps"]
+
+
+def _row(letter: str, kernel: str, size: int, p50: float, bw: float = math.nan, **fields) -> dict:
+    """One row as split_series gives it: series letter, what was run, the metrics."""
+    return {
+        "series": f"run {letter}",
+        "letter": letter,
+        "run_id": f"run-{letter}",
+        "transport": "mpi",
+        "buffer": "host",
+        "method": "persistent",
+        "source": f"/results/{letter}",
+        "kernel": kernel,
+        "size_B": size,
+        "status": "ok",
+        "validation": "off",
+        "sample": "rtt/2",
+        "lat_p50_us": p50,
+        "bw_MBps": bw,
+        **fields,
+    }
+
+
+def _cell(table: pd.DataFrame, letter: str, kernel: str, size: int, column: str):
+    chosen = table[(table.letter == letter) & (table.kernel == kernel) & (table.size_B == size)]
+    assert len(chosen) == 1, (letter, kernel, size)
+    return chosen[column].iloc[0]
+
+
+def test_ratios_divide_each_series_by_a_at_the_same_kernel_and_size():
+    tidy = pd.DataFrame(
+        [
+            _row("A", "bw", 64, 2.0, bw=100.0),
+            _row("A", "bw", 128, 4.0, bw=200.0),
+            _row("B", "bw", 64, 3.0, bw=50.0),
+            _row("B", "bw", 128, 2.0, bw=400.0),
+            _row("B", "bw", 256, 2.5, bw=500.0),
+        ]
+    )
+    table = comparison_table(tidy, METRICS)
+    assert (table.baseline == "A").all()
+    assert _cell(table, "B", "bw", 64, "lat_p50_us_ratio") == pytest.approx(1.5)
+    assert _cell(table, "B", "bw", 128, "lat_p50_us_ratio") == pytest.approx(0.5)
+    assert _cell(table, "B", "bw", 64, "bw_MBps_ratio") == pytest.approx(0.5)
+    assert _cell(table, "B", "bw", 128, "bw_MBps_ratio") == pytest.approx(2.0)
+    assert (table[table.letter == "A"].lat_p50_us_ratio == 1.0).all()
+    # A has no 256 B row: B keeps its value, with no ratio.
+    assert _cell(table, "B", "bw", 256, "lat_p50_us") == 2.5
+    assert pd.isna(_cell(table, "B", "bw", 256, "lat_p50_us_ratio"))
+    assert len(table) == len(tidy)
+
+
+def test_a_kernel_a_lacks_is_divided_by_the_first_series_that_has_it():
+    tidy = pd.DataFrame(
+        [
+            _row("A", "latency", 8, 2.0),
+            _row("B", "latency", 8, 4.0),
+            _row("B", "put", 8, 5.0),
+            _row("C", "put", 8, 10.0),
+            _row("C", "latency", 8, 1.0),
+        ]
+    )
+    table = comparison_table(tidy, METRICS)
+    assert set(table[table.kernel == "put"].baseline) == {"B"}
+    assert set(table[table.kernel == "latency"].baseline) == {"A"}
+    assert _cell(table, "C", "put", 8, "lat_p50_us_ratio") == pytest.approx(2.0)
+    assert _cell(table, "C", "latency", 8, "lat_p50_us_ratio") == pytest.approx(0.5)
+
+
+def test_failed_validation_and_unsupported_rows_give_no_values_and_no_ratios():
+    tidy = pd.DataFrame(
+        [
+            _row("A", "latency", 8, 2.0),
+            _row("A", "latency", 16, 2.0, validation="fail"),
+            _row("B", "latency", 8, 4.0, status="unsupported: no latency here", sample=""),
+            _row("B", "latency", 16, 3.0),
+            # A's put is unsupported, so B's measured put is the baseline for put.
+            _row("A", "put", 8, math.nan, status="unsupported: mpi has no put kernel", sample=""),
+            _row("B", "put", 8, 5.0),
+        ]
+    )
+    table = comparison_table(tidy, METRICS)
+    assert pd.isna(_cell(table, "A", "latency", 16, "lat_p50_us"))
+    assert pd.isna(_cell(table, "B", "latency", 16, "lat_p50_us_ratio"))
+    assert pd.isna(_cell(table, "B", "latency", 8, "lat_p50_us"))
+    assert pd.isna(_cell(table, "B", "latency", 8, "lat_p50_us_ratio"))
+    assert _cell(table, "A", "latency", 8, "lat_p50_us_ratio") == 1.0
+    assert set(table[table.kernel == "put"].baseline) == {"B"}
+    assert _cell(table, "B", "put", 8, "lat_p50_us_ratio") == 1.0
+    # The rows stay in the table, with the status that says why they hold no numbers.
+    assert _cell(table, "A", "latency", 16, "validation") == "fail"
+    assert _cell(table, "A", "put", 8, "status").startswith("unsupported")
+
+
+def test_parse_metrics_takes_short_and_column_names_once_each():
+    assert parse_metrics(None) == ["lat_p50_us", "bw_MBps", "busbw_GBps"]
+    assert parse_metrics(["p99", "bw_MBps", "lat_p99_us", "busbw"]) == ["lat_p99_us", "bw_MBps", "busbw_GBps"]
+    with pytest.raises(UsageError, match="unknown metric 'speed'; known: .*p50"):
+        parse_metrics(["speed"])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "text"),
+    [
+        ([1, 2, 4, 8, 16, 32], "1 B-32 B (6 sizes)"),
+        ([2048, 1024, 64], "64 B, 1 KiB-2 KiB (2 sizes)"),
+        ([0, 1, 2], "0 B-2 B (3 sizes)"),
+        ([3 << 20], "3 MiB"),
+        ([], "all sizes"),
+        ([math.nan], "all sizes"),
+    ],
+)
+def test_format_sizes_shortens_runs_of_doublings(sizes, text):
+    assert format_sizes(sizes) == text
+
+
+def _schema_1_frame() -> pd.DataFrame:
+    """Rows as a table written before schema_version may hold them: no run_id, label, buffer, method, ..."""
+    return pd.DataFrame({"transport": ["mpi"], "kernel": ["latency"], "size_B": [8], "status": ["ok"]})
+
+
+def test_schema_1_is_migrated_and_says_so():
+    frame, metadata = _schema_1_frame(), {"kernel": "6.1.0-test", "label": "old run", "hosts": ["h1"]}
+    migrated, meta = migrate(frame, metadata)
+    assert meta["schema_version"] == SCHEMA_VERSION == 2
+    assert meta["os_release"] == "6.1.0-test" and "kernel" not in meta
+    assert meta[MIGRATED] == "read as schema 1 (it has no schema_version); migrated to 2"
+    assert meta["label"] == "old run" and meta["hosts"] == ["h1"]
+    for column, default in OPTIONAL.items():
+        assert (migrated[column] == default).all(), column
+    assert migrated["kernel"].tolist() == ["latency"]  # the rows' kernel column is not the metadata's
+    # The inputs are left as they were.
+    assert "kernel" in metadata and "schema_version" not in metadata and "buffer" not in frame.columns
+
+
+def test_a_current_table_passes_unchanged():
+    frame, metadata = _schema_1_frame(), {"schema_version": 2, "os_release": "6.1.0-test"}
+    migrated, meta = migrate(frame, metadata)
+    assert migrated is frame and meta is metadata and MIGRATED not in meta
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"schema_version": 3}, "was written by a newer fabricbench (schema 3); this one reads up to 2"),
+        ({"schema_version": "2"}, "metadata field 'schema_version' = '2', not a positive integer"),
+        ({"schema_version": True}, "metadata field 'schema_version' = True, not a positive integer"),
+        ({"schema_version": 0}, "metadata field 'schema_version' = 0, not a positive integer"),
+        ([1, 2], "has metadata that is not a JSON object"),
+        ({"hosts": 5}, "metadata field 'hosts' = 5, not a list of strings"),
+        ({"hosts": ["h1", 2]}, "metadata field 'hosts' = ['h1', 2], not a list of strings"),
+        ({"label": 3}, "metadata field 'label' = 3, not a string"),
+        ({"run_id": None}, "metadata field 'run_id' = None, not a string"),
+        ({"mpi_vendor": ["MPICH"]}, "metadata field 'mpi_vendor' = ['MPICH'], not a string"),
+    ],
+)
+def test_metadata_of_a_newer_schema_or_the_wrong_type_is_refused(metadata, message):
+    with pytest.raises(UsageError) as refused:
+        migrate(_schema_1_frame(), metadata)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def _write_run(directory, metadata, frame: pd.DataFrame) -> str:
+    directory.mkdir()
+    frame.assign(lat_p50_us=[2.5]).to_csv(directory / "results.csv", index=False)
+    (directory / "metadata.json").write_text(json.dumps(metadata))
+    return str(directory)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"hosts": 5}, "has metadata field 'hosts' = 5, not a list of strings"),
+        # Schema 2 tables hold every column: a missing one is not filled in.
+        ({"schema_version": 2}, "is not a schema 2 table: no column run_id, label, buffer, method, validation, sample"),
+    ],
+)
+def test_a_refused_input_is_named_in_the_error(tmp_path, metadata, message):
+    path = _write_run(tmp_path / "bad", metadata, _schema_1_frame())
+    with pytest.raises(UsageError) as refused:
+        split_series([path])
+    assert str(refused.value) == f"{path!r} {message}"
+
+
+def test_the_report_prints_the_migration_as_a_note(tmp_path, capsys):
+    old = _write_run(tmp_path / "old", {"kernel": "6.1.0-test", "label": "old run"}, _schema_1_frame())
+    new = _write_run(tmp_path / "new", {"schema_version": 2, "label": "new run"}, _schema_1_frame().assign(**OPTIONAL))
+    series, _, notes = split_series([old, new])
+    assert series[0].metadata["os_release"] == "6.1.0-test"
+    assert notes == [f"{old}: read as schema 1 (it has no schema_version); migrated to 2"]
+    assert compare([old, new]) == 0
+    assert f"# note: {old}: read as schema 1 (it has no schema_version); migrated to 2" in capsys.readouterr().out
