@@ -1,68 +1,14 @@
-"""Shared helpers: every test runs the real CLI on real MPI ranks."""
+"""Fixtures, and the unit tier first; the helpers tests import live in support.py."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-PYTHON = sys.executable
-BIN = Path(PYTHON).parent
-MPIEXEC = str(BIN / "mpiexec")
-REPO = Path(__file__).resolve().parents[1]
+from support import fabricbench
 
-
-def fabricbench(*args: str, timeout: float = 120, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
-    """``python -m fabricbench ARGS``: started alone, so it launches its own local ranks."""
-    return subprocess.run(
-        [PYTHON, "-m", "fabricbench", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(env),
-        cwd=cwd,
-    )
-
-
-def mpiexec(ranks: int, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``mpiexec -n RANKS python -m fabricbench ARGS``: fabricbench under a launcher."""
-    return subprocess.run(
-        [MPIEXEC, "-n", str(ranks), PYTHON, "-m", "fabricbench", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(env),
-    )
-
-
-def run_until_first_row(*args: str) -> subprocess.Popen:
-    """Start a latency sweep from 1 B that prints its table (``fabricbench run ARGS``); return once
-    the two header lines and the first row (1 B) were read, with stdout still open."""
-    run = subprocess.Popen(
-        [PYTHON, "-m", "fabricbench", "run", "-k", "latency", "-m", "1:4M", "-i", "3000", "-x", "10", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(None),
-    )
-    lines = [run.stdout.readline() for _ in range(3)]
-    assert lines[-1].split()[0] == "1", lines
-    return run
-
-
-def _env(extra: dict | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "FABRICBENCH_"))}
-    env.update(extra or {})
-    return env
-
-
-def read_rows(out_dir: Path):
-    from fabricbench.results import read_table
-
-    return read_table(out_dir)
+UNIT = Path(__file__).parent / "unit"
 
 
 @pytest.fixture
@@ -87,3 +33,12 @@ def finished_runs(tmp_path_factory) -> dict[str, Path]:
         result = fabricbench("run", *args, "-i", "20", "-x", "2", "--format", "none", "--out", str(root / name))
         assert result.returncode == 0, result.stderr
     return {name: root / name for name in runs}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The unit tier (tests/unit: pure functions, no process) runs first, so it fails fast.
+
+    testpaths lists tests/unit before tests, but pytest 9 folds a path into its parent when both are
+    given (no test runs twice), and tests/unit would then come after tests/test_*.py alphabetically.
+    """
+    items.sort(key=lambda item: not item.path.is_relative_to(UNIT))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fabricbench, mpiexec
+from support import fabricbench, mpiexec
 
 CASES = {
     "unknown kernel": (["-k", "pingpong"], "unknown kernel 'pingpong'"),

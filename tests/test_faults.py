@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MPIEXEC, PYTHON, _env, read_rows, run_until_first_row
 from fabricbench.results import COLUMNS
+from support import MPIEXEC, PYTHON, clean_env, read_rows, run_until_first_row
 
 
 def _start(out, *args):
@@ -39,7 +39,7 @@ def _start(out, *args):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(None),
+        env=clean_env(),
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, _env, fabricbench, read_rows
+from support import PYTHON, REPO, clean_env, fabricbench, read_rows
 
 TESTBED = str(REPO / "scripts" / "netns-testbed.sh")
 PREFIX, NET = "fbt", "10.213.7"
@@ -55,7 +55,7 @@ def shaped(hosts):
 
 def in_host(host: str, *command: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [TESTBED, "exec", host, *command], capture_output=True, text=True, timeout=timeout, env=_env(None)
+        [TESTBED, "exec", host, *command], capture_output=True, text=True, timeout=timeout, env=clean_env()
     )
 
 
@@ -85,7 +85,7 @@ def server(hosts):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env=_env(None),
+        env=clean_env(),
     )
     _wait_listening("fbt2", PORT)
     yield proc
@@ -163,7 +163,7 @@ def mpi_across_hosts(out: Path, *args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=180,
-        env=_env(None),
+        env=clean_env(),
     )
 
 

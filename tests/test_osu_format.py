@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import fabricbench, read_rows
+from support import fabricbench, read_rows
 
 # What scripts that parse osu_latency / osu_bw output use.
 OSU_TITLE = re.compile(r"^# OSU MPI[ _]?(?P<title>.+) v(?P<version>\d+\.\d+)$")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 REQUIRE_VM = os.environ.get("FABRICBENCH_REQUIRE_VM") == "1"
 VM_TIMEOUT = 1200  # seconds: set-up on a fresh machine (packages, kernel, venvs) plus the emulated run

@@ -1,0 +1,68 @@
+"""Helpers the tests share: run the real CLI on real MPI ranks, read what it wrote.
+
+Test modules import these by name (``from support import fabricbench``); conftest.py keeps only fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PYTHON = sys.executable
+BIN = Path(PYTHON).parent
+MPIEXEC = str(BIN / "mpiexec")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    """This process's environment without a launcher's PMI_* or fabricbench's own settings, plus EXTRA."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "FABRICBENCH_"))}
+    env.update(extra or {})
+    return env
+
+
+def fabricbench(*args: str, timeout: float = 120, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m fabricbench ARGS``: started alone, so it launches its own local ranks."""
+    return subprocess.run(
+        [PYTHON, "-m", "fabricbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(env),
+        cwd=cwd,
+    )
+
+
+def mpiexec(ranks: int, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``mpiexec -n RANKS python -m fabricbench ARGS``: fabricbench under a launcher."""
+    return subprocess.run(
+        [MPIEXEC, "-n", str(ranks), PYTHON, "-m", "fabricbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(env),
+    )
+
+
+def run_until_first_row(*args: str) -> subprocess.Popen:
+    """Start a latency sweep from 1 B that prints its table (``fabricbench run ARGS``); return once
+    the two header lines and the first row (1 B) were read, with stdout still open."""
+    run = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "run", "-k", "latency", "-m", "1:4M", "-i", "3000", "-x", "10", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    lines = [run.stdout.readline() for _ in range(3)]
+    assert lines[-1].split()[0] == "1", lines
+    return run
+
+
+def read_rows(out_dir: Path):
+    """The table and metadata a run wrote to OUT_DIR (pandas is imported only here)."""
+    from fabricbench.results import read_table
+
+    return read_table(out_dir)

@@ -1,0 +1,247 @@
+"""The text reports, line by line, on hand-made rows: the console table and OSU's exact layout.
+
+OSU's layout is what existing scrapers read, so its strings are compared whole: titles and headers as
+OSU 7.4 prints them, sizes as ``%-10d``, values as ``%20.2f`` (iterations ``%12d``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fabricbench.report import console, osu
+
+LATENCY = {
+    "kernel": "latency",
+    "status": "ok",
+    "size_B": 8,
+    "iterations": 10000,
+    "lat_min_us": 1.234,
+    "lat_p50_us": 1.5,
+    "lat_mean_us": 1.61,
+    "lat_p99_us": 3.0,
+    "lat_max_us": 12.346,
+    "lat_stdev_us": 0.25,
+    "validation": "pass",
+    "note": "",
+}
+MSGRATE = {
+    "kernel": "msgrate",
+    "status": "ok",
+    "size_B": 1024,
+    "iterations": 100,
+    "bw_MBps": 1234.567,
+    "bw_peak_MBps": 2000.0,
+    "msgrate_per_s": 1205632.4,
+    "lat_p50_us": 53.1,
+    "validation": "off",
+    "note": "unstable: block medians vary by 12%",
+}
+BARRIER = {
+    "kernel": "barrier",
+    "status": "ok",
+    "size_B": 0,
+    "iterations": 1000,
+    "lat_rank_avg_us": 3.5,
+    "lat_rank_min_us": 3.25,
+    "lat_rank_max_us": 3.75,
+    "lat_p50_us": 3.4,
+    "lat_p99_us": 5.0,
+    "algbw_GBps": math.nan,
+    "busbw_GBps": math.nan,
+    "validation": "off",
+}
+UNSUPPORTED = {"kernel": "alltoall", "status": "unsupported: tcp has no alltoall kernel", "size_B": 8}
+
+
+# --- console ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("transport", "kernel", "ranks", "title", "expected"),
+    [
+        (
+            "mpi",
+            "latency",
+            2,
+            "MPICH 4.2",
+            "# mpi latency on 2 ranks - MPICH 4.2\n"
+            "#  size(B)  iters    min us    p50 us   mean us    p99 us    max us  stdev us valid",
+        ),
+        (
+            "tcp",
+            "bw",
+            2,
+            "",  # a peer run has no MPI library to name
+            "# tcp bw on 2 ranks\n#  size(B)  iters        MB/s   peak MB/s        msg/s p50 win us valid",
+        ),
+        (
+            "mpi",
+            "allreduce",
+            4,
+            "Open MPI 5.0",
+            "# mpi allreduce on 4 ranks - Open MPI 5.0\n"
+            "#  size(B)  iters    avg us    min us    max us    p50 us    p99 us algbw GB/s busbw GB/s valid",
+        ),
+    ],
+)
+def test_console_header_names_the_run_and_right_aligns_the_columns(transport, kernel, ranks, title, expected):
+    assert console.header(transport, kernel, ranks, title) == expected
+
+
+def test_console_lines_line_up_under_the_header():
+    assert (
+        console.line(LATENCY) == "         8  10000      1.23      1.50      1.61      3.00     12.35      0.25  pass"
+    )
+    assert len(console.line(LATENCY)) == len(console.header("mpi", "latency", 2, "").splitlines()[1])
+    # Messages per second without decimals; a note follows the row in brackets.
+    assert console.line(MSGRATE) == (
+        "      1024    100     1234.57     2000.00      1205632      53.10   off  (unstable: block medians vary by 12%)"
+    )
+
+
+def test_console_prints_a_missing_value_as_a_dash():
+    assert (
+        console.line(BARRIER)
+        == "         0   1000      3.50      3.25      3.75      3.40      5.00          -          -   off"
+    )
+    assert console.line(LATENCY | {"lat_p99_us": None, "lat_stdev_us": math.nan}) == (
+        "         8  10000      1.23      1.50      1.61         -     12.35         -  pass"
+    )
+
+
+def test_console_unsupported_row_is_a_comment_with_its_reason():
+    assert console.line(UNSUPPORTED) == "# 8 B: unsupported: tcp has no alltoall kernel"
+    assert console.line(UNSUPPORTED | {"size_B": None}) == "# unsupported: tcp has no alltoall kernel"
+
+
+# --- OSU text -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("transport", "kernel", "window", "pairs", "expected"),
+    [
+        (
+            "mpi",
+            "latency",
+            64,
+            1,
+            ["# OSU MPI Latency Test v7.4", "# Datatype: MPI_CHAR.", "# Size       Avg Latency(us)"],
+        ),
+        (
+            "mpi",
+            "bw",
+            64,
+            1,
+            ["# OSU MPI Bandwidth Test v7.4", "# Datatype: MPI_CHAR.", "# Size      Bandwidth (MB/s)"],
+        ),
+        (
+            "mpi",
+            "msgrate",
+            64,
+            2,
+            [
+                "# OSU MPI Multiple Bandwidth / Message Rate Test v7.4",
+                "# [ pairs: 2 ] [ window size: 64 ]",
+                "# Datatype: MPI_CHAR.",
+                "# Size                  MB/s        Messages/s",
+            ],
+        ),
+        (
+            "mpi",
+            "allreduce",
+            64,
+            1,
+            [
+                "# OSU MPI Allreduce Latency Test v7.4",
+                "# Datatype: MPI_FLOAT.",
+                "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations",
+            ],
+        ),
+        (
+            "mpi",
+            "barrier",
+            64,
+            1,
+            [
+                "# OSU MPI Barrier Latency Test v7.4",
+                "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations",
+            ],
+        ),
+        (
+            "mpi-rma",
+            "put",
+            64,
+            1,
+            [
+                "# OSU MPI_Put Latency Test v7.4",
+                "# Window creation: MPI_Win_allocate",
+                "# Synchronization: MPI_Win_flush",
+                "# Datatype: MPI_CHAR.",
+                "# Size          Latency (us)",
+            ],
+        ),
+        (
+            "mpi-rma",
+            "get-bw",
+            64,
+            1,
+            [
+                "# OSU MPI_Get Bandwidth Test v7.4",
+                "# Window creation: MPI_Win_allocate",
+                "# Synchronization: MPI_Win_flush",
+                "# Datatype: MPI_CHAR.",
+                "# Size      Bandwidth (MB/s)",
+            ],
+        ),
+        (
+            "tcp",
+            "latency",
+            64,
+            1,
+            ["# OSU fabricbench tcp Latency Test v7.4", "# Datatype: MPI_CHAR.", "# Size       Avg Latency(us)"],
+        ),
+        (
+            "tcp",
+            "msgrate",
+            16,
+            4,
+            [
+                "# OSU fabricbench tcp Multiple Bandwidth / Message Rate Test v7.4",
+                "# [ pairs: 4 ] [ window size: 16 ]",
+                "# Datatype: MPI_CHAR.",
+                "# Size                  MB/s        Messages/s",
+            ],
+        ),
+    ],
+)
+def test_osu_header_is_osus_own(transport, kernel, window, pairs, expected):
+    assert osu.header(transport, kernel, window, pairs).split("\n") == expected
+
+
+def test_osu_lines_use_osus_field_widths():
+    assert osu.line(LATENCY) == "8                         1.61"  # %-10d then %20.2f of the mean
+    assert osu.line(LATENCY | {"size_B": 4194304, "lat_mean_us": 1234.5678}) == "4194304                1234.57"
+    assert osu.line({"kernel": "bw", "status": "ok", "size_B": 1, "bw_MBps": 0.4567}) == (
+        "1                         0.46"
+    )
+    assert osu.line(MSGRATE) == "1024                   1234.57          1205632.40"
+    assert osu.line(BARRIER) == "0                         3.50                3.25                3.75        1000"
+    put = {"kernel": "put", "status": "ok", "size_B": 64, "lat_mean_us": 0.875}
+    assert osu.line(put) == "64                        0.88"
+
+
+def test_osu_widths_hold_whatever_the_values():
+    line = osu.line(BARRIER | {"size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100})
+    assert [line[:10], line[10:30], line[30:50], line[50:70], line[70:]] == [
+        "1048576   ",
+        "            12345.68",
+        "                3.25",
+        "                3.75",
+        "         100",
+    ]
+
+
+def test_osu_unsupported_row_is_a_comment():
+    assert osu.line(UNSUPPORTED) == "# unsupported: tcp has no alltoall kernel"
