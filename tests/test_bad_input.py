@@ -18,6 +18,7 @@ CASES = {
     "odd ranks for pairs": (["-k", "msgrate", "--np", "3"], "needs an even rank count, got 3"),
     "unwritable output": (["-k", "latency", "--out", "/proc/fabricbench"], "output directory '/proc/fabricbench'"),
     "unknown method": (["-k", "latency", "--method", "magic"], "invalid choice: 'magic'"),
+    "unknown loop": (["-k", "latency", "--loop", "assembly"], "invalid choice: 'assembly'"),
 }
 
 

@@ -28,7 +28,7 @@ def test_self_launched_p2p_rows_units_and_validation(out):
     assert (rows.ranks == 2).all()
     latency = rows[rows.kernel == "latency"]
     assert list(latency.size_B) == [0] + [2**k for k in range(17)]
-    assert (latency["sample"] == "rtt/2").all() and (latency.method == "persistent").all()
+    assert (latency["sample"] == "rtt/2").all() and (latency.method == "c loop, persistent").all()
     # Percentiles are ordered and in µs: a shared-memory round trip is well under a second.
     ordered = ["lat_min_us", "lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us", "lat_max_us"]
     assert (latency[ordered].diff(axis=1).iloc[:, 1:] >= 0).all().all()
@@ -106,7 +106,7 @@ def test_one_sided_put_get_validate(out):
     assert result.returncode == 0, result.stderr
     rows, _ = read_rows(out)
     assert set(rows.kernel) == set(RMA)
-    assert (rows.validation == "pass").all() and (rows.method == "lock/flush").all()
+    assert (rows.validation == "pass").all() and (rows.method == "c loop, lock/flush").all()
     assert (rows[rows.kernel.isin(["put-bw", "get-bw"])].bw_MBps > 0).all()
 
 
@@ -172,7 +172,7 @@ def test_blocking_method_is_recorded(out):
     )
     assert result.returncode == 0, result.stderr
     rows, _ = read_rows(out)
-    assert (rows.method == "blocking").all() and (rows.validation == "pass").all()
+    assert (rows.method == "c loop, blocking").all() and (rows.validation == "pass").all()
 
 
 def test_metadata_names_the_hugepage_setting(out):

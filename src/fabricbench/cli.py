@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="local ranks to start when run outside a launcher (default 2)",
     )
+    run.add_argument(
+        "--loop",
+        choices=["auto", "c", "python"],
+        default="auto",
+        help="time the kernels in C (no interpreter cost per call) or in Python (like-for-like with mpi4py), "
+        "for the transports that have both, on every rank; auto: C where every rank has it (default)",
+    )
     run.add_argument("--peer", metavar="HOST:PORT", help="run as rank 0 against `fabricbench serve` there, without MPI")
     transports.add_arguments(run, "run")
     run.set_defaults(func=cmd_run)

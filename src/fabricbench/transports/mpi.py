@@ -1,11 +1,20 @@
-"""Transport ``mpi``: two-sided MPI from mpi4py on numpy host buffers.
+"""Transport ``mpi``: two-sided MPI on numpy host buffers.
 
 The loops follow OSU's (osu_latency, osu_bw, osu_bibw, osu_mbw_mr,
-osu_multi_lat and the collectives) so that the numbers compare. The default
-``persistent`` method builds every request once (Send_init/Recv_init) and
-starts a whole window with one Startall, which removes most of mpi4py's
-per-call argument parsing; ``blocking`` is the plain Send/Recv/Isend loop a
-hand-written mpi4py benchmark would use.
+osu_multi_lat and the collectives) so that the numbers compare. Two things
+are chosen per run, and the row's ``method`` says both:
+
+- the loop: ``c loop`` times the MPI calls in C (``_mpiloop.c``, built on
+  first use with the wrapper of the MPI that mpi4py loaded, see
+  ``mpi_cloop``), so the interpreter's cost per call is not reported as the
+  fabric's; ``python loop`` makes the same calls through mpi4py, like-for-like
+  with a hand-written mpi4py benchmark. ``--loop auto`` takes C where every
+  rank has it.
+- the calls: ``persistent`` builds every point-to-point request once
+  (Send_init/Recv_init) and starts a whole window with one Startall;
+  ``blocking`` is OSU's own Send/Recv/Isend loop. Collectives are OSU's
+  blocking calls unless ``--method persistent`` asks for MPI-4's persistent
+  collectives (Allreduce_init and the rest).
 """
 
 from __future__ import annotations
@@ -18,11 +27,14 @@ import sys
 import time
 from functools import partial
 
+import numpy as np
+
 from fabricbench.buffers import filled, pattern, poisoned
 from fabricbench.collectives import FLOAT32, ROOT
-from fabricbench.errors import UsageError
+from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load
 
 TAG = 11
 ACK_TAG = 12
@@ -46,13 +58,70 @@ def _send_seed(rank: int) -> int:
     return rank + 1
 
 
+def library_version() -> str:
+    """The first line of the MPI library's version string, the C loop's cache key: from this process's MPI
+    when it is initialised (a rank), else from a child process (the self-launching parent)."""
+    if "mpi4py.MPI" in sys.modules:
+        return " ".join(import_mpi().Get_library_version().strip().splitlines()[0].split())
+    found = probe_mpi()
+    if not found.available:
+        raise UsageError(found.reason)
+    return found.details["library"]
+
+
+def times_address(times: memoryview) -> int:
+    """Where the runner's int64 sample array starts, for the C loop."""
+    return np.frombuffer(times, dtype=np.int64).ctypes.data
+
+
+def check(code: int, what: str) -> None:
+    """A C loop's return: 0, or the MPI error code (with MPI_ERRORS_RETURN) that ended it."""
+    if code:
+        raise PeerError(f"{what}: the C loop ended with MPI error {code}")
+
+
+_LOOP_NOTICE: list[str] = []  # the fallback notice, printed once per process
+
+
+def open_loop(comm, options: dict) -> CLoop | None:
+    """The C loop on every rank, or None on every rank: the ranks agree, so no row mixes loops.
+
+    ``--loop c`` was checked by preflight before any rank started; should a rank still fail to load it
+    (another host, another install), the run stops. ``auto`` falls back to the Python loop with one notice.
+    """
+    choice = options.get("loop", "auto")
+    cloop, why = None, ""
+    if choice != "python":
+        try:
+            cloop = load(library_version())
+        except CLoopUnavailable as exc:
+            why = str(exc)
+    mine, everyone = np.array([int(cloop is not None)], np.int32), np.zeros(1, np.int32)
+    comm.Allreduce(mine, everyone, op=MPI.MIN)
+    if everyone[0] or choice == "python":
+        return cloop if everyone[0] else None
+    if choice == "c":
+        raise UsageError(f"--loop c: the MPI C loop is unavailable on a rank: {why or 'another rank failed'}")
+    if comm.Get_rank() == 0 and not _LOOP_NOTICE:
+        _LOOP_NOTICE.append(why)
+        print(
+            f"fabricbench: notice: MPI kernels are timed in Python (python loop): {why or 'a rank has no C loop'}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return None
+
+
 class _PointToPoint(Case):
     """Shared set-up: this rank's peer and role, and its written buffers."""
 
-    def __init__(self, comm, kernel: Kernel, size: int, method: str):
+    def __init__(self, comm, kernel: Kernel, size: int, method: str, cloop: CLoop | None):
         super().__init__()
         self.comm = comm
-        self.method = method
+        self.calls = method
+        self.cloop = cloop
+        self.method = f"{'c' if cloop else 'python'} loop, {method}"
+        self.what = f"mpi {kernel.name} at {size} B"
         self.pairs = comm.Get_size() // 2 if kernel.pattern == "pairs" else 1
         role = peer_of(kernel, comm.Get_rank(), comm.Get_size())
         self.active = role is not None
@@ -78,9 +147,12 @@ class _PointToPoint(Case):
 class PingPong(_PointToPoint):
     """osu_latency / osu_multi_lat: one sample is a round trip."""
 
-    def __init__(self, comm, kernel, size, method):
-        super().__init__(comm, kernel, size, method)
-        if self.active and method == "persistent":
+    def __init__(self, comm, kernel, size, method, cloop):
+        super().__init__(comm, kernel, size, method, cloop)
+        if self.active and cloop:
+            self.c_args = (comm.py2f(), self.peer, int(self.initiator), int(method == "persistent"))
+            self.c_args += (self.send.ctypes.data, self.recv.ctypes.data, size)
+        elif self.active and method == "persistent":
             recv = comm.Recv_init(self._spec(self.recv), self.peer, TAG)
             send = comm.Send_init(self._spec(self.send), self.peer, TAG)
             self._requests = [recv, send]
@@ -88,8 +160,11 @@ class PingPong(_PointToPoint):
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.active:
             return
+        if self.cloop:
+            check(self.cloop.lib.fb_pingpong(*self.c_args, iterations, times_address(times)), self.what)
+            return
         clock = time.perf_counter_ns
-        if self.method == "persistent":
+        if self.calls == "persistent":
             recv, send = self._requests
             if self.initiator:
                 # Pre-post the reply's receive, then send: one Startall, one Waitall.
@@ -129,8 +204,8 @@ class PingPong(_PointToPoint):
 class Window(_PointToPoint):
     """osu_bw / osu_mbw_mr (sender: W sends then an ack) and osu_bibw (both ways)."""
 
-    def __init__(self, comm, kernel, size, method, window):
-        super().__init__(comm, kernel, size, method)
+    def __init__(self, comm, kernel, size, method, window, cloop):
+        super().__init__(comm, kernel, size, method, cloop)
         self.window = window
         self.both_ways = kernel.directions == 2
         self.ack = poisoned(1)
@@ -138,7 +213,11 @@ class Window(_PointToPoint):
             return
         if self.initiator and not self.both_ways:
             self.received = EMPTY  # a one-way sender receives only the ack
-        if method == "persistent":
+        if cloop:
+            flags = (int(self.initiator), int(self.both_ways), int(method == "persistent"))
+            buffers = (self.send.ctypes.data, self.recv.ctypes.data, self.ack.ctypes.data)
+            self.c_args = (comm.py2f(), self.peer, *flags, *buffers, size, window)
+        elif method == "persistent":
             make = []
             # Receives are posted before sends, as osu_bibw does.
             if not self.initiator or self.both_ways:
@@ -157,7 +236,9 @@ class Window(_PointToPoint):
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.active:
             return
-        if self.method == "persistent":
+        if self.cloop:
+            check(self.cloop.lib.fb_window(*self.c_args, iterations, times_address(times)), self.what)
+        elif self.calls == "persistent":
             self._run_persistent(iterations, times)
         else:
             self._run_blocking(iterations, times)
@@ -206,47 +287,78 @@ class Window(_PointToPoint):
             last = now
 
 
-# The MPI call behind each collective: (comm, the spec's buffers b, their MPI datatype dt) -> one operation.
+# The MPI call behind each collective: (comm, the spec's buffers b, their MPI datatype dt) -> (mpi4py's name for the
+# call, its arguments). The persistent form (MPI-4) is the same name with "_init" and the same arguments.
 MPI_CALLS = {
-    "allreduce": lambda comm, b, dt: partial(comm.Allreduce, [b.send, b.count, dt], [b.recv, b.count, dt], MPI.SUM),
-    "reduce": lambda comm, b, dt: partial(
-        comm.Reduce, [b.send, b.count, dt], [b.recv, b.count, dt] if comm.Get_rank() == ROOT else None, MPI.SUM, ROOT
+    "allreduce": lambda comm, b, dt: ("Allreduce", ([b.send, b.count, dt], [b.recv, b.count, dt], MPI.SUM)),
+    "reduce": lambda comm, b, dt: (
+        "Reduce",
+        ([b.send, b.count, dt], [b.recv, b.count, dt] if comm.Get_rank() == ROOT else None, MPI.SUM, ROOT),
     ),
-    "reduce_scatter": lambda comm, b, dt: partial(
-        comm.Reduce_scatter_block, [b.send, dt], [b.recv, b.count, dt], MPI.SUM
-    ),
-    "allgather": lambda comm, b, dt: partial(comm.Allgather, [b.send, b.count, dt], [b.recv, b.count, dt]),
-    "alltoall": lambda comm, b, dt: partial(comm.Alltoall, [b.send, b.count, dt], [b.recv, b.count, dt]),
-    "bcast": lambda comm, b, dt: partial(comm.Bcast, [b.send, b.count, dt], ROOT),
-    "barrier": lambda comm, b, dt: comm.Barrier,
+    "reduce_scatter": lambda comm, b, dt: ("Reduce_scatter_block", ([b.send, dt], [b.recv, b.count, dt], MPI.SUM)),
+    "allgather": lambda comm, b, dt: ("Allgather", ([b.send, b.count, dt], [b.recv, b.count, dt])),
+    "alltoall": lambda comm, b, dt: ("Alltoall", ([b.send, b.count, dt], [b.recv, b.count, dt])),
+    "bcast": lambda comm, b, dt: ("Bcast", ([b.send, b.count, dt], ROOT)),
+    "barrier": lambda comm, b, dt: ("Barrier", ()),
 }
+# The same operations in _mpiloop.c's fb_collective.
+C_OPS = {"allreduce": 0, "allgather": 1, "alltoall": 2, "bcast": 3, "reduce": 4, "reduce_scatter": 5, "barrier": 6}
 
 
 class Collective(Case):
     """One collective per sample, timed alone; an untimed barrier follows, as in OSU."""
 
-    method = "blocking"
-
-    def __init__(self, comm, kernel: Kernel, size: int):
+    def __init__(self, comm, kernel: Kernel, size: int, persistent: bool, cloop: CLoop | None):
         super().__init__()
         self.initiator = True
+        self.cloop = cloop
+        self.method = f"{'c' if cloop else 'python'} loop, {'persistent' if persistent else 'blocking'}"
+        self.what = f"mpi {kernel.name} at {size} B"
         spec = kernel.collective_spec
-        self.bufs = spec.buffers(size, comm.Get_size(), comm.Get_rank())
-        self.received = self.bufs.received
+        self.bufs = bufs = spec.buffers(size, comm.Get_size(), comm.Get_rank())
+        self.received = bufs.received
         self.barrier = comm.Barrier
-        datatype = MPI.FLOAT if spec.element == FLOAT32 else MPI.BYTE
-        self.operation = MPI_CALLS[kernel.name](comm, self.bufs, datatype)
+        floats = spec.element == FLOAT32
+        name, args = MPI_CALLS[kernel.name](comm, bufs, MPI.FLOAT if floats else MPI.BYTE)
+        self.request = self.operation = None
+        if cloop:
+            receives = kernel.name != "reduce" or comm.Get_rank() == ROOT  # a reduce's other ranks pass no buffer
+            recv = bufs.recv.ctypes.data if receives else None
+            self.c_args = (comm.py2f(), C_OPS[kernel.name], int(persistent), int(floats), bufs.send.ctypes.data, recv)
+            self.c_args += (bufs.count, ROOT)
+        elif persistent:
+            self.request = getattr(comm, f"{name}_init")(*args)
+        else:
+            self.operation = partial(getattr(comm, name), *args)
 
     def expected(self):
         return self.bufs.expected()
 
     def run(self, iterations: int, times: memoryview) -> None:
-        operation, barrier, clock = self.operation, self.barrier, time.perf_counter_ns
+        if self.cloop:
+            check(self.cloop.lib.fb_collective(*self.c_args, iterations, times_address(times)), self.what)
+            return
+        barrier, clock = self.barrier, time.perf_counter_ns
+        if self.request:
+            start, wait = self.request.Start, self.request.Wait
+            for i in range(iterations):
+                begin = clock()
+                start()
+                wait()
+                times[i] = clock() - begin
+                barrier()
+            return
+        operation = self.operation
         for i in range(iterations):
-            start = clock()
+            begin = clock()
             operation()
-            times[i] = clock() - start
+            times[i] = clock() - begin
             barrier()
+
+    def close(self) -> None:
+        if self.request:
+            self.request.Free()
+            self.request = None
 
 
 @functools.cache
@@ -313,37 +425,86 @@ class MPITransport(Transport):
     def add_arguments(cls, parser, role: str) -> None:
         if role != "run":
             return
-        group = parser.add_argument_group("mpi transport")
+        group = parser.add_argument_group("mpi and mpi-rma transports")
         group.add_argument(
             "--method",
-            default="persistent",
             choices=["persistent", "blocking"],
-            help="MPI point-to-point loop: persistent requests (default) or plain blocking calls",
+            help="MPI calls: persistent requests for point-to-point and blocking collectives (default), "
+            "persistent for both (MPI-4's persistent collectives), or OSU's plain blocking calls for both",
         )
 
     @classmethod
     def options(cls, args, role: str) -> dict:
-        return {"method": args.method} if role == "run" else {}
+        if role != "run":
+            return {}
+        given = {"method": args.method, "loop": args.loop if args.loop != "auto" else None}
+        return {key: value for key, value in given.items() if value is not None}
+
+    @classmethod
+    def preflight(cls, options: dict) -> None:
+        """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts."""
+        if options.get("loop") == "c":
+            try:
+                load(library_version())
+            except CLoopUnavailable as exc:
+                raise UsageError(f"--loop c: {exc}") from None
 
     @classmethod
     def doctor(cls) -> Diagnosis:
-        return probe_mpi()
+        found = probe_mpi()
+        if found.available:
+            try:
+                cloop = load(found.details["library"])
+                loop = f"c loop, built with {cloop.wrapper} ({cloop.path})"
+            except CLoopUnavailable as exc:
+                loop = f"python loop only: {exc}"
+            found = Diagnosis(True, details=found.details | {"timed loop": loop})
+        return found
 
     def __init__(self, ctrl, plan):
         import_mpi()
+        options = plan.transport_options.get(self.options_key, {})
         self.comm = ctrl.comm.Dup()
-        self.method = plan.transport_options.get(self.options_key, {}).get("method", "persistent")
+        self.method = options.get("method")  # None: persistent point-to-point, blocking collectives
         self.window = plan.window
+        try:
+            self.cloop = open_loop(self.comm, options)
+        except BaseException:
+            self.comm.Free()
+            raise
 
     def case(self, kernel: Kernel, size: int) -> Case:
         if kernel.collective:
-            return Collective(self.comm, kernel, size)
+            persistent = self.method == "persistent"
+            if persistent and not self.persistent_collectives():
+                raise Unsupported("this MPI library has no persistent collectives (MPI-4's Allreduce_init and others)")
+            return Collective(self.comm, kernel, size, persistent, self.cloop)
+        method = self.method or "persistent"
         if kernel.windowed:
-            return Window(self.comm, kernel, size, self.method, self.window)
-        return PingPong(self.comm, kernel, size, self.method)
+            return Window(self.comm, kernel, size, method, self.window, self.cloop)
+        return PingPong(self.comm, kernel, size, method, self.cloop)
+
+    def persistent_collectives(self) -> bool:
+        if self.cloop:
+            return self.cloop.persistent_collectives
+        return MPI.Get_version() >= (4, 0) and hasattr(MPI.Comm, "Allreduce_init")
 
     def metadata(self) -> dict:
-        return {"mpi_method": self.method}
+        return {"mpi_method": self.method or "persistent point-to-point, blocking collectives"} | loop_metadata(
+            self.cloop
+        )
 
     def close(self) -> None:
         self.comm.Free()
+
+
+def loop_metadata(cloop: CLoop | None) -> dict:
+    """Which loop timed the MPI kernels, and for the C loop, the wrapper and library it was built with."""
+    if cloop is None:
+        return {"timed_loop": "python loop", "c_loop_unavailable": _LOOP_NOTICE[0] if _LOOP_NOTICE else "not asked for"}
+    return {
+        "timed_loop": "c loop",
+        "c_loop_wrapper": cloop.wrapper,
+        "c_loop_built_against": cloop.built_against,
+        "c_loop_library": cloop.path,
+    }

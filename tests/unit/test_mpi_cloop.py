@@ -1,0 +1,63 @@
+"""How the MPI C loop finds its compiler wrapper and where it caches the build: plain lookups, no process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fabricbench.transports import mpi_cloop
+
+
+def _executable(directory: Path, name: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_mpicc_from_the_environment_wins_and_may_carry_flags(monkeypatch):
+    monkeypatch.setenv("MPICC", "cc -DSITE=1")
+    assert mpi_cloop.find_wrapper() == ["cc", "-DSITE=1"]
+
+
+def test_the_wrapper_beside_the_interpreter_comes_before_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("MPICC", raising=False)
+    venv_mpicc = _executable(tmp_path / "venv" / "bin", "mpicc")
+    _executable(tmp_path / "elsewhere", "mpicc")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
+    assert mpi_cloop.find_wrapper() == [str(venv_mpicc)]
+
+
+def test_path_then_crays_cc_then_nothing(monkeypatch, tmp_path):
+    monkeypatch.delenv("MPICC", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "no-venv"))
+    on_path = _executable(tmp_path / "bin", "mpicc")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert mpi_cloop.find_wrapper() == [str(on_path)]
+    on_path.unlink()
+    cray = _executable(tmp_path / "bin", "cc")
+    monkeypatch.delenv("CRAYPE_VERSION", raising=False)
+    assert mpi_cloop.find_wrapper() is None  # a plain cc is no MPI wrapper
+    monkeypatch.setenv("CRAYPE_VERSION", "2.7.30")
+    assert mpi_cloop.find_wrapper() == [str(cray)]
+
+
+def test_the_cache_lives_under_the_users_cache_unless_told(monkeypatch, tmp_path):
+    monkeypatch.delenv("FABRICBENCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert mpi_cloop._cache_dir() == tmp_path / "xdg" / "fabricbench" / "mpiloop"
+    monkeypatch.setenv("FABRICBENCH_CACHE_DIR", str(tmp_path / "mine"))
+    assert mpi_cloop._cache_dir() == tmp_path / "mine" / "mpiloop"
+
+
+def test_the_c_source_ships_beside_the_module():
+    assert mpi_cloop.SOURCE.is_file() and "fb_pingpong" in mpi_cloop.SOURCE.read_text()
+    assert set(mpi_cloop.SIGNATURES) == {
+        "fb_pingpong",
+        "fb_window",
+        "fb_collective",
+        "fb_rma",
+        "fb_persistent_collectives",
+    }
