@@ -115,7 +115,7 @@ def test_kernel_takes_element_datatype_and_sizes_from_the_spec(name):
 
 
 def test_reduce_has_osus_header_and_is_not_in_any_default_sweep():
-    assert header("mpi", "reduce", 64, 1).splitlines() == [
+    assert header("mpi", "reduce", 64, 1).splitlines()[1:] == [
         "# OSU MPI Reduce Latency Test v7.4",
         "# Datatype: MPI_FLOAT.",
         "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations",
@@ -139,7 +139,7 @@ def test_barrier_moves_no_data():
     assert kernel_sizes(kernel, (4, 65536)) == [0] and kernel_sizes(kernel, None) == [0]
     row = _row("barrier", 0, 4, 1000.0)
     assert math.isnan(row["algbw_GBps"]) and math.isnan(row["busbw_GBps"])
-    assert header("mpi", "barrier", 64, 1).splitlines()[1].startswith("# Size")  # no datatype line
+    assert header("mpi", "barrier", 64, 1).splitlines()[2].startswith("# Size")  # no datatype line
 
 
 def test_rows_take_algbw_and_busbw_from_the_spec():

@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from fabricbench import __version__
 from fabricbench.report import console, osu
 
 LATENCY = {
@@ -216,8 +217,10 @@ def test_console_unsupported_row_is_a_comment_with_its_reason():
         ),
     ],
 )
-def test_osu_header_is_osus_own(transport, kernel, window, pairs, expected):
-    assert osu.header(transport, kernel, window, pairs).split("\n") == expected
+def test_osu_header_is_osus_own_after_one_line_that_names_fabricbench(transport, kernel, window, pairs, expected):
+    made_by, *lines = osu.header(transport, kernel, window, pairs).split("\n")
+    assert made_by == f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks v7.4"
+    assert lines == expected
 
 
 def test_osu_lines_use_osus_field_widths():

@@ -1,11 +1,14 @@
 """OSU Micro-Benchmarks' text layout, for scripts that already scrape it.
 
 Headers and columns follow OSU 7.4: size ``%-10d``, values ``%20.2f``.
-A transport that is not MPI keeps the layout but names itself in the title.
+One comment line before OSU's title says that fabricbench made the table;
+every other line is as OSU prints it. A transport that is not MPI keeps the
+layout but names itself in the title.
 """
 
 from __future__ import annotations
 
+from fabricbench import __version__
 from fabricbench.kernels import get_kernel
 from fabricbench.transports import transport_class
 
@@ -16,7 +19,11 @@ def header(transport: str, kernel_name: str, window: int, pairs: int) -> str:
     kernel = get_kernel(kernel_name)
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
-    lines = [f"# OSU {kernel.osu_title.format(lib=library)} {OSU_VERSION}", *cls.osu_header_lines(kernel)]
+    lines = [
+        f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
+        f"# OSU {kernel.osu_title.format(lib=library)} {OSU_VERSION}",
+        *cls.osu_header_lines(kernel),
+    ]
     if _message_rate(kernel):
         lines.append(f"# [ pairs: {pairs} ] [ window size: {window} ]")
     if kernel.osu_datatype:
