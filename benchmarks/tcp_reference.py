@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import random
 import re
 import shutil
@@ -57,6 +56,8 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
+
+from paired import Ratio, check_reps, missed, run_shuffled
 
 LAT_SIZE = 64
 LAT_WARMUP = 2000
@@ -157,47 +158,13 @@ def fabricbench_bandwidth(port: int, out_dir: Path, loop: str, size: int, second
     return float(row["bw_MBps"])
 
 
-# --- statistics ----------------------------------------------------------------------------------
-
-
-def paired(reference: list[float], ours: list[float]) -> list[float]:
-    """Each rep's ratio: ours over the reference measured in the same rep."""
-    return [o / r for o, r in zip(ours, reference, strict=True)]
-
-
-def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
-    """A distribution-free confidence interval for the median: order statistics k and n+1-k."""
-    ordered, n = sorted(values), len(values)
-    below = 0.0
-    k = 0
-    while k < n // 2:  # P(Binomial(n, 1/2) <= k) must stay within the tail (1 - confidence) / 2
-        below += math.comb(n, k) / 2**n
-        if below > (1 - confidence) / 2:
-            break
-        k += 1
-    if k == 0:
-        return float("-inf"), float("inf")  # too few reps for this confidence
-    return ordered[k - 1], ordered[n - k]
-
-
-def verdict(ratio: float, low: float, high: float, target: float, higher_is_better: bool) -> str:
-    """Met or missed by the median; "clearly" when the whole 95 % interval is on that side."""
-    good = (lambda r: r >= target) if higher_is_better else (lambda r: r <= target)
-    if good(low) and good(high):
-        return "met, clearly"
-    if not good(low) and not good(high):
-        return "MISSED, clearly"
-    return "met (CI spans target)" if good(ratio) else "MISSED (CI spans target)"
-
-
-def summary_line(name: str, reference: list[float], samples: list[float], note: str) -> tuple[str, float, float, float]:
-    ratios = paired(reference, samples)
-    ratio, (low, high) = statistics.median(ratios), median_interval(ratios)
+def summary_line(name: str, reference: list[float], samples: list[float], note: str) -> tuple[str, Ratio]:
+    ratio = Ratio.of(reference, samples)
     line = (
-        f"{name:<24}{statistics.median(reference):>10.2f}{statistics.median(samples):>12.2f}{ratio:>7.3f}"
-        f"{f'{low:.2f}-{high:.2f}':>11}  {note}"
+        f"{name:<24}{statistics.median(reference):>10.2f}{statistics.median(samples):>12.2f}{ratio.median:>7.3f}"
+        f"{ratio.interval:>11}  {note}"
     )
-    return line, ratio, low, high
+    return line, ratio
 
 
 def main() -> int:
@@ -216,8 +183,7 @@ def main() -> int:
         help="pin every client to one CPU and every server to another (taskset); default: the scheduler's choice",
     )
     args = parser.parse_args()
-    if args.reps < 6:
-        parser.error("--reps must be at least 6 for a 95%% interval on the median")
+    check_reps(parser, args.reps)
     if not 0 < args.seconds <= 60:
         parser.error("--seconds must be above 0 and at most 60")
     try:
@@ -275,9 +241,8 @@ def main() -> int:
                     for who, loop in LOOPS.items()
                 }
                 slot["reference"] = slot["control"] = partial(sockperf_latency, ports["sockperf"])
-                for who in order.sample(list(slot), len(slot)):  # no tool always runs in the same place
-                    settle()
-                    latency(who, slot[who]())
+                for who, measured in run_shuffled(order, slot, before=settle).items():  # no tool always runs first
+                    latency(who, measured)
                 for size in sizes:
                     name = bw_names[size]
                     ours = partial(fabricbench_bandwidth, ports["fabricbench"])
@@ -286,9 +251,8 @@ def main() -> int:
                         for who, loop in LOOPS.items()
                     }
                     slot["reference"] = slot["control"] = partial(iperf3_bandwidth, ports["iperf3"], size, args.seconds)
-                    for who in order.sample(list(slot), len(slot)):
-                        settle()
-                        add(name, who, slot[who]())
+                    for who, measured in run_shuffled(order, slot, before=settle).items():
+                        add(name, who, measured)
     finally:
         for server in servers:
             server.terminate()
@@ -302,9 +266,9 @@ def main() -> int:
         tool = "iperf3" if bandwidth else "sockperf"
         if bandwidth or p50:
             target = BW_TARGET if bandwidth else LAT_TARGET
-            line, ratio, low, high = summary_line(name, by["reference"], by["fabricbench"], "")
-            judged = verdict(ratio, low, high, target, higher_is_better=bandwidth)
-            ok &= not judged.startswith("MISSED")
+            line, ratio = summary_line(name, by["reference"], by["fabricbench"], "")
+            judged = ratio.verdict(target, higher_is_better=bandwidth)
+            ok &= not missed(judged)
             print(f"{line}fabricbench; target {'>=' if bandwidth else '<='} {target}: {judged}")
         else:
             print(summary_line(name, by["reference"], by["fabricbench"], "fabricbench")[0])

@@ -60,7 +60,9 @@ def mpi_info() -> dict:
     from mpi4py import MPI
 
     vendor, version = MPI.get_vendor()
+    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled", MPI.THREAD_SERIALIZED: "serialized"}
     return {
+        "mpi_thread_level": levels.get(MPI.Query_thread(), "multiple"),
         "mpi_library_version": MPI.Get_library_version().strip(),
         "mpi_vendor": f"{vendor} {'.'.join(map(str, version))}",
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),

@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
+
+# MPI_THREAD_SERIALIZED, not mpi4py's default MULTIPLE: a library at MULTIPLE takes a lock around
+# every call, which the timed loops would report as the fabric's (benchmarks/mpi_overhead.py shows it
+# against a C program at MPI_Init's level, as OSU's). Only the main thread makes MPI calls; the one
+# exception is the watchdog's last-resort MPI_Abort, which ends the job anyway.
+THREAD_LEVEL = "serialized"
+
+
+def import_mpi():
+    """mpi4py.MPI; the first import initialises MPI, at THREAD_LEVEL."""
+    if "mpi4py.MPI" not in sys.modules:
+        import mpi4py
+
+        mpi4py.rc.thread_level = THREAD_LEVEL
+    from mpi4py import MPI
+
+    return MPI
 
 
 class MPIControl:
     local_address = None  # ranks reach each other by host name (or the transports' own options)
 
     def __init__(self, comm):
-        from mpi4py import MPI
-
-        self._MPI = MPI
+        self._MPI = import_mpi()
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
