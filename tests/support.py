@@ -6,8 +6,11 @@ Test modules import these by name (``from support import fabricbench``); conftes
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 PYTHON = sys.executable
@@ -66,3 +69,57 @@ def read_rows(out_dir: Path):
     from fabricbench.results import read_table
 
     return read_table(out_dir)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound a moment ago and closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def one_error_line(stderr: str, expected: str) -> None:
+    """STDERR holds exactly one ``fabricbench: error:`` line, containing EXPECTED, and no traceback."""
+    lines = [line for line in stderr.splitlines() if line.startswith("fabricbench: error:")]
+    assert "Traceback" not in stderr
+    assert len(lines) == 1 and expected in lines[0], stderr
+
+
+class Server:
+    """``fabricbench serve ARGS`` on a free loopback port in the background, its log read line by line."""
+
+    def __init__(self, *args: str, importtime: bool = False, env: dict | None = None):
+        self.port = free_port()
+        flags = ["-X", "importtime"] if importtime else []
+        self.proc = subprocess.Popen(
+            [PYTHON, *flags, "-m", "fabricbench", "serve", "--address", "127.0.0.1", "--port", str(self.port), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(env),
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_for("listening on")
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def log(self) -> list[str]:
+        return [line for line in self.lines if line.startswith("fabricbench")]
+
+    def wait_for(self, text: str, count: int = 1, deadline: float = 30.0) -> str:
+        """Wait until COUNT log lines hold TEXT; return the last of them."""
+        end = time.monotonic() + deadline
+        while True:
+            found = [line for line in self.lines if text in line]
+            if len(found) >= count:
+                return found[count - 1]
+            assert self.proc.poll() is None, f"serve exited: {self.lines[-5:]}"
+            assert time.monotonic() < end, f"serve never logged {text!r}: {self.log()}"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)

@@ -21,6 +21,7 @@ from fabricbench.control.rendezvous import (
     recv_message,
     send_message,
 )
+from fabricbench.errors import UsageError
 from fabricbench.plan import Plan, Step
 from fabricbench.transports.tcp import LOOPS, TCPTransport
 from fabricbench.transports.verbs import VerbsTransport
@@ -80,7 +81,7 @@ BAD_PLANS = [
     ({"steps": [Step("mpi", "latency", [8])]}, "transport 'mpi' needs MPI; a peer run has none"),
     ({"steps": [Step("tcp", "wobble", [8])]}, "unknown kernel 'wobble'"),
     ({"steps": [Step("tcp", "get", [8])]}, "tcp has no get kernel"),
-    ({"steps": [Step("tcp", "bw", [0])]}, "bw size 0 B is outside 1..4194304 B"),
+    ({"steps": [Step("tcp", "bw", [2**31])]}, "bw size 2147483648 B is outside 0..1073741824 B"),
     ({"steps": [Step("tcp", "bw", [])]}, "0 sizes; 1 to 64 are allowed"),
     ({"steps": [Step("tcp", "bw", [8] * 65)]}, "65 sizes; 1 to 64 are allowed"),
     ({"steps": [Step("tcp", "latency", [8])], "transport_options": {"verbs": {"cq_mod": 70000}}}, None),
@@ -183,3 +184,110 @@ def test_a_refusal_is_read_whatever_the_senders_protocol_version():
         send_message(left, ERROR, Fields().text("no such device").payload())
         with pytest.raises(Refused, match="no such device"):
             recv_message(right, HELLO)
+
+
+# ---- serve's caps, budget, log escaping and token ---------------------------------------------------
+
+
+def _default_caps() -> peer.Caps:
+    """The caps `fabricbench serve` has when given no --max-* option."""
+    from fabricbench.cli import build_parser
+
+    args = build_parser().parse_args(["serve"])
+    return peer.Caps(
+        args.max_timeout, args.max_iterations, args.max_warmup, args.max_window, args.max_bytes, args.max_session
+    )
+
+
+def test_the_default_peer_sweep_of_every_transport_fits_the_default_caps():
+    from fabricbench.kernels import get_kernel
+    from fabricbench.plan import kernel_sizes
+    from fabricbench.transports import supported_kernels
+
+    for transport in ("tcp", "verbs", "verbs-send", "perftest"):
+        steps = [Step(transport, k, kernel_sizes(get_kernel(k), None)) for k in sorted(supported_kernels(transport))]
+        budget = peer.admit(Plan(steps=steps, run_id="r1"), _default_caps())  # -W 64, --timeout 120: run's defaults
+        assert 120 < budget < _default_caps().session
+
+
+OVER_CAPS = [
+    ({"timeout": 86400.0}, "timeout 86400 s is over this server's cap of 300 s (serve --max-timeout)"),
+    ({"iterations": 10**9}, "1000000000 iterations is over this server's cap of 1000000 (serve --max-iterations)"),
+    ({"warmup": 10**6}, "a warm-up of 1000000 iterations is over this server's cap of 100000 (serve --max-warmup)"),
+    ({"window": 65536}, "window 65536 is over this server's cap of 1024 (serve --max-window)"),
+    (
+        {"window": 1024, "steps": [Step("tcp", "bibw", [4 << 20])]},
+        "bibw at 4194304 B with window 1024 needs 8192 MiB per rank, over this server's cap of 512 MiB "
+        "(serve --max-bytes)",
+    ),
+    ({"iterations": 900_000, "steps": [Step("tcp", "bw", [1 << 20])]}, "(serve --max-session)"),
+]
+
+
+@pytest.mark.parametrize(("fields", "words"), OVER_CAPS)
+def test_a_plan_over_a_cap_is_refused_naming_the_cap_and_its_option(fields, words):
+    plan, _, _ = decode_hello(encode_hello(_plan(**fields), None), SERVER)  # the protocol itself takes it
+    with pytest.raises(ProtocolError) as refused:
+        peer.admit(plan, _default_caps())
+    assert words in str(refused.value)
+
+
+def test_a_sessions_budget_is_its_timeout_plus_its_slow_link_length_with_slack():
+    short = _plan(steps=[Step("tcp", "latency", [8])], iterations=1000, warmup=0, timeout=7.0)
+    per_iteration = peer.SLOW_ROUND_TRIP_S + 2 * (peer.SLOW_MESSAGE_S + 8 / peer.SLOW_BYTES_PER_S)
+    expected = 7.0 + peer.BUDGET_SLACK * (peer.SLOW_SIZE_SETUP_S + 1000 * per_iteration)
+    assert peer.session_budget(short) == pytest.approx(expected)
+    longer = _plan(steps=[Step("tcp", "latency", [8, 1 << 20])], iterations=1000, warmup=0, timeout=7.0)
+    assert peer.session_budget(longer) > peer.session_budget(short) + 4 * 1000 * 2 * (1 << 20) / 100e6
+
+
+def test_buffer_bytes_is_size_times_window_times_directions():
+    from fabricbench.kernels import get_kernel
+
+    assert peer.buffer_bytes(get_kernel("latency"), 1024, 64) == 1024
+    assert peer.buffer_bytes(get_kernel("bw"), 1024, 64) == 64 * 1024
+    assert peer.buffer_bytes(get_kernel("bibw"), 1024, 64) == 2 * 64 * 1024
+    assert peer.buffer_bytes(get_kernel("allgather"), 1024, 64) == 2 * 1024  # one block per rank
+
+
+@pytest.mark.parametrize(
+    ("sent", "logged"),
+    [
+        ("0.9.1", "0.9.1"),
+        ("1.0\nfabricbench serve: forged line", "1.0\\nfabricbench serve: forged line"),
+        ("\x1b[2J\x1b[H", "\\x1b[2J\\x1b[H"),
+        ("\u202eevil\x00", "\\u202eevil\\x00"),
+        ("x" * 100, "x" * 61 + "..."),
+    ],
+)
+def test_what_a_client_sent_is_logged_printable_and_short(sent, logged):
+    assert peer.printable(sent) == logged
+    assert peer.printable(sent).isprintable()
+
+
+def test_the_token_comes_from_the_option_or_the_environment_and_is_never_empty(monkeypatch):
+    monkeypatch.delenv(peer.TOKEN_VAR, raising=False)
+    assert peer.token_from(None) is None
+    assert peer.token_from("s3cret") == b"s3cret"
+    monkeypatch.setenv(peer.TOKEN_VAR, "from-env")
+    assert peer.token_from(None) == b"from-env" and peer.token_from("given") == b"given"
+    monkeypatch.setenv(peer.TOKEN_VAR, "")
+    with pytest.raises(UsageError, match="FABRICBENCH_TOKEN is empty"):
+        peer.token_from(None)
+    with pytest.raises(UsageError, match="--token is empty"):
+        peer.token_from("")
+
+
+def test_the_proof_depends_on_the_token_the_nonce_and_the_hello_and_holds_no_secret():
+    hello = encode_hello(_plan(), None)
+    proof = peer.token_proof(b"s3cret", b"n" * 32, hello)
+    assert len(proof) == 32 and b"s3cret" not in proof
+    assert proof == peer.token_proof(b"s3cret", b"n" * 32, hello)
+    others = [(b"s3creT", b"n" * 32, hello), (b"s3cret", b"m" * 32, hello), (b"s3cret", b"n" * 32, hello + b"\x00")]
+    assert all(peer.token_proof(*args) != proof for args in others)
+
+
+def test_the_metadata_command_line_never_holds_the_token():
+    argv = ["fabricbench", "run", "--peer", "h:1", "--token", "s3cret", "--token=other", "-k", "latency"]
+    masked = peer._without_token(argv)
+    assert "s3cret" not in masked and "--token=other" not in masked and masked[-2:] == ["-k", "latency"]

@@ -12,10 +12,14 @@ import pytest
 from fabricbench.control.pair import PairControl
 from fabricbench.control.rendezvous import (
     ERROR,
+    HEADER,
     HELLO,
+    MAGIC,
     VECTOR,
+    VERSION,
     FieldReader,
     Fields,
+    Inbox,
     ProtocolError,
     recv_message,
     send_message,
@@ -105,3 +109,28 @@ def test_both_control_planes_have_the_declared_interface():
         for name in methods:
             declared = list(inspect.signature(getattr(ControlPlane, name)).parameters)
             assert list(inspect.signature(getattr(cls, name)).parameters) == declared, (cls, name)
+
+
+def test_an_inbox_reads_a_message_in_any_pieces_and_checks_the_header_first():
+    left, right = socket.socketpair()
+    with left, right:
+        right.setblocking(False)
+        inbox = Inbox(right)
+        assert inbox.read(HELLO) is None  # nothing there yet: no wait
+        frame = HEADER.pack(MAGIC, VERSION, HELLO, 5) + b"hello"
+        for i in range(len(frame) - 1):
+            left.sendall(frame[i : i + 1])
+            assert inbox.read(HELLO) is None
+        left.sendall(frame[-1:] + HEADER.pack(MAGIC, VERSION, HELLO, 2) + b"hi")
+        assert inbox.read(HELLO) == b"hello"
+        assert inbox.read(HELLO) == b"hi"  # it never read past the first message
+        left.sendall(HEADER.pack(MAGIC, VERSION, HELLO, 1 << 20))
+        with pytest.raises(ProtocolError, match="HELLO message of 1048576 B is over the 65536 B limit"):
+            inbox.read(HELLO)  # refused before a byte of the payload is taken
+    left, right = socket.socketpair()
+    with left, right:
+        right.setblocking(False)
+        left.sendall(HEADER.pack(MAGIC, VERSION, HELLO, 4) + b"ab")
+        left.close()  # everything sent is in right's buffer: one read meets the end
+        with pytest.raises(PeerError, match="peer closed the connection while we waited for the peer's HELLO"):
+            Inbox(right).read(HELLO)

@@ -2,32 +2,49 @@
 
 As with perftest or sockperf, the client (rank 0) connects to the server
 (rank 1) and sends a HELLO: the plan's fields in a versioned binary message.
-The server checks every field and answers ACCEPT or an ERROR in words. The
-same connection then carries the control plane (``PairControl``), so the
-runner, the transports and the reporter work exactly as under mpiexec; the
-client writes the results.
+The server checks every field, and the plan against its own caps, then sends
+a CHALLENGE (a fresh nonce); the client answers with a PROOF (the HMAC of the
+nonce and its HELLO under the shared token, when it has one), and the server
+answers ACCEPT or an ERROR in words. The same connection then carries the
+control plane (``PairControl``), so the runner, the transports and the
+reporter work exactly as under mpiexec; the client writes the results.
 
-The server runs each session in a forked child, so whatever happens in a
-session (a dead client, a watchdog exit) ends that child only, and the server
-goes on to the next client.
+The server is one process that never waits on any one client: it reads every
+handshake as its bytes arrive, under a deadline for the whole handshake, and
+runs one session at a time in a forked child, so whatever happens in a session
+(a dead client, a watchdog exit) ends that child only. A client that arrives
+during a session is told whom the server is serving; a child that outlives its
+session's budget is killed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import ipaddress
 import math
 import os
 import re
+import secrets
+import selectors
+import signal
 import socket
 import sys
+import time
+from dataclasses import dataclass
 
 from fabricbench import __version__
 from fabricbench.control.pair import RANKS, PairControl
 from fabricbench.control.rendezvous import (
     ACCEPT,
+    CHALLENGE,
     HELLO,
+    PROOF,
     VERSION,
     FieldReader,
     Fields,
+    Inbox,
     ProtocolError,
     Refused,
     connect,
@@ -35,12 +52,11 @@ from fabricbench.control.rendezvous import (
     recv_message,
     refuse,
     send_message,
-    serve_forever,
 )
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
-from fabricbench.kernels import get_kernel
+from fabricbench.kernels import Kernel, get_kernel
 from fabricbench.orchestrate import execute_plan
-from fabricbench.plan import Plan, Step
+from fabricbench.plan import Plan, Step, size_limits
 from fabricbench.transports import TRANSPORTS, transport_class
 
 MAX_STEPS = 64
@@ -143,11 +159,10 @@ def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | N
         except UsageError as exc:
             raise ProtocolError(str(exc)) from None
         _refuse_unless(kernel.name in transport_class(transport).kernels, f"{transport} has no {kernel.name} kernel")
+        smallest, largest = size_limits(kernel)  # what run's -m may give it
         for size in sizes:
-            _refuse_unless(
-                kernel.min_size <= size <= kernel.max_size,
-                f"{kernel.name} size {size} B is outside {kernel.min_size}..{kernel.max_size} B",
-            )
+            outside = f"{kernel.name} size {size} B is outside {smallest}..{largest} B"
+            _refuse_unless(smallest <= size <= largest, outside)
         steps.append(Step(transport, kernel.name, sizes))
     plan = Plan(steps=steps)
     transport_options = _decode_sections(reader, _handshake_owners(plan), transport_options)
@@ -192,6 +207,116 @@ def _decode_sections(reader: FieldReader, owners: dict, transport_options: dict)
     return merged
 
 
+MiB = 1 << 20
+TOKEN_VAR = "FABRICBENCH_TOKEN"
+NONCE_BYTES = 32
+MAX_PROOF = 64  # an HMAC-SHA256 is 32 bytes
+MAX_PENDING = 32  # handshakes in progress at once; more clients are turned away until one finishes
+REAP_POLL_S = 0.2  # how often serve looks whether its session child has ended
+# A session's budget: the plan's length on a slow link, BUDGET_SLACK times over (as the runner's watchdog
+# allows each size), plus the client's --timeout.
+SLOW_ROUND_TRIP_S = 100e-6  # one exchange that waits for the other side: a ping-pong, a window's ack, a collective
+SLOW_MESSAGE_S = 5e-6  # each message's own cost in a stream
+SLOW_BYTES_PER_S = 100e6  # about 1 Gbit/s
+SLOW_SIZE_SETUP_S = 0.25  # barriers, buffers, validation and gathers around each size
+BUDGET_SLACK = 4
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What a client may ask of this server; ``serve --max-<field>`` sets each."""
+
+    timeout: float  # the client's --timeout, seconds
+    iterations: int
+    warmup: int
+    window: int
+    bytes: int  # one rank's buffers for one size (buffer_bytes)
+    session: float  # the session's budget, seconds (session_budget)
+
+
+def buffer_bytes(kernel: Kernel, size: int, window: int) -> int:
+    """What one rank's buffers hold for a kernel at a size: size x window x directions, or the collective's bytes."""
+    if kernel.collective:
+        spec = kernel.collective_spec
+        return spec.algbw_bytes(size, RANKS) if spec.algbw_bytes else 0
+    return size * (window if kernel.windowed else 1) * kernel.directions
+
+
+def _iteration_seconds(kernel: Kernel, size: int, window: int) -> float:
+    """One timed iteration on a slow link: its waits for the other side, its messages and the bytes it moves."""
+    moved = buffer_bytes(kernel, size, window)
+    if kernel.windowed:
+        return SLOW_ROUND_TRIP_S + window * kernel.directions * SLOW_MESSAGE_S + moved / SLOW_BYTES_PER_S
+    round_trips = 2 if kernel.collective else 1  # a collective is followed by a barrier
+    return round_trips * SLOW_ROUND_TRIP_S + 2 * (SLOW_MESSAGE_S + moved / SLOW_BYTES_PER_S)
+
+
+def session_budget(plan: Plan) -> float:
+    """Seconds a session may take before serve kills it: the plan's length on a slow link, with slack, plus --timeout.
+
+    A running session ends itself when it stalls (the runner's watchdog); this bounds one that cannot (a
+    stopped child) and what any one client can take of the server.
+    """
+    expected = 0.0
+    for step in plan.steps:
+        kernel = step.spec
+        for size in step.sizes:
+            iterations, warmup = plan.counts(kernel, size)
+            each = _iteration_seconds(kernel, size, plan.window)
+            expected += SLOW_SIZE_SETUP_S + (iterations + warmup + int(plan.validate)) * each
+    return plan.timeout + BUDGET_SLACK * expected
+
+
+def _over(what: str, cap: str, option: str) -> ProtocolError:
+    return ProtocolError(f"{what} over this server's cap of {cap} (serve --max-{option})")
+
+
+def admit(plan: Plan, caps: Caps) -> float:
+    """Refuse a plan that asks for more than this server's caps; returns its session budget in seconds."""
+    if plan.timeout > caps.timeout:
+        raise _over(f"timeout {plan.timeout:g} s is", f"{caps.timeout:g} s", "timeout")
+    counts = [plan.counts(step.spec, size) for step in plan.steps for size in step.sizes]
+    iterations, warmup = max(c[0] for c in counts), max(c[1] for c in counts)
+    if iterations > caps.iterations:
+        raise _over(f"{iterations} iterations is", str(caps.iterations), "iterations")
+    if warmup > caps.warmup:
+        raise _over(f"a warm-up of {warmup} iterations is", str(caps.warmup), "warmup")
+    if plan.window > caps.window:
+        raise _over(f"window {plan.window} is", str(caps.window), "window")
+    footprint, kernel, size = max(
+        (buffer_bytes(step.spec, size, plan.window), step.kernel, size) for step in plan.steps for size in step.sizes
+    )
+    if footprint > caps.bytes:
+        what = f"{kernel} at {size} B with window {plan.window} needs {footprint / MiB:g} MiB per rank,"
+        raise _over(what, f"{caps.bytes / MiB:g} MiB", "bytes")
+    budget = session_budget(plan)
+    if budget > caps.session:
+        what = f"this plan's budget of {budget:.0f} s (its length on a slow link, with slack, plus --timeout) is"
+        raise _over(what, f"{caps.session:.0f} s", "session")
+    return budget
+
+
+def printable(text: str, limit: int = 64) -> str:
+    """What a client sent, fit for a log line: non-printable characters escaped (\\n, \\x1b), at most ``limit``."""
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return escaped if len(escaped) <= limit else escaped[: limit - 3] + "..."
+
+
+def token_from(given: str | None) -> bytes | None:
+    """The shared secret: ``--token``, else $FABRICBENCH_TOKEN, else None (no token); an empty one is refused."""
+    source, value = ("--token", given) if given is not None else (TOKEN_VAR, os.environ.get(TOKEN_VAR))
+    if value is None:
+        return None
+    if not value:
+        raise UsageError(f"{source} is empty: give the shared secret, or leave it unset for no token")
+    return value.encode()
+
+
+def token_proof(token: bytes, nonce: bytes, hello: bytes) -> bytes:
+    """HMAC-SHA256 of the server's nonce and our HELLO under the token: proves the secret without sending it."""
+    return hmac.new(token, nonce + hello, hashlib.sha256).digest()
+
+
 def parse_peer(text: str) -> tuple[str, int]:
     """HOST:PORT (or [IPv6]:PORT) from the command line."""
     host, sep, port = text.rpartition(":")
@@ -201,33 +326,72 @@ def parse_peer(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def run_client(plan: Plan, peer: str, hugepages: str | None) -> int:
+def client_handshake(sock: socket.socket, hello: bytes, token: bytes | None) -> tuple[str, str]:
+    """The client's half: HELLO, the server's CHALLENGE, our PROOF, its ACCEPT; returns (server version, host)."""
+    send_message(sock, HELLO, hello)
+    reader = FieldReader(recv_message(sock, CHALLENGE), "CHALLENGE message")
+    nonce = reader.blob(NONCE_BYTES)
+    reader.end()
+    if len(nonce) != NONCE_BYTES:
+        raise ProtocolError(f"malformed CHALLENGE message: a nonce of {len(nonce)} B")
+    send_message(sock, PROOF, Fields().blob(token_proof(token, nonce, hello) if token else b"").payload())
+    reader = FieldReader(recv_message(sock, ACCEPT), "ACCEPT message")
+    server_version, server_host = reader.text(64), reader.text(256)
+    reader.end()
+    return server_version, server_host
+
+
+def _without_token(argv: list[str]) -> list[str]:
+    """The command line as the metadata records it: a --token's value masked."""
+    masked = list(argv)
+    for i, arg in enumerate(masked):
+        if arg.startswith("--token="):
+            masked[i] = "--token=***"
+        elif arg == "--token" and i + 1 < len(masked):
+            masked[i + 1] = "***"
+    return masked
+
+
+def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, token: bytes | None):
+    """Connect and shake hands; returns (socket, server version, server host) or raises PeerError in one line."""
+    host, port = where
+    sock = connect(host, port, plan.timeout)
+    try:
+        return (sock, *client_handshake(sock, encode_hello(plan, hugepages), token))
+    except Refused as exc:
+        sock.close()
+        raise PeerError(f"fabricbench serve at {host}:{port} refused the run: {exc.reason}") from None
+    except FabricbenchError as exc:
+        sock.close()
+        raise PeerError(f"handshake with {host}:{port} failed: {exc}") from None
+
+
+def run_client(plan: Plan, peer: str, hugepages: str | None, token: bytes | None = None) -> int:
     """Rank 0 of a peer run: handshake, then the ordinary runner over PairControl."""
+    from pathlib import Path
+
     from fabricbench.results import prepare_out_dir
 
     host, port = parse_peer(peer)
     mpi_free(plan)
+    made_out_dir = not Path(plan.out_dir).exists()
     prepare_out_dir(plan.out_dir)
-    where = f"{host}:{port}"
-    sock = connect(host, port, plan.timeout)
     try:
-        send_message(sock, HELLO, encode_hello(plan, hugepages))
-        reader = FieldReader(recv_message(sock, ACCEPT), "ACCEPT message")
-        server_version, server_host = reader.text(64), reader.text(256)
-        reader.end()
-    except Refused as exc:
-        sock.close()
-        raise PeerError(f"fabricbench serve at {where} refused the run: {exc.reason}") from None
-    except FabricbenchError as exc:
-        sock.close()
-        raise PeerError(f"handshake with {where} failed: {exc}") from None
+        sock, server_version, server_host = _open_session(plan, (host, port), hugepages, token)
+    except PeerError:
+        if made_out_dir:
+            with contextlib.suppress(OSError):
+                Path(plan.out_dir).rmdir()  # a refused run leaves no empty results folder
+        raise
     ctrl = PairControl(sock, 0, plan.timeout)
     metadata = {
         "mode": "peer",
-        "peer": where,
+        "peer": f"{host}:{port}",
         "peer_host": server_host,
         "peer_fabricbench_version": server_version,
         "control_plane": f"fabricbench rendezvous protocol {VERSION} over TCP",
+        "token": token is not None,
+        "command_line": _without_token(sys.argv),
     }
     try:
         return execute_plan(plan, ctrl, None, hugepages, metadata)
@@ -236,61 +400,261 @@ def run_client(plan: Plan, peer: str, hugepages: str | None) -> int:
 
 
 def _log(line: str) -> None:
-    print(f"fabricbench serve: {line}", file=sys.stderr, flush=True)
+    print(f"fabricbench serve: {printable(line, 1000)}", file=sys.stderr, flush=True)
 
 
-def serve(address: str, port: int, timeout: float, transport_options: dict) -> int:
-    """Serve clients one at a time until interrupted; a bad client costs one log line.
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops serve as Ctrl-C does: its session child is ended too
+
+
+def serve(
+    address: str, port: int, transport_options: dict, handshake_timeout: float, caps: Caps, token: bytes | None
+) -> int:
+    """Serve clients, one session at a time, until interrupted; a bad or unlucky client costs one log line.
 
     ``transport_options`` are this host's settings per transport, as Plan.transport_options.
     """
-    listener = listen(address, port)
-
-    def session(sock: socket.socket, client: str) -> None:
-        try:
-            plan, hugepages, client_version = decode_hello(recv_message(sock, HELLO), transport_options)
-        except ProtocolError as exc:
-            refuse(sock, str(exc))
-            raise PeerError(f"refused: {exc}") from None
-        send_message(sock, ACCEPT, Fields().text(__version__).text(socket.gethostname()).payload())
-        kernels = ", ".join(f"{s.transport} {s.kernel}" for s in plan.steps)
-        _log(f"{client}: running {kernels} for fabricbench {client_version} (run {plan.run_id})")
-        code = _run_forked(listener, sock, plan, hugepages)
-        if code:
-            raise PeerError(f"session ended with exit code {code}")
-        _log(f"{client}: session done")
-
-    where = f"{address}:{listener.getsockname()[1]}"
-    _log(f"listening on {where} (protocol {VERSION}); one client at a time, Ctrl-C stops")
+    if not address.strip():
+        raise UsageError("--address is empty: give 127.0.0.1 (this host only), an interface's address or 0.0.0.0")
+    server = _Server(listen(address, port), transport_options, handshake_timeout, caps, token)
+    bound = server.listener.getsockname()
+    if token:
+        exposure = "a token is required"
+    elif ipaddress.ip_address(bound[0]).is_loopback:
+        exposure = "this host only, no token"
+    else:
+        exposure = "no token: anyone who reaches this port may run sessions within the caps"
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    _log(f"listening on {address}:{bound[1]} (protocol {VERSION}; {exposure}); one session at a time, Ctrl-C stops")
     try:
-        serve_forever(listener, timeout, session, _log)
+        server.run()
     except KeyboardInterrupt:
         _log("stopped")
         return 0
     finally:
-        listener.close()
+        server.close()
+        signal.signal(signal.SIGTERM, previous)
 
 
-def _run_forked(listener: socket.socket, sock: socket.socket, plan: Plan, hugepages: str | None) -> int:
-    """Run one session as rank 1 in a child process and return its exit code."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status)
-    code = 1
-    try:
-        listener.close()
-        code = execute_plan(plan, PairControl(sock, 1, plan.timeout), None, hugepages)
-    except FabricbenchError as exc:
-        print(f"fabricbench: error: rank 1: {exc}", file=sys.stderr)
-        code = exc.exit_code
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException as exc:  # noqa: BLE001 - the child must never return into the serve loop
-        print(f"fabricbench: error: rank 1: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-    finally:
+@dataclass
+class _Handshake:
+    """A client between connect and ACCEPT: what it sent so far, and when its time is up."""
+
+    sock: socket.socket
+    client: str
+    deadline: float
+    inbox: Inbox
+    hello: bytes = b""
+    plan: Plan | None = None
+    hugepages: str | None = None
+    client_version: str = ""
+    budget: float = 0.0
+    nonce: bytes = b""
+
+
+@dataclass
+class _Session:
+    """The session child: who it serves, since when, for how long at most."""
+
+    pid: int
+    client: str
+    run_id: str
+    started: float
+    budget: float
+    killed: bool = False
+
+
+def _close_after_reply(sock: socket.socket) -> None:
+    """Close without a reset: read away what the client sent and we did not, so our last message reaches it."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        for _ in range(16):
+            if not sock.recv(65536):
+                break
+    sock.close()
+
+
+class _Server:
+    """serve's one process: a listener, every handshake in progress and at most one session child, in one loop."""
+
+    def __init__(self, listener, transport_options: dict, handshake_timeout: float, caps: Caps, token: bytes | None):
+        self.listener = listener
+        self.transport_options = transport_options
+        self.handshake_timeout = handshake_timeout
+        self.caps = caps
+        self.token = token
+        self.pending: dict[int, _Handshake] = {}
+        self.session: _Session | None = None
+        listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ)
+
+    def run(self) -> None:
+        while True:
+            for key, _ in self.selector.select(self._wait()):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._advance(key.data)
+            now = time.monotonic()
+            for late in [hs for hs in self.pending.values() if hs.deadline <= now]:
+                self._drop(late, f"no complete handshake within {self.handshake_timeout:g} s", tell=True)
+            self._watch_session(now)
+
+    def _wait(self) -> float | None:
+        """Seconds until the next deadline or look at the session child (None: nothing to wait for)."""
+        now = time.monotonic()
+        deadlines = [hs.deadline - now for hs in self.pending.values()]
+        if self.session:
+            deadlines.append(REAP_POLL_S)
+        return max(0.0, min(deadlines)) if deadlines else None
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, addr = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                _log(f"cannot accept a connection: {exc.strerror or exc}; still serving")
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hs = _Handshake(sock, f"{addr[0]}:{addr[1]}", time.monotonic() + self.handshake_timeout, Inbox(sock))
+            if len(self.pending) >= MAX_PENDING:
+                self._drop(hs, f"busy: {MAX_PENDING} handshakes in progress; try again later", tell=True)
+                continue
+            self.pending[sock.fileno()] = hs
+            self.selector.register(sock, selectors.EVENT_READ, hs)
+
+    def _advance(self, hs: _Handshake) -> None:
+        """Read what the client sent; answer once its HELLO or its PROOF is complete."""
+        try:
+            if hs.plan is None:
+                self._on_hello(hs)
+            else:
+                self._on_proof(hs)
+        except ProtocolError as exc:
+            self._drop(hs, str(exc), tell=True)
+        except (FabricbenchError, OSError) as exc:
+            self._drop(hs, str(exc) if isinstance(exc, FabricbenchError) else (exc.strerror or str(exc)))
+        except Exception as exc:  # noqa: BLE001 - no client may end the server, not even through a bug here
+            self._drop(hs, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _on_hello(self, hs: _Handshake) -> None:
+        payload = hs.inbox.read(HELLO)
+        if payload is None:
+            return
+        plan, hugepages, client_version = decode_hello(payload, self.transport_options)
+        hs.budget = admit(plan, self.caps)
+        hs.hello, hs.plan, hs.hugepages, hs.client_version = payload, plan, hugepages, client_version
+        hs.nonce = secrets.token_bytes(NONCE_BYTES)
+        send_message(hs.sock, CHALLENGE, Fields().blob(hs.nonce).payload())
+
+    def _on_proof(self, hs: _Handshake) -> None:
+        payload = hs.inbox.read(PROOF, MAX_PROOF + 4)
+        if payload is None:
+            return
+        reader = FieldReader(payload, "PROOF message")
+        proof = reader.blob(MAX_PROOF)
+        reader.end()
+        if self.token and not proof:
+            raise ProtocolError(f"this server needs a token: give run --token, or {TOKEN_VAR}, the same as serve's")
+        if self.token and not hmac.compare_digest(proof, token_proof(self.token, hs.nonce, hs.hello)):
+            raise ProtocolError("wrong token")
+        self._watch_session(time.monotonic())
+        if self.session:
+            s = self.session
+            since = time.monotonic() - s.started
+            raise ProtocolError(
+                f"busy: serving {s.client} since {since:.0f} s (run {s.run_id}, budget about {s.budget:.0f} s); "
+                "try again later"
+            )
+        send_message(hs.sock, ACCEPT, Fields().text(__version__).text(socket.gethostname()).payload())
+        self._forget(hs)
+        pid = self._fork(hs)
+        hs.sock.close()
+        plan = hs.plan
+        self.session = _Session(pid, hs.client, plan.run_id, time.monotonic(), hs.budget)
+        kernels = ", ".join(f"{s.transport} {s.kernel}" for s in plan.steps)
+        _log(
+            f"{hs.client}: running {kernels} for fabricbench {printable(hs.client_version)} "
+            f"(run {plan.run_id}, pid {pid}, budget {hs.budget:.0f} s)"
+        )
+
+    def _fork(self, hs: _Handshake) -> int:
+        """Run the session as rank 1 in a child process; returns its pid."""
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 1
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            self._close_sockets()  # the child keeps only its client's connection
+            plan = hs.plan
+            code = execute_plan(plan, PairControl(hs.sock, 1, plan.timeout), None, hs.hugepages)
+        except FabricbenchError as exc:
+            print(f"fabricbench: error: rank 1: {exc}", file=sys.stderr)
+            code = exc.exit_code
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException as exc:  # noqa: BLE001 - the child must never return into the serve loop
+            print(f"fabricbench: error: rank 1: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def _watch_session(self, now: float) -> None:
+        """Reap the session child once it ended; kill it once it outlived its budget (stopped or not)."""
+        s = self.session
+        if s is None:
+            return
+        pid, status = os.waitpid(s.pid, os.WNOHANG)
+        if pid:
+            self.session = None
+            code = os.waitstatus_to_exitcode(status)
+            if s.killed:
+                return
+            _log(
+                f"{s.client}: session done"
+                if code == 0
+                else f"{s.client}: session ended with exit code {code}; still serving"
+            )
+        elif not s.killed and now - s.started > s.budget:
+            os.kill(s.pid, signal.SIGKILL)
+            s.killed = True
+            _log(
+                f"{s.client}: session (run {s.run_id}, pid {s.pid}) outlived its budget of {s.budget:.0f} s; "
+                "killed it; still serving"
+            )
+
+    def _forget(self, hs: _Handshake) -> None:
+        if self.pending.pop(hs.sock.fileno(), None) is hs:
+            self.selector.unregister(hs.sock)
+
+    def _drop(self, hs: _Handshake, reason: str, tell: bool = False) -> None:
+        """End a handshake: tell the client why (``tell``), close, and log one line."""
+        self._forget(hs)
+        if tell:
+            refuse(hs.sock, reason)
+        _close_after_reply(hs.sock)
+        _log(f"{hs.client}: {'refused: ' if tell else ''}{reason}; still serving")
+
+    def _close_sockets(self) -> None:
+        for hs in self.pending.values():
+            hs.sock.close()
+        self.pending.clear()
+        self.selector.close()
+        self.listener.close()
+
+    def close(self) -> None:
+        """Stop: the session child is killed and reaped, every socket closed."""
+        if self.session:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.session.pid, signal.SIGKILL)
+            os.waitpid(self.session.pid, 0)
+            self.session = None
+        self._close_sockets()

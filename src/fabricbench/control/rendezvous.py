@@ -13,7 +13,9 @@ message's payload (one text field), so a peer of another version is told so
 in words and can read a refusal from any version. A payload is a sequence of struct-packed fields written
 by ``Fields`` and read back, length-checked, by ``FieldReader``. Nothing
 received is unpickled or evaluated; every length is checked against a limit
-before anything is read, and every blocking call has a timeout.
+before anything is read, and every blocking call has a timeout. ``Inbox``
+reads the same frames from a non-blocking socket, for a server that holds
+many handshakes at once.
 
 Message types below 64 belong to fabricbench's handshake, control plane and
 links; a transport may use 64 and up for its own exchange.
@@ -25,14 +27,12 @@ import contextlib
 import errno
 import socket
 import struct
-import sys
-from collections.abc import Callable
 
 from fabricbench import __version__
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
 
 MAGIC = b"FBRV"
-VERSION = 3  # 3: transports add their own versioned sections to the HELLO
+VERSION = 4  # 4: the server answers a HELLO with a CHALLENGE, the client with a PROOF (its token's HMAC)
 HEADER = struct.Struct("!4sHHI")
 MAX_PAYLOAD = 64 * 1024  # the default limit on one message; the handshake and control plane stay far below
 MAX_TEXT = 1024
@@ -41,14 +41,16 @@ MAX_TEXT = 1024
 ERROR = 1  # payload: text; the sender refuses and closes
 HELLO = 2  # client -> server: what to run
 ACCEPT = 3  # server -> client: agreed, the session starts
+CHALLENGE = 4  # server -> client: a fresh nonce for the PROOF
+PROOF = 5  # client -> server: HMAC of the nonce and the HELLO under the token, or nothing
 BARRIER = 16  # control plane: empty
 VALUE = 17  # control plane: one f64
 VECTOR = 18  # control plane: f64 values
 BYTES = 19  # control plane: opaque bytes (a broadcast)
 JSON = 20  # control plane: one JSON object (a gather)
 LINK = 32  # a data connection says which rank opened it
-NAMES = {ERROR: "ERROR", HELLO: "HELLO", ACCEPT: "ACCEPT", BARRIER: "BARRIER", VALUE: "VALUE", VECTOR: "VECTOR"}
-NAMES |= {BYTES: "BYTES", JSON: "JSON", LINK: "LINK"}
+NAMES = {ERROR: "ERROR", HELLO: "HELLO", ACCEPT: "ACCEPT", CHALLENGE: "CHALLENGE", PROOF: "PROOF"}
+NAMES |= {BARRIER: "BARRIER", VALUE: "VALUE", VECTOR: "VECTOR", BYTES: "BYTES", JSON: "JSON", LINK: "LINK"}
 
 
 class ProtocolError(PeerError):
@@ -172,6 +174,15 @@ class FieldReader:
             raise ProtocolError(f"malformed {self.what}: {len(self._data) - self._pos} unexpected trailing bytes")
 
 
+def _receive_failed(waiting_for: str, sock: socket.socket, exc: OSError | None = None) -> PeerError:
+    """The one line for a receive that ended without its bytes (``exc`` None: the peer closed)."""
+    if isinstance(exc, TimeoutError):
+        return PeerError(f"timed out after {sock.gettimeout():g} s waiting for {waiting_for}")
+    if exc is None or isinstance(exc, ConnectionError):
+        return PeerError(f"peer closed the connection while we waited for {waiting_for}")
+    return PeerError(f"connection lost while we waited for {waiting_for}: {exc.strerror or exc}")
+
+
 def _recv_exact(sock: socket.socket, nbytes: int, waiting_for: str) -> bytes:
     buf = bytearray(nbytes)
     view = memoryview(buf)
@@ -180,14 +191,10 @@ def _recv_exact(sock: socket.socket, nbytes: int, waiting_for: str) -> bytes:
         while got < nbytes:
             n = sock.recv_into(view[got:])
             if not n:
-                raise PeerError(f"peer closed the connection while we waited for {waiting_for}")
+                raise _receive_failed(waiting_for, sock)
             got += n
-    except TimeoutError:
-        raise PeerError(f"timed out after {sock.gettimeout():g} s waiting for {waiting_for}") from None
-    except ConnectionError:
-        raise PeerError(f"peer closed the connection while we waited for {waiting_for}") from None
     except OSError as exc:
-        raise PeerError(f"connection lost while we waited for {waiting_for}: {exc.strerror or exc}") from None
+        raise _receive_failed(waiting_for, sock, exc) from None
     return bytes(buf)
 
 
@@ -203,15 +210,9 @@ def send_message(sock: socket.socket, kind: int, payload: bytes = b"") -> None:
         raise PeerError(f"connection lost sending {_name(kind)}: {exc.strerror or exc}") from None
 
 
-def recv_message(sock: socket.socket, expect: int, max_payload: int = MAX_PAYLOAD) -> bytes:
-    """Receive one message of type ``expect`` and return its payload.
-
-    An ERROR message from the peer raises Refused with the peer's words; a
-    bad magic, version, type or length raises ProtocolError before the
-    payload is read.
-    """
-    waiting_for = f"the peer's {_name(expect)}"
-    magic, version, kind, length = HEADER.unpack(_recv_exact(sock, HEADER.size, waiting_for))
+def _check_header(header: bytes, max_payload: int) -> tuple[int, int]:
+    """(message type, payload length) from a header, or ProtocolError before any payload is read."""
+    magic, version, kind, length = HEADER.unpack(header)
     if magic != MAGIC:
         raise ProtocolError(f"not a fabricbench peer: bad magic {magic!r} (expected {MAGIC!r})")
     if length > max_payload:
@@ -221,12 +222,67 @@ def recv_message(sock: socket.socket, expect: int, max_payload: int = MAX_PAYLOA
             f"the peer speaks rendezvous protocol version {version} and this side (fabricbench {__version__}) "
             f"version {VERSION}: run the same fabricbench version on both sides"
         )
-    payload = _recv_exact(sock, length, waiting_for)
+    return kind, length
+
+
+def _check_kind(kind: int, payload: bytes, expect: int) -> bytes:
     if kind == ERROR:
         raise Refused(FieldReader(payload, "ERROR message").text())
     if kind != expect:
         raise ProtocolError(f"expected a {_name(expect)} message, got {_name(kind)}")
     return payload
+
+
+def recv_message(sock: socket.socket, expect: int, max_payload: int = MAX_PAYLOAD) -> bytes:
+    """Receive one message of type ``expect`` and return its payload.
+
+    An ERROR message from the peer raises Refused with the peer's words; a
+    bad magic, version, type or length raises ProtocolError before the
+    payload is read.
+    """
+    waiting_for = f"the peer's {_name(expect)}"
+    kind, length = _check_header(_recv_exact(sock, HEADER.size, waiting_for), max_payload)
+    return _check_kind(kind, _recv_exact(sock, length, waiting_for), expect)
+
+
+class Inbox:
+    """One message at a time from a non-blocking socket, in whatever pieces it arrives.
+
+    A server that holds many handshakes at once reads each when it is
+    readable. It never reads past the message it waits for, and checks the
+    header before it takes the payload, so a peer holds at most a header and
+    ``max_payload`` bytes of the server's memory.
+    """
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._buf = bytearray()
+        self._header: tuple[int, int] | None = None  # (type, length) once the header is in
+
+    def read(self, expect: int, max_payload: int = MAX_PAYLOAD) -> bytes | None:
+        """The payload once the whole message is in, else None; reads only what is there now."""
+        waiting_for = f"the peer's {_name(expect)}"
+        while True:
+            need = HEADER.size if self._header is None else self._header[1]
+            if len(self._buf) < need:
+                try:
+                    chunk = self.sock.recv(need - len(self._buf))
+                except BlockingIOError:
+                    return None
+                except OSError as exc:
+                    raise _receive_failed(waiting_for, self.sock, exc) from None
+                if not chunk:
+                    raise _receive_failed(waiting_for, self.sock)
+                self._buf += chunk
+                continue
+            if self._header is None:
+                self._header = _check_header(bytes(self._buf), max_payload)
+                self._buf.clear()
+                continue
+            kind, payload = self._header[0], bytes(self._buf)
+            self._header = None
+            self._buf.clear()
+            return _check_kind(kind, payload, expect)
 
 
 def refuse(sock: socket.socket, message: str) -> None:
@@ -279,26 +335,3 @@ def accept(listener: socket.socket, timeout: float | None, waiting_for: str) -> 
         raise PeerError(f"timed out after {timeout:g} s waiting for {waiting_for}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock, f"{addr[0]}:{addr[1]}"
-
-
-def serve_forever(
-    listener: socket.socket, timeout: float, handle: Callable[[socket.socket, str], None], log=None
-) -> None:
-    """Serve clients one at a time, for ever; a client that fails costs one log line.
-
-    ``handle(sock, peer)`` runs one client's session on a socket whose calls
-    time out after ``timeout`` seconds. Whatever goes wrong with that client
-    (a protocol error, a timeout, a refusal, a dropped connection) is logged
-    and the loop goes on to the next one.
-    """
-    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    while True:
-        sock, peer = accept(listener, None, "a client")
-        try:
-            sock.settimeout(timeout)
-            handle(sock, peer)
-        except (FabricbenchError, OSError) as exc:
-            text = str(exc) if isinstance(exc, FabricbenchError) else (exc.strerror or str(exc))
-            log(f"{peer}: {text}; still serving")
-        finally:
-            sock.close()
