@@ -20,35 +20,35 @@ from fabricbench.plan import Plan
 RUN_ID_VAR = "FABRICBENCH_RUN_ID"  # a self-launching parent names the run once; its ranks keep that name
 
 
-def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progress: bool) -> int:
+def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progress: bool, append: bool) -> int:
     """Started alone: check what can be checked here, then run ``argv`` again on ``ranks`` local ranks."""
     from fabricbench import launch
-    from fabricbench.results import prepare_out_dir
+    from fabricbench.results import check_reuse, prepare_out_dir
 
+    check_reuse(plan.out_dir, append)
     prepare_out_dir(plan.out_dir)
     os.environ[RUN_ID_VAR] = plan.run_id
     child_argv = list(argv) if out_given else [*argv, "--out", plan.out_dir]
     return launch.relaunch(child_argv, ranks, progress=progress)
 
 
-def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | None) -> int:
+def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | None, append: bool) -> int:
     """Under a launcher, on every rank: rank 0 builds the plan and broadcasts it as JSON, then all run it.
 
     Bad input found on rank 0 reaches every rank through the broadcast, so
     every rank exits with the same code and one line is printed.
     """
-    from mpi4py import MPI
-
     from fabricbench import env
-    from fabricbench.control.mpi import MPIControl
+    from fabricbench.control.mpi import MPIControl, import_mpi
 
-    ctrl = MPIControl(MPI.COMM_WORLD)
+    ctrl = MPIControl(import_mpi().COMM_WORLD)
     envelope = None
     if ctrl.rank == 0:
         try:
-            from fabricbench.results import prepare_out_dir
+            from fabricbench.results import check_reuse, prepare_out_dir
 
             plan = make_plan(ctrl.size)
+            check_reuse(plan.out_dir, append)
             prepare_out_dir(plan.out_dir)
             envelope = {"plan": json.loads(plan.to_json())}
         except FabricbenchError as exc:
@@ -65,24 +65,40 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
 def execute_plan(
     plan: Plan, ctrl: ControlPlane, launcher: str | None, hugepages: str | None, extra_metadata: dict | None = None
 ) -> int:
-    """Run the plan on this rank; rank 0 writes the table. Returns the exit code (1: validation failed)."""
+    """Run the plan on this rank; rank 0 writes the table. Returns the exit code (1: validation failed).
+
+    When rank 0 cannot write the table (a full disk), every rank stops at the
+    same point: rank 0 raises the ResultsError that says why, the others
+    return its exit code.
+    """
     from pathlib import Path
 
     from fabricbench import env
-    from fabricbench.runner import execute
+    from fabricbench.runner import Stopped, execute, stop_if_failed
 
     if hugepages:
         env.set_numpy_hugepages(hugepages == "on")
     ranks = ctrl.gather_json(env.rank_info())
     reporter = None
+    failure = None
     if ctrl.rank == 0:
         from fabricbench.report.reporter import Reporter
 
         metadata = env.run_metadata(plan, ranks, launcher)
         metadata.update(extra_metadata or {})
-        reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
-    execute(plan, ctrl, reporter)
+        try:
+            reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
+        except FabricbenchError as exc:
+            failure = exc
+    try:
+        stop_if_failed(ctrl, failure)  # no rank may wait in the sweep for a rank 0 without a table
+        execute(plan, ctrl, reporter)
+    except Stopped as stopped:
+        if ctrl.rank != 0:
+            return stopped.code
     if reporter:
         reporter.close()
-        return 1 if reporter.failed_validation else 0
-    return 0
+        failure = reporter.failure
+    if failure:
+        raise failure
+    return 1 if reporter and reporter.failed_validation else 0

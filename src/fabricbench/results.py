@@ -1,19 +1,23 @@
 """The tidy table and its writers (rank 0 only).
 
-Rows are appended to the CSV and flushed as each size finishes, so a run that
-dies keeps everything it measured. Parquet, with the run's metadata in the
-file's schema metadata, is written at the end when pyarrow is installed.
+Rows are appended to the CSV and made durable as each size finishes, each row
+whole or not at all, so a run that dies keeps everything it measured. Parquet,
+with the run's metadata in the file's schema metadata, is written at the end
+when pyarrow is installed. Every file that is replaced is written aside and
+renamed, and the file aside is removed when writing fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
 import os
 from pathlib import Path
 
-from fabricbench.errors import UsageError
+from fabricbench.errors import FabricbenchError, UsageError
 
 # Units are in the names: µs, MB/s with MB = 10^6 bytes, GB/s with GB = 10^9 bytes.
 COLUMNS = [
@@ -58,6 +62,24 @@ SCHEMA_VERSION = 2
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
+PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
+
+
+class ResultsError(FabricbenchError):
+    """The table could not be written (a full disk, a lost directory): every rank stops, the rows so far stay."""
+
+    exit_code = 1
+
+
+def _results_error(exc: OSError, path: Path) -> ResultsError:
+    """``results: no space left on device: PATH``: the OS's words for what failed, and the file."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc).strip().split("\n")[0]
+    return ResultsError(f"results: {reason[:1].lower()}{reason[1:]}: {path}")
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def prepare_out_dir(path: str) -> Path:
@@ -73,6 +95,69 @@ def prepare_out_dir(path: str) -> Path:
     return out
 
 
+def check_reuse(path: str, append: bool) -> None:
+    """Refuse an output directory that holds anything, unless ``append``; then its table must be one to add rows to.
+
+    New rows in an earlier run's folder would mix two runs in one table under
+    metadata that describes only the last: that takes --append, which keeps
+    every run's metadata.
+    """
+    out = Path(path)
+    try:
+        taken = out.is_dir() and any(out.iterdir())
+    except OSError as exc:
+        raise UsageError(f"output directory {path!r} is not readable: {exc.strerror or exc}") from None
+    if taken and not append:
+        raise UsageError(f"output directory {path!r} is not empty: give a new --out, or --append to add to its table")
+    if taken:
+        _check_header(out / CSV_NAME)
+        earlier_runs(out)
+
+
+def _check_header(csv_path: Path) -> None:
+    """Refuse to append to a CSV that is not this version's table, or that ends in a cut row."""
+    try:
+        if not csv_path.exists() or csv_path.stat().st_size == 0:
+            return
+        with open(csv_path, "rb") as table:
+            first = table.readline()
+            table.seek(-1, os.SEEK_END)
+            last = table.read(1)
+    except OSError as exc:
+        raise UsageError(f"--append: cannot read {csv_path}: {exc.strerror or exc}") from None
+    if first != HEADER:
+        raise UsageError(f"--append: {csv_path} has another header than a schema {SCHEMA_VERSION} fabricbench table")
+    if last != b"\n":
+        raise UsageError(f"--append: {csv_path} ends in a cut row")
+
+
+def earlier_runs(out_dir: Path) -> list[dict]:
+    """The metadata of every run already in ``out_dir``, oldest first: what an appending run keeps in PREVIOUS_RUNS."""
+    path = out_dir / META_NAME
+    if not path.exists():
+        return []
+    try:
+        newest = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"--append: cannot read {path}: {exc}") from None
+    if not isinstance(newest, dict) or newest.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(f"--append: {path} is not the metadata of a schema {SCHEMA_VERSION} fabricbench run")
+    previous = newest.pop(PREVIOUS_RUNS, [])
+    if not isinstance(previous, list) or not all(isinstance(run, dict) for run in previous):
+        raise UsageError(f"--append: {path} has a {PREVIOUS_RUNS!r} that is not a list of objects")
+    return [*previous, newest]
+
+
+def _line(row: dict) -> bytes:
+    """One line of the table, as csv writes it; a field that is not a column raises ValueError."""
+    text = io.StringIO()
+    csv.DictWriter(text, fieldnames=COLUMNS, extrasaction="raise").writerow(row)
+    return text.getvalue().encode()
+
+
+HEADER = _line({c: c for c in COLUMNS})
+
+
 def _cell(value: object) -> object:
     if isinstance(value, float):
         if math.isnan(value):
@@ -82,38 +167,75 @@ def _cell(value: object) -> object:
 
 
 class TableWriter:
-    """Appends rows to ``results.csv`` as they are measured."""
+    """Appends rows to ``results.csv`` as they are measured, each row whole or not at all.
+
+    Raises ResultsError when the file cannot be opened or a row cannot be
+    written; a row that did not fit is cut off again, so every line stays a
+    whole row.
+    """
 
     def __init__(self, out_dir: Path):
         self.out_dir = out_dir
         self.csv_path = out_dir / CSV_NAME
-        new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
-        self._file = open(self.csv_path, "a", newline="")  # noqa: SIM115 - held for the run
-        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
-        if new:
-            self._csv.writeheader()
-            self._file.flush()
         self.rows = 0
+        self._created = not self.csv_path.exists()
+        try:
+            self._fd = os.open(self.csv_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask
+        except OSError as exc:
+            raise _results_error(exc, self.csv_path) from None
+        self._length = os.fstat(self._fd).st_size
+        if self._length == 0:
+            try:
+                self._write(HEADER)
+            except ResultsError:
+                self.discard()
+                raise
+
+    def _write(self, line: bytes) -> None:
+        """Append ``line`` and make it durable, or cut the file back to its length before and raise ResultsError."""
+        try:
+            rest = memoryview(line)
+            while rest:  # a write that runs out of space mid-line returns short; the next one raises
+                rest = rest[os.write(self._fd, rest) :]
+            os.fsync(self._fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._length)
+            raise _results_error(exc, self.csv_path) from None
+        self._length += len(line)
 
     def append(self, row: dict) -> None:
-        self._csv.writerow({c: _cell(row.get(c, "")) for c in COLUMNS})
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._write(_line({c: _cell(row.get(c, "")) for c in COLUMNS}))
         self.rows += 1
+        if self.rows == 1:
+            # An earlier run's Parquet copy (--append) now lacks rows, and readers prefer Parquet: the CSV alone
+            # stands until write_parquet makes the copy again from the whole CSV.
+            _remove(self.out_dir / PARQUET_NAME)
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._fd)
+
+    def discard(self) -> None:
+        """Close, and remove the file if this writer created it: a run that could not start leaves no table."""
+        self.close()
+        if self._created and self.rows == 0:
+            _remove(self.csv_path)
 
 
 def write_metadata(out_dir: Path, metadata: dict) -> None:
+    """Replace metadata.json whole (written aside, then renamed); raises ResultsError."""
     path = out_dir / META_NAME
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        _remove(tmp)
+        raise _results_error(exc, path) from None
 
 
 def write_parquet(out_dir: Path, metadata: dict) -> Path | None:
-    """Parquet copy of the CSV with the metadata in the schema; None without pyarrow."""
+    """Parquet copy of the CSV with the metadata in the schema; None without pyarrow. Raises ResultsError."""
     try:
         import pyarrow as pa
         import pyarrow.csv as pacsv
@@ -122,12 +244,17 @@ def write_parquet(out_dir: Path, metadata: dict) -> Path | None:
         return None
     types = {c: pa.float64() if c in NUMERIC else pa.int64() if c in INTEGER else pa.string() for c in COLUMNS}
     convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=False)
-    table = pacsv.read_csv(out_dir / CSV_NAME, convert_options=convert)
-    schema_meta = dict(table.schema.metadata or {})
-    schema_meta[b"fabricbench"] = json.dumps(metadata, sort_keys=True, default=str).encode()
-    table = table.replace_schema_metadata(schema_meta)
     path = out_dir / PARQUET_NAME
-    pq.write_table(table, path)
+    tmp = path.with_name(f"{PARQUET_NAME}.tmp")
+    try:
+        table = pacsv.read_csv(out_dir / CSV_NAME, convert_options=convert)
+        schema_meta = dict(table.schema.metadata or {})
+        schema_meta[b"fabricbench"] = json.dumps(metadata, sort_keys=True, default=str).encode()
+        pq.write_table(table.replace_schema_metadata(schema_meta), tmp)
+        tmp.replace(path)
+    except OSError as exc:
+        _remove(tmp)
+        raise _results_error(exc, path) from None
     return path
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
@@ -9,19 +10,35 @@ from pathlib import Path
 
 from fabricbench.errors import ConsoleClosed
 from fabricbench.report import console, osu
-from fabricbench.results import TableWriter, write_metadata, write_parquet
+from fabricbench.results import PREVIOUS_RUNS, ResultsError, TableWriter, earlier_runs, write_metadata, write_parquet
 
 
 class Reporter:
+    """The table on disk and the console, for rank 0.
+
+    Creating it raises ResultsError when the table cannot be started. Later a
+    failure to write is kept in ``failure`` instead of raised, and nothing
+    more is written: the runner hands it to every rank at the next size, so
+    all ranks stop together and rank 0 says why.
+    """
+
     def __init__(self, plan, out_dir: Path, metadata: dict, ranks: int, stream=None):
         self.plan = plan
         self.out_dir = out_dir
         self.metadata = metadata
         self.ranks = ranks
         self.stream = stream or sys.stdout
+        self.failure: ResultsError | None = None
+        previous = earlier_runs(out_dir)  # an --append folder keeps every run's metadata
+        if previous:
+            self.metadata[PREVIOUS_RUNS] = previous
         self.writer = TableWriter(out_dir)
         self.failed_validation = 0
-        write_metadata(out_dir, metadata | {"complete": False})
+        try:
+            write_metadata(out_dir, metadata | {"complete": False})
+        except ResultsError:
+            self.writer.discard()
+            raise
         self._progress = None
         if plan.progress:
             from tqdm import tqdm
@@ -43,10 +60,18 @@ class Reporter:
             gone = f"the reader of the console table went away; the rows so far are in {self.out_dir}/"
             raise ConsoleClosed(gone) from None
 
+    def _fail(self, exc: ResultsError) -> None:
+        self.failure = ResultsError(f"{exc} ({self.writer.rows} rows written before it are kept)")
+
     def add_transport(self, name: str, metadata: dict) -> None:
         """A transport's own facts (devices, settings), written to metadata.json at once."""
         self.metadata.setdefault("transports", {})[name] = metadata
-        write_metadata(self.out_dir, self.metadata | {"complete": False})
+        if self.failure:
+            return
+        try:
+            write_metadata(self.out_dir, self.metadata | {"complete": False})
+        except ResultsError as exc:
+            self._fail(exc)
 
     def start_step(self, step) -> None:
         if self.plan.output_format == "osu":
@@ -59,7 +84,13 @@ class Reporter:
             self._progress.set_description(f"{step.transport} {step.kernel}")
 
     def row(self, row: dict) -> None:
-        self.writer.append(row)
+        if self.failure:
+            return
+        try:
+            self.writer.append(row)
+        except ResultsError as exc:
+            self._fail(exc)
+            return
         self.failed_validation += row.get("validation") == "fail"
         self._print((osu if self.plan.output_format == "osu" else console).line(row))
 
@@ -68,14 +99,27 @@ class Reporter:
             self._progress.update(sizes)
 
     def close(self, complete: bool = True) -> None:
+        """The final metadata, then the Parquet copy; after a failure to write, only the metadata, if it fits."""
         if self._progress:
             self._progress.close()
             self._progress = None
         self.writer.close()
         finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        meta = self.metadata | {"complete": complete, "finished_utc": finished, "rows": self.writer.rows}
-        write_metadata(self.out_dir, meta)
-        parquet = write_parquet(self.out_dir, meta)
+        meta = self.metadata | {
+            "complete": complete and not self.failure,
+            "finished_utc": finished,
+            "rows": self.writer.rows,
+        }
+        if self.failure:
+            with contextlib.suppress(ResultsError):
+                write_metadata(self.out_dir, meta)
+            return
+        try:
+            write_metadata(self.out_dir, meta)
+            parquet = write_parquet(self.out_dir, meta)
+        except ResultsError as exc:
+            self._fail(exc)
+            return
         if self.failed_validation:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
         if self.plan.output_format != "none":
