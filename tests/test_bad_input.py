@@ -1,10 +1,23 @@
-"""Bad input: one line, exit 2, no traceback, and every rank exits."""
+"""Bad input on the real command: one line, exit 2, no traceback, no output folder, no process left.
+
+Every process a case starts carries a marker in its environment (launchers pass it on to the ranks), so
+a rank or a launcher that outlived the command is found by it. What the argument parser alone refuses is
+tested in more variants, without a process, in tests/unit/test_input_limits.py.
+"""
 
 from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
 
 import pytest
 
 from support import fabricbench, mpiexec
+
+MARK = "BAD_INPUT_TEST_MARK"
+EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "examples" / "default-sweep"
 
 CASES = {
     "unknown kernel": (["-k", "pingpong"], "unknown kernel 'pingpong'"),
@@ -19,7 +32,51 @@ CASES = {
     "unwritable output": (["-k", "latency", "--out", "/proc/fabricbench"], "output directory '/proc/fabricbench'"),
     "unknown method": (["-k", "latency", "--method", "magic"], "invalid choice: 'magic'"),
     "unknown loop": (["-k", "latency", "--loop", "assembly"], "invalid choice: 'assembly'"),
+    # Found by a hostile-user trial: each was a traceback, an internal error, or silently ran something else.
+    "8 GiB messages": (["-k", "allreduce", "-m", "8G:8G"], "a message is at most 1 GiB"),
+    "ten billion iterations": (["-k", "latency", "-i", "10000000000"], "iterations must be at most 1000000000"),
+    "ten billion warm-up": (["-k", "latency", "-x", "10000000000"], "warm-up must be at most 1000000000"),
+    "superscript peer port": (["--peer", "127.0.0.1:\u00b2"], "a port of digits 0-9"),
+    "300-character peer label": (["--peer", "a" * 300 + ":18600"], "1 to 63 characters"),
+    "empty peer label": (["--peer", "a..b:18600"], "1 to 63 characters"),
+    "empty peer": (["--peer", ""], "--peer is empty"),
+    "infinite timeout": (["-k", "latency", "--timeout", "inf"], "--timeout must be a number of seconds, got 'inf'"),
+    "timeout of 1e20 s": (["-k", "latency", "--timeout", "1e20"], "--timeout must be at most 86400 seconds"),
+    "infinite max-time": (["-k", "latency", "--max-time", "inf"], "--max-time must be a number of seconds"),
+    "infinite timeout over tcp": (["-t", "tcp", "-k", "latency", "--timeout", "inf"], "got 'inf'"),
+    "infinite max-time over tcp": (["-t", "tcp", "-k", "latency", "--max-time", "inf"], "got 'inf'"),
+    "empty kernel list": (["-k", ""], "no kernel given in ''"),
+    "empty transport list": (["-t", ""], "no transport given in ''"),
+    "a lone comma for transports": (["-t", ","], "no transport given in ','"),
+    "sizes in other digits": (["-k", "latency", "-m", "\U0001d7d6:\U0001d7d4\U0001d7d2"], "bad message size"),
+    "no size left for bw": (["-k", "bw", "-m", "0"], "-m 0 leaves bw no size"),
+    "tcp ports past 65535": (["-t", "tcp", "-k", "latency", "--tcp-port", "65535"], "rank 1 would need 65536"),
+    "tcp address of another host": (
+        ["-t", "tcp", "-k", "latency", "--tcp-address", "8.8.8.8"],
+        "--tcp-address 8.8.8.8 is not an address of this host",
+    ),
+    "no such tcp interface": (["-t", "tcp", "-k", "latency", "--tcp-interface", "nonexist"], "'nonexist'"),
+    "plan over --max-memory": (["-k", "latency", "-m", "1M:1M", "--max-memory", "4M"], "--max-memory allows 4.0 MiB"),
 }
+
+
+def leftovers(mark: str) -> list[int]:
+    """Processes still running (not zombies) whose environment carries MARK=mark."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0") and _running(proc):
+                found.append(int(proc.name))
+        except OSError:  # it ended while we looked, or is not ours to read
+            continue
+    return found
+
+
+def _running(proc: Path) -> bool:
+    return (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def _one_clean_line(stderr: str, expected: str) -> None:
@@ -29,18 +86,30 @@ def _one_clean_line(stderr: str, expected: str) -> None:
     assert lines[0].startswith("fabricbench: error: ") and expected in lines[0], lines[0]
 
 
+def refused_cleanly(*args: str, expected: str, ranks: int = 0, out: Path | None = None, timeout: float = 120) -> str:
+    """``fabricbench ARGS`` (under mpiexec when RANKS) gives one line, exit 2, leaves no OUT and no process;
+    returns the line."""
+    mark = uuid.uuid4().hex
+    env = {MARK: mark}
+    result = mpiexec(ranks, *args, timeout=timeout, env=env) if ranks else fabricbench(*args, timeout=timeout, env=env)
+    assert result.returncode == 2, result.stderr
+    _one_clean_line(result.stderr, expected)
+    assert out is None or not out.exists(), f"{out} was left behind"
+    end = time.monotonic() + 10  # a launcher's children may take a moment to be reaped
+    while leftovers(mark) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not leftovers(mark), f"processes left behind: {leftovers(mark)}"
+    return result.stderr.strip()
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_started_alone(name, out):
     args, expected = CASES[name]
     if "--out" not in args:
         args = [*args, "--out", str(out)]
-    result = (
-        fabricbench("run", *args, "-i", "5", timeout=60)
-        if name != "negative iterations"
-        else fabricbench("run", *args, timeout=60)
-    )
-    assert result.returncode == 2
-    _one_clean_line(result.stderr, expected)
+    if "-i" not in args:
+        args = [*args, "-i", "5"]
+    refused_cleanly("run", *args, expected=expected, out=out, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -49,11 +118,50 @@ def test_bad_input_started_alone(name, out):
         (2, ["-k", "pingpong"], "unknown kernel"),
         (1, ["-k", "latency"], "needs at least 2 ranks, got 1"),
         (3, ["-k", "multi-latency"], "needs an even rank count, got 3"),
-        (2, ["-k", "latency", "--out", "/proc/fabricbench"], "is not writable"),
         (2, ["-k", "latency", "-m", "1:x"], "bad message size"),
+        (2, ["-k", "latency", "-i", "10000000000"], "iterations must be at most 1000000000"),
+        (2, ["-k", "latency", "--timeout", "inf"], "--timeout must be a number of seconds"),
+        (2, ["-t", "tcp", "-k", "latency", "--tcp-port", "65535"], "rank 1 would need 65536"),
+        (2, ["-t", "tcp", "-k", "latency", "--tcp-interface", "nonexist"], "'nonexist'"),
+        (2, ["-k", "latency", "-m", "1M:1M", "--max-memory", "4M"], "--max-memory allows 4.0 MiB"),
     ],
 )
-def test_bad_input_under_mpiexec_ends_every_rank(ranks, args, expected):
-    result = mpiexec(ranks, "run", *args, timeout=60)
-    assert result.returncode == 2
-    _one_clean_line(result.stderr, expected)
+def test_bad_input_under_mpiexec_ends_every_rank(ranks, args, expected, out):
+    refused_cleanly("run", *args, "--out", str(out), expected=expected, ranks=ranks, out=out, timeout=60)
+
+
+def test_unwritable_output_under_mpiexec_ends_every_rank():
+    args = ["-k", "latency", "--out", "/proc/fabricbench"]
+    refused_cleanly("run", *args, expected="is not writable", ranks=2, timeout=60)
+
+
+def _table(tmp_path: Path, name: str, metadata: str | None = None, size_B: str | None = None) -> str:
+    """A copy of the example run, with its metadata or its second row's size_B replaced."""
+    copy = tmp_path / name
+    shutil.copytree(EXAMPLE, copy)
+    (copy / "results.parquet").unlink(missing_ok=True)
+    if metadata is not None:
+        (copy / "metadata.json").write_text(metadata)
+    if size_B is not None:
+        lines = (copy / "results.csv").read_text().splitlines()
+        cells = lines[2].split(",")
+        cells[lines[0].split(",").index("size_B")] = size_B
+        lines[2] = ",".join(cells)
+        (copy / "results.csv").write_text("\n".join(lines) + "\n")
+    return str(copy)
+
+
+@pytest.mark.parametrize(
+    "name,change,expected",
+    [
+        ("a label of the wrong type", {"metadata": '{"label": 5}'}, "has metadata field 'label' = 5, not a string"),
+        ("hosts of the wrong type", {"metadata": '{"hosts": "h1"}'}, "field 'hosts' = 'h1', not a list of strings"),
+        ("a lone surrogate", {"metadata": '{"mpi_vendor": "\\udc00"}'}, "with characters no text can hold"),
+        ("100,000-deep JSON", {"metadata": "[" * 100_000 + "]" * 100_000}, "its JSON is nested too deeply"),
+        ("a fractional size", {"size_B": "1.5"}, "has size_B = 1.5 (row 2): not a whole number of bytes"),
+        ("a huge size", {"size_B": "1e30"}, "has size_B = 1e+30 (row 2): not a whole number of bytes"),
+    ],
+)
+def test_compare_refuses_a_bad_table_in_one_line(tmp_path, name, change, expected):
+    bad = _table(tmp_path, "bad", **change)
+    refused_cleanly("compare", str(EXAMPLE), bad, expected=expected, timeout=120)

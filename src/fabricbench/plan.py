@@ -6,22 +6,17 @@ A plan is plain data so that it can travel between ranks as JSON.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 
+from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
 from fabricbench.kernels import Kernel, get_kernel
 
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+# The largest message any kernel takes: MPI counts are C ints, and 1 GiB is the largest power of two
+# below 2^31. Memory bounds it further (fabricbench.memory).
+MAX_MESSAGE_SIZE = 1 << 30
 
-
-def parse_size(text: str) -> int:
-    """Bytes from '64', '8K', '4MiB' (binary multiples, as message sizes are)."""
-    match = _SIZE_RE.match(text)
-    if not match:
-        raise UsageError(f"bad message size {text!r}: expected a byte count such as 8, 64K or 4M")
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+parse_size = byte_size("message size")
 
 
 def parse_size_range(text: str) -> tuple[int, int]:
@@ -33,6 +28,8 @@ def parse_size_range(text: str) -> tuple[int, int]:
     hi = parse_size(hi_text)
     if lo is not None and lo > hi:
         raise UsageError(f"bad size range {text!r}: minimum {lo} is above maximum {hi}")
+    if hi > MAX_MESSAGE_SIZE:
+        raise UsageError(f"bad size range {text!r}: a message is at most 1 GiB ({MAX_MESSAGE_SIZE} B)")
     return (lo if lo is not None else -1), hi
 
 
@@ -93,13 +90,31 @@ class Plan:
         )
 
 
+def size_limits(kernel: Kernel) -> tuple[int, int]:
+    """The sizes -m may give a kernel, alike in ``run`` and under ``serve``; one a transport cannot take
+    (0 B on a byte stream, 2 B of float32) still gets its ``unsupported`` row."""
+    return 0, MAX_MESSAGE_SIZE if kernel.moves_data else 0
+
+
 def kernel_sizes(kernel: Kernel, size_range: tuple[int, int] | None) -> list[int]:
-    """The sizes a kernel sweeps: its OSU default, or -m clipped to what it allows."""
+    """The sizes a kernel sweeps: its OSU default, or -m's (from the default's start when -m gives no minimum)."""
     if not kernel.moves_data:
         return [0]
     if size_range is None:
         return sizes_between(kernel.min_size, kernel.max_size)
     lo, hi = size_range
-    if lo < 0:
-        lo = kernel.min_size
-    return sizes_between(max(lo, 0), hi)
+    sizes = sizes_between(kernel.min_size if lo < 0 else lo, hi)
+    if not sizes:
+        raise UsageError(
+            f"-m {hi} leaves {kernel.name} no size: without a minimum it starts at {kernel.min_size} B (give -m 0:{hi})"
+        )
+    return sizes
+
+
+def iteration_bytes(kernel: Kernel, size: int, ranks: int, window: int) -> int:
+    """What one timed iteration moves for one initiator: a round trip, a window, or a collective's buffers."""
+    if kernel.collective:
+        return 2 * kernel.collective_spec.algbw_bytes(size, ranks) if kernel.moves_data else 0
+    if kernel.windowed:
+        return size * window * kernel.directions
+    return 2 * size if kernel.sample == "rtt" else size

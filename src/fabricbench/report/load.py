@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import stat
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from fabricbench.errors import UsageError
-from fabricbench.results import CSV_NAME, NUMERIC, PARQUET_NAME, SCHEMA_VERSION, read_table
+from fabricbench.memory import format_bytes
+from fabricbench.results import CSV_NAME, META_NAME, NUMERIC, PARQUET_NAME, SCHEMA_VERSION, read_table
 
 REQUIRED = ["transport", "kernel", "size_B", "status"]
 # Columns a schema 1 table may lack, with the value a row without them means.
@@ -29,6 +31,9 @@ STRING_FIELDS = ("label", "run_id", "mpi_vendor")
 # What migrate() records in the metadata it returns: the sentence the report prints as a note.
 MIGRATED = "migrated"
 KEY = ["kernel", "size_B"]
+MAX_SIZE_B = 1 << 50  # 1 PiB: no run measures a larger message; below it float64 holds every size exactly
+# The largest table or metadata file read (compare --max-input): pandas holds several times a table's size.
+max_input_bytes = 1 << 30
 
 
 @dataclass
@@ -44,6 +49,15 @@ class Series:
     metadata: dict
 
 
+def _printable(text: str) -> bool:
+    """False for JSON's lone surrogate escapes (\\ud800): a str, but one no terminal or file can take."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_metadata(metadata: object) -> None:
     """Raise a UsageError, worded to follow the input's name, for metadata the report cannot read."""
     if not isinstance(metadata, dict):
@@ -54,6 +68,9 @@ def _check_metadata(metadata: object) -> None:
     for field in STRING_FIELDS:
         if not isinstance(metadata.get(field, ""), str):
             raise UsageError(f"has metadata field {field!r} = {reprlib.repr(metadata[field])}, not a string")
+    for field, text in [*(("hosts", host) for host in hosts), *((f, metadata.get(f, "")) for f in STRING_FIELDS)]:
+        if not _printable(text):
+            raise UsageError(f"has metadata field {field!r} = {reprlib.repr(text)}, with characters no text can hold")
     version = metadata.get("schema_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise UsageError(f"has metadata field 'schema_version' = {reprlib.repr(version)}, not a positive integer")
@@ -94,6 +111,32 @@ def _require_columns(path: str, frame: pd.DataFrame, columns: Iterable[str], wha
         raise UsageError(f"{path!r} is not a {what}: no column {', '.join(missing)}")
 
 
+def _check_file(name: str, source: Path) -> None:
+    """A file compare may read: a regular one (/dev/zero never ends, a FIFO may never answer) within the cap."""
+    info = source.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{name!r} is not a regular file")
+    if info.st_size > max_input_bytes:
+        raise UsageError(
+            f"{name!r} holds {format_bytes(info.st_size)}; compare reads up to {format_bytes(max_input_bytes)} "
+            "(--max-input raises it)"
+        )
+
+
+def _check_sizes(path: str, frame: pd.DataFrame) -> None:
+    """size_B holds whole byte counts (or nothing, for a kernel's unsupported row), as run writes them."""
+    sizes = frame["size_B"]
+    whole = (sizes >= 0) & (sizes <= MAX_SIZE_B) & (sizes % 1 == 0)
+    bad = sizes[sizes.notna() & ~whole.astype(bool)]
+    if len(bad):
+        value = bad.iloc[0]
+        shown = reprlib.repr(value.item() if hasattr(value, "item") else value)  # numpy's scalars as plain numbers
+        raise UsageError(
+            f"{path!r} has size_B = {shown} (row {bad.index[0] + 1}): "
+            f"not a whole number of bytes from 0 to {MAX_SIZE_B} (1 PiB)"
+        )
+
+
 def _load(path: str) -> tuple[pd.DataFrame, dict]:
     """One input as a checked DataFrame of the current schema, or a one-line UsageError."""
     import pyarrow
@@ -103,12 +146,18 @@ def _load(path: str) -> tuple[pd.DataFrame, dict]:
         raise UsageError(f"no such file or directory: {path!r}")
     if source.is_dir() and not any((source / name).exists() for name in (CSV_NAME, PARQUET_NAME)):
         raise UsageError(f"no {CSV_NAME} or {PARQUET_NAME} in {path!r}")
+    inside = [source / name for name in (META_NAME, PARQUET_NAME, CSV_NAME)] if source.is_dir() else [source]
+    for file in inside:
+        if file.exists():
+            _check_file(str(file) if file != source else path, file)
     if source.is_file() and source.stat().st_size == 0:
         raise UsageError(f"{path!r} is empty")
     try:
         frame, metadata = read_table(path)
     except UsageError:
         raise
+    except RecursionError:
+        raise UsageError(f"cannot read results from {path!r}: its JSON is nested too deeply") from None
     except (ValueError, OSError, pyarrow.ArrowException) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"cannot read results from {path!r}: {first_line}") from None
@@ -132,6 +181,8 @@ def _load(path: str) -> tuple[pd.DataFrame, dict]:
             frame[column] = pd.to_numeric(frame[column].replace("", math.nan)).astype(float)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path!r} has a non-numeric value: {exc}") from None
+    _check_sizes(path, frame)
+    frame["size_B"] = frame["size_B"].astype(float)
     return frame, metadata
 
 

@@ -45,10 +45,11 @@ def supported_kernels(name: str) -> frozenset[str]:
     return transport_class(name).kernels
 
 
-def preflight(name: str, transport_options: dict) -> None:
-    """The transport's own check that it can run here (a missing library, no device), before ranks start."""
+def preflight(name: str, transport_options: dict, ranks: int) -> None:
+    """The transport's own check that it can run here on ``ranks`` ranks (a missing library, no device, a port
+    range past 65535), before ranks start."""
     cls = transport_class(name)
-    cls.preflight(transport_options.get(cls.options_key, {}))
+    cls.preflight(transport_options.get(cls.options_key, {}), ranks)
 
 
 def option_owners() -> dict[str, type[Transport]]:

@@ -89,14 +89,15 @@ class Transport:
         return options
 
     @classmethod
-    def preflight(cls, options: dict) -> None:
-        """Raise a one-line FabricbenchError before any rank starts when the transport cannot work here."""
+    def preflight(cls, options: dict, ranks: int) -> None:
+        """Raise a one-line FabricbenchError before any rank starts when the transport cannot work here
+        (``ranks``: the run's rank count; 2 when ``doctor`` asks)."""
 
     @classmethod
     def doctor(cls) -> Diagnosis:
         """Whether it can run here, why not and the fix (preflight's words), and what it found."""
         try:
-            cls.preflight({})
+            cls.preflight({}, 2)
         except FabricbenchError as exc:
             return Diagnosis(False, str(exc))
         return Diagnosis(True)

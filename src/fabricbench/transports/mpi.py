@@ -45,12 +45,13 @@ MPI = None
 
 
 def import_mpi():
-    """mpi4py.MPI, imported on first use (MPI is initialised then, once per process)."""
+    """mpi4py.MPI, imported on first use (MPI is initialised then, once per process, at the control plane's
+    thread level)."""
     global MPI
     if MPI is None:
-        from mpi4py import MPI as module
+        from fabricbench.control.mpi import import_mpi as control_import
 
-        MPI = module
+        MPI = control_import()
     return MPI
 
 
@@ -441,7 +442,7 @@ class MPITransport(Transport):
         return {key: value for key, value in given.items() if value is not None}
 
     @classmethod
-    def preflight(cls, options: dict) -> None:
+    def preflight(cls, options: dict, ranks: int) -> None:
         """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts."""
         if options.get("loop") == "c":
             try:

@@ -144,7 +144,7 @@ class PerftestTransport(Transport):
     self_timed = True
 
     @classmethod
-    def preflight(cls, options: dict) -> None:
+    def preflight(cls, options: dict, ranks: int) -> None:
         missing = sorted({tool for tool in TOOLS.values() if shutil.which(tool) is None})
         if missing:
             raise VerbsUnavailable(f"perftest is not installed: no {', '.join(missing)} ({INSTALL_HINT})")
@@ -162,7 +162,7 @@ class PerftestTransport(Transport):
         return found
 
     def __init__(self, ctrl, plan):
-        self.preflight({})
+        self.preflight({}, ctrl.size)
         self.ctrl, self.plan = ctrl, plan
         settings = plan.transport_options.get(self.options_key, {})
         self.window = plan.window

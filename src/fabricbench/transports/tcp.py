@@ -39,7 +39,7 @@ from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
-from fabricbench.transports.tcp_link import ANY, WAITALL, Duplex, finish_recv, open_links
+from fabricbench.transports.tcp_link import ANY, WAITALL, Duplex, check_local_address, finish_recv, open_links
 
 try:
     from fabricbench import _tcploop
@@ -47,7 +47,7 @@ except ImportError:  # installed without a C compiler: the Python loops time eve
     _tcploop = None
 
 LOOPS = {"auto": 0, "c": 1, "python": 2}  # --loop, and its code in the peer handshake
-NO_C_LOOP = "this install has no C loop (it was built without a C compiler)"
+NO_C_LOOP = "this install has no tcp C loop (it was built without a C compiler)"
 
 
 class _TCPCase(Case):
@@ -351,9 +351,17 @@ class TCPTransport(Transport):
         return {key: value for key, value in given.items() if value is not None}
 
     @classmethod
-    def preflight(cls, options: dict) -> None:
+    def preflight(cls, options: dict, ranks: int) -> None:
+        """What this host can tell before any rank starts: the C loop, the port range, the address, the interface."""
         if options.get("loop") == "c" and not c_loop_built():
-            raise UsageError(f"--loop c: the tcp transport's {NO_C_LOOP}")
+            raise UsageError(f"--loop c: {NO_C_LOOP}")
+        port = options.get("port")
+        if port and port + ranks - 1 > 65535:
+            raise UsageError(
+                f"--tcp-port {port}: rank r listens on {port}+r, so rank {ranks - 1} would need {port + ranks - 1}; "
+                f"give a port of at most {65536 - ranks}"
+            )
+        check_local_address(options)
 
     @classmethod
     def encode_handshake(cls, options: dict) -> bytes:

@@ -19,6 +19,7 @@ import select
 import socket
 import struct
 
+from fabricbench.argtypes import host_name
 from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import (
     LINK,
@@ -48,6 +49,20 @@ def interface_address(name: str) -> str:
         except OSError as exc:
             raise UsageError(f"--tcp-interface {name!r}: no IPv4 address ({exc.strerror})") from None
     return socket.inet_ntoa(raw[20:24])
+
+
+def check_local_address(options: dict) -> None:
+    """Before any rank starts: --tcp-interface exists, and --tcp-address is one of this host's (a bind on port 0)."""
+    if options.get("interface") is not None:
+        interface_address(options["interface"])
+    address = options.get("address")
+    if address is None or address == ANY:
+        return
+    host_name("--tcp-address")(address)
+    try:
+        listen(address, 0).close()
+    except UsageError as exc:
+        raise UsageError(f"--tcp-address {address} is not an address of this host: {exc}") from None
 
 
 def _net_namespace() -> int:

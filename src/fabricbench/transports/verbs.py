@@ -333,7 +333,7 @@ class VerbsTransport(Transport):
         return options | {"cq_mod": cq_mod} if cq_mod else options
 
     @classmethod
-    def preflight(cls, options: dict) -> None:
+    def preflight(cls, options: dict, ranks: int) -> None:
         """Fail before any rank starts when rdma-core, pyverbs or a device is missing (VerbsUnavailable, exit 2)."""
         device_names(load_pyverbs())
 

@@ -1,0 +1,152 @@
+"""What a plan costs in memory on one rank, refused before any rank starts when the host lacks it.
+
+A rank holds one case (one kernel at one size) at a time. Its peak, measured
+as RSS on real ranks, is about three copies of its largest buffer (send,
+receive, and validation's expected copy) plus numpy's two int64 temporaries
+while a pattern is written (16 bytes per element: 16x the message size for
+byte buffers), plus the sample array and rank 0's copies of it for the
+statistics, plus MPI's requests for a window of messages in flight.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from fabricbench.errors import UsageError
+from fabricbench.kernels import Kernel
+from fabricbench.plan import Plan
+
+HELD_COPIES = 3  # send and receive buffers, and validation's expected copy of what arrives
+PATTERN_TEMP_BYTES = 16  # per element of a buffer being written: numpy's two int64 temporaries
+SAMPLE_BYTES = 8  # the int64 sample array, one entry per iteration or warm-up iteration
+STATS_BYTES = 32  # per timed iteration on rank 0: the samples' copy, as float64, sorted and scaled
+REQUEST_BYTES = 1024  # per message in a window: MPI's request objects and the loop's handles
+MEMINFO = "/proc/meminfo"
+# Ranks on this host, as launchers announce them (MPICH's hydra, Open MPI, PMIx).
+_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_LOCAL_SIZE")
+
+
+@dataclass(frozen=True)
+class Need:
+    """A rank's peak for the plan's costliest (transport, kernel, size), in bytes, by what it is for."""
+
+    transport: str
+    kernel: str
+    size: int
+    ranks: int
+    iterations: int
+    window: int
+    buffers: int
+    samples: int
+    requests: int
+
+    @property
+    def total(self) -> int:
+        return self.buffers + self.samples + self.requests
+
+
+def case_bytes(kernel: Kernel, size: int, ranks: int) -> int:
+    """A case's buffers at their peak: the copies it holds, and the temporaries while a pattern is written.
+
+    Byte patterns are written one block (one message) at a time; float32 vectors are written whole.
+    """
+    if not kernel.moves_data:
+        return 0
+    spec = kernel.collective_spec
+    held = spec.algbw_bytes(size, ranks) if spec else size
+    written = size if kernel.elem_bytes == 1 else held
+    return HELD_COPIES * held + PATTERN_TEMP_BYTES * (written // kernel.elem_bytes)
+
+
+def sample_bytes(iterations: int, warmup: int) -> int:
+    """The sample array (it holds warm-up iterations too) and rank 0's copies for the statistics."""
+    return SAMPLE_BYTES * max(iterations, warmup, 1) + STATS_BYTES * iterations
+
+
+def plan_need(plan: Plan, ranks: int) -> Need | None:
+    """The costliest (transport, kernel, size) of the plan on one rank, or None for an empty plan."""
+    worst = None
+    for step in plan.steps:
+        kernel = step.spec
+        for size in step.sizes:
+            iterations, warmup = plan.counts(kernel, size)
+            window = plan.window if kernel.windowed else 0
+            need = Need(
+                step.transport,
+                kernel.name,
+                size,
+                ranks,
+                iterations,
+                window,
+                case_bytes(kernel, size, ranks),
+                sample_bytes(iterations, warmup),
+                REQUEST_BYTES * window * kernel.directions,
+            )
+            if worst is None or need.total > worst.total:
+                worst = need
+    return worst
+
+
+def format_bytes(count: float) -> str:
+    """Bytes as a person reads memory: 512 B, 64.0 MiB, 21.3 GiB."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count:.0f} B"
+
+
+def describe(need: Need) -> str:
+    """One clause naming the size, the figure and what most of it is for."""
+    parts = [
+        (need.buffers, f"buffers for {need.kernel} at {format_bytes(need.size)} (-m)"),
+        (need.samples, f"samples of {need.iterations} iterations (-i, -x)"),
+        (need.requests, f"requests for a window of {need.window} (-W)"),
+    ]
+    most = max(parts, key=lambda part: part[0])[1]
+    return (
+        f"{need.transport} {need.kernel} at {format_bytes(need.size)} on {need.ranks} ranks needs about "
+        f"{format_bytes(need.total)} per rank, most of it {most}"
+    )
+
+
+def available_bytes() -> int | None:
+    """The kernel's MemAvailable: what can be allocated without swapping; None where there is no /proc."""
+    try:
+        with open(MEMINFO) as meminfo:
+            for line in meminfo:
+                name, _, value = line.partition(":")
+                if name == "MemAvailable":
+                    return int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def local_rank_count(ranks: int) -> int:
+    """Ranks that share this host: the launcher's word for it, else all of them (a self-launched run)."""
+    for var in _LOCAL_SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value.isascii() and value.isdigit() and int(value) > 0:
+            return int(value)
+    return ranks
+
+
+def check_memory(plan: Plan, ranks: int, local_ranks: int, limit: int | None) -> None:
+    """Refuse (UsageError) a plan whose peak on one rank exceeds ``limit`` (--max-memory) or, without one,
+    this host's available memory shared among its ``local_ranks``."""
+    need = plan_need(plan, ranks)
+    if need is None:
+        return
+    if limit is not None:
+        if need.total > limit:
+            raise UsageError(f"{describe(need)}; --max-memory allows {format_bytes(limit)}")
+        return
+    available = available_bytes()
+    if available is None or need.total <= available // local_ranks:
+        return
+    share = f"{format_bytes(available // local_ranks)} for each of {local_ranks} ranks" if local_ranks > 1 else ""
+    raise UsageError(
+        f"{describe(need)}; this host has {format_bytes(available)} available{', ' + share if share else ''}"
+        " (--max-memory sets another limit)"
+    )
