@@ -16,9 +16,10 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from fabricbench import __version__, transports
-from fabricbench.argtypes import names, port_number, seconds, whole_number
+from fabricbench.argtypes import MAX_COUNT, byte_size, host_and_port, names, port_number, seconds, whole_number
 from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.kernels import KERNELS, get_kernel
+from fabricbench.memory import check_memory, local_rank_count
 from fabricbench.orchestrate import RUN_ID_VAR
 from fabricbench.plan import Plan, Step, kernel_sizes, parse_size_range
 from fabricbench.transports import TRANSPORTS, check_transport, preflight, supported_kernels
@@ -40,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run kernels and write a tidy table")
-    run.add_argument("-t", "--transport", type=names, help=f"comma list of: {', '.join(TRANSPORTS)}")
-    run.add_argument("-k", "--kernel", type=names, help=f"comma list of: {', '.join(KERNELS)}")
+    run.add_argument("-t", "--transport", type=names("transport"), help=f"comma list of: {', '.join(TRANSPORTS)}")
+    run.add_argument("-k", "--kernel", type=names("kernel"), help=f"comma list of: {', '.join(KERNELS)}")
     run.add_argument(
         "-m",
         "--message-size",
@@ -49,14 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[MIN:]MAX",
         help="message sizes, powers of two from MIN to MAX (e.g. 0:4M)",
     )
-    run.add_argument("-i", "--iterations", type=whole_number("iterations", 1), help="timed iterations per size")
-    run.add_argument("-x", "--warmup", type=whole_number("warm-up", 0), help="untimed iterations per size")
+    run.add_argument(
+        "-i", "--iterations", type=whole_number("iterations", 1, MAX_COUNT), help="timed iterations per size"
+    )
+    run.add_argument("-x", "--warmup", type=whole_number("warm-up", 0, MAX_COUNT), help="untimed iterations per size")
     run.add_argument(
         "-W", "--window", type=whole_number("window", 1), default=64, help="messages in flight (default 64)"
     )
     run.add_argument("--max-time", type=seconds("--max-time"), help="seconds per size; lowers the iteration count")
     run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
     run.add_argument("--out", help="results directory (default results/RUN_ID)")
+    run.add_argument(
+        "--append",
+        action="store_true",
+        help="add this run's rows to the table already in --out DIR, keeping every run's metadata",
+    )
     run.add_argument("--label", default="", help="a name for this run in tables and plots")
     run.add_argument(
         "--format",
@@ -96,20 +104,65 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the kernels in C (no interpreter cost per call) or in Python (like-for-like with mpi4py), "
         "for the transports that have both, on every rank; auto: C where every rank has it (default)",
     )
-    run.add_argument("--peer", metavar="HOST:PORT", help="run as rank 0 against `fabricbench serve` there, without MPI")
+    run.add_argument(
+        "--peer",
+        type=host_and_port,
+        metavar="HOST:PORT",
+        help="run as rank 0 against `fabricbench serve` there, without MPI",
+    )
+    run.add_argument(
+        "--max-memory",
+        type=byte_size("--max-memory"),
+        metavar="SIZE",
+        help="memory one rank may use (default: this host's available memory shared among its ranks)",
+    )
+    run.add_argument("--token", help="the shared secret of a `serve --token` (default: $FABRICBENCH_TOKEN)")
     transports.add_arguments(run, "run")
     run.set_defaults(func=cmd_run)
 
     serve = sub.add_parser("serve", help="be rank 1 for `fabricbench run --peer` clients, one at a time, without MPI")
-    serve.add_argument("--address", default="0.0.0.0", help="address to listen on (default: all)")
+    serve.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="address to listen on: 127.0.0.1 (default: this host only), an interface's address, or 0.0.0.0 (all)",
+    )
     serve.add_argument(
         "--port", type=port_number, default=DEFAULT_SERVE_PORT, help=f"port (default {DEFAULT_SERVE_PORT})"
     )
     serve.add_argument(
+        "--handshake-timeout",
         "--timeout",
-        type=seconds("--timeout"),
-        default=30.0,
-        help="seconds to wait for a client's handshake (default 30); a session then uses the client's --timeout",
+        dest="handshake_timeout",
+        type=seconds("--handshake-timeout"),
+        default=10.0,
+        help="seconds a client has for its whole handshake (default 10; --timeout is its former name); "
+        "a session then uses the client's --timeout",
+    )
+    serve.add_argument(
+        "--token",
+        help="a shared secret clients must prove they hold (never sent); default: $FABRICBENCH_TOKEN, which, "
+        "unlike this option, other users cannot read in the process list",
+    )
+    caps = serve.add_argument_group("what a client may ask for (a run over a cap is refused, naming it)")
+    caps.add_argument("--max-timeout", type=seconds("--max-timeout"), default=300.0, help="--timeout (default 300 s)")
+    caps.add_argument(
+        "--max-iterations", type=whole_number("--max-iterations"), default=1_000_000, help="-i (default 1000000)"
+    )
+    caps.add_argument("--max-warmup", type=whole_number("--max-warmup", 0), default=100_000, help="-x (default 100000)")
+    caps.add_argument("--max-window", type=whole_number("--max-window"), default=1024, help="-W (default 1024)")
+    caps.add_argument(
+        "--max-bytes",
+        type=byte_size("--max-bytes"),
+        default=512 * 1024**2,
+        metavar="SIZE",
+        help="one rank's buffers for one size: message size x window x directions (default 512M)",
+    )
+    caps.add_argument(
+        "--max-session",
+        type=seconds("--max-session"),
+        default=7200.0,
+        help="a session's budget: its plan's length on a slow link (50 us a message, 100 MB/s), four times, plus "
+        "its --timeout; a session child still running after its budget is killed (default 7200 s)",
     )
     transports.add_arguments(serve, "serve")
     serve.set_defaults(func=cmd_serve)
@@ -119,8 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", help="directory for comparison.csv and the PNG plots")
     compare.add_argument(
         "--metric",
-        type=names,
+        type=names("metric"),
         help="comma list of columns to compare, e.g. p50,p99,bw,busbw (default: p50 latency, bw, busbw)",
+    )
+    compare.add_argument(
+        "--max-input",
+        type=byte_size("--max-input"),
+        metavar="SIZE",
+        help="the largest table or metadata file to read (default 1G)",
     )
     compare.set_defaults(func=cmd_compare)
 
@@ -154,13 +213,13 @@ def build_plan(args, ranks: int) -> Plan:
             step.spec.check_ranks(ranks)
     options = transports.transport_options(args, "run")
     for transport in dict.fromkeys(step.transport for step in steps):
-        preflight(transport, options)
+        preflight(transport, options, ranks)
     # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
     run_id = os.environ.get(RUN_ID_VAR) or (
         f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
     )
     progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
-    return Plan(
+    plan = Plan(
         steps=steps,
         iterations=args.iterations,
         warmup=args.warmup,
@@ -175,33 +234,50 @@ def build_plan(args, ranks: int) -> Plan:
         progress=progress,
         transport_options=options,
     )
+    check_memory(plan, ranks, 1 if args.peer else local_rank_count(ranks), args.max_memory)
+    return plan
 
 
 def cmd_compare(args, argv: list[str]) -> int:
+    from fabricbench.report import load
     from fabricbench.report.compare import compare
 
+    if args.max_input is not None:
+        load.max_input_bytes = args.max_input
     return compare(args.runs, out=args.out, metric_names=args.metric)
 
 
 def cmd_run(args, argv: list[str]) -> int:
     from fabricbench import launch, orchestrate
+    from fabricbench.results import check_reuse
 
+    if args.append and not args.out:
+        raise UsageError("--append adds to the table in an earlier run's folder: give it with --out DIR")
     if args.peer:  # no launcher and no MPI: this process is rank 0 of two
         from fabricbench.control import peer
 
         args.transport = args.transport or [peer.default_transport()]
-        return peer.run_client(build_plan(args, 2), args.peer, args.hugepages)
+        plan = build_plan(args, 2)
+        check_reuse(plan.out_dir, args.append)  # before the server is reached
+        return peer.run_client(plan, args.peer, args.hugepages, peer.token_from(args.token))
+    if args.token is not None:
+        raise UsageError("--token is for --peer runs (and serve)")
     who = launch.launcher()
     if who is None:
         progress = sys.stderr.isatty() and args.progress is not False
-        return orchestrate.self_launch(build_plan(args, args.np), argv, args.np, bool(args.out), progress)
-    return orchestrate.run_ranks(lambda ranks: build_plan(args, ranks), who, args.hugepages)
+        plan = build_plan(args, args.np)
+        return orchestrate.self_launch(plan, argv, args.np, bool(args.out), progress, args.append)
+    return orchestrate.run_ranks(lambda ranks: build_plan(args, ranks), who, args.hugepages, args.append)
 
 
 def cmd_serve(args, argv: list[str]) -> int:
     from fabricbench.control import peer
 
-    return peer.serve(args.address, args.port, args.timeout, transports.transport_options(args, "serve"))
+    caps = peer.Caps(
+        args.max_timeout, args.max_iterations, args.max_warmup, args.max_window, args.max_bytes, args.max_session
+    )
+    options = transports.transport_options(args, "serve")
+    return peer.serve(args.address, args.port, options, args.handshake_timeout, caps, peer.token_from(args.token))
 
 
 def cmd_doctor(args, argv: list[str]) -> int:
@@ -211,7 +287,10 @@ def cmd_doctor(args, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fabricbench.launch import env_rank, say_interrupted, watch_rank
+
     argv = sys.argv[1:] if argv is None else argv
+    rank_watch = watch_rank()
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
@@ -221,15 +300,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.func(args, argv)
     except FabricbenchError as exc:
-        from fabricbench.launch import env_rank
-
         if env_rank() == 0:  # every rank sees the same bad input; one says so
             print(f"fabricbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("fabricbench: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # outside a run's own handling (runner.execute)
+        if rank_watch:
+            rank_watch.stop()  # ends every rank
+        say_interrupted(env_rank())
         return 130
     except BrokenPipeError:
         # The reader (head, less) went away: stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        if rank_watch:
+            rank_watch.close()

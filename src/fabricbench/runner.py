@@ -16,7 +16,9 @@ import numpy as np
 
 from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.kernels import Kernel
-from fabricbench.plan import Plan
+from fabricbench.launch import InterruptWatch
+from fabricbench.memory import case_bytes
+from fabricbench.plan import Plan, iteration_bytes
 from fabricbench.rows import measured_row, rank_summary, unsupported_row
 from fabricbench.transports import open_transport
 
@@ -24,6 +26,9 @@ CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte bef
 
 
 ABORT_GRACE_S = 10.0  # how long the watchdog's abort may take before the rank just exits
+SLOW_BYTES_PER_S = 100e6  # what a size is assumed to move at least while no warm-up has said how fast it goes
+EXPECTED_SLACK = 4  # a size's expected length is four times its estimate: a busy host must not look like a stall
+NAMED_GUESS_S = 1.0  # a guessed allowance this long may itself be why a size ran out: the message says so
 
 
 class Watchdog:
@@ -35,6 +40,11 @@ class Watchdog:
     rank that merely exited was not enough: hydra now and then left a frozen
     peer running. Should the abort itself hang in a wedged MPI library, the
     rank exits after ABORT_GRACE_S.
+
+    --timeout bounds a stall, not a long size: each size gets what it should
+    take on top, from its warm-up, or before any warm-up (or with none) from
+    its bytes at SLOW_BYTES_PER_S, so a large size is not taken for a dead peer;
+    EXPECTED_SLACK times over either way.
     """
 
     def __init__(self, rank: int, abort):
@@ -42,9 +52,11 @@ class Watchdog:
         self._abort = abort
         self._timer: threading.Timer | None = None
 
-    def arm(self, seconds: float, what: str) -> None:
+    def arm(self, seconds: float, what: str, expected_s: float = 0.0, guessed: bool = False) -> None:
+        """Fire after ``seconds`` beyond ``expected_s``, what the size should take (``guessed``: from its bytes)."""
         self.disarm()
-        self._timer = threading.Timer(seconds, self._fire, args=(seconds, what))
+        delay = min(seconds + expected_s, threading.TIMEOUT_MAX)  # a timer takes no longer wait
+        self._timer = threading.Timer(delay, self._fire, args=(seconds, expected_s, guessed, what))
         self._timer.daemon = True
         self._timer.start()
 
@@ -53,11 +65,23 @@ class Watchdog:
             self._timer.cancel()
             self._timer = None
 
-    def _fire(self, seconds: float, what: str) -> None:
-        sys.stderr.write(
-            f"fabricbench: error: rank {self.rank}: {what} made no progress for {seconds:.0f} s; "
-            "a peer may have died (rows measured so far are kept)\n"
-        )
+    @staticmethod
+    def guess(plan: Plan, kernel: Kernel, size: int, ranks: int, iterations: int) -> float:
+        """Seconds to build a case and run ``iterations`` of it (and validation's) at SLOW_BYTES_PER_S, with slack."""
+        per_iteration = iteration_bytes(kernel, size, ranks, plan.window)
+        moved = case_bytes(kernel, size, ranks) + (iterations + int(plan.validate)) * per_iteration
+        return EXPECTED_SLACK * moved / SLOW_BYTES_PER_S
+
+    def _fire(self, seconds: float, expected_s: float, guessed: bool, what: str) -> None:
+        if guessed and expected_s >= NAMED_GUESS_S:
+            why = (
+                f"took longer than --timeout {seconds:g} s beyond the {expected_s:.0f} s its size was given "
+                f"({EXPECTED_SLACK} times its bytes at {SLOW_BYTES_PER_S / 1e6:.0f} MB/s, before any warm-up "
+                "timed it); raise --timeout"
+            )
+        else:
+            why = f"made no progress for {seconds + expected_s:.0f} s; a peer may have died"
+        sys.stderr.write(f"fabricbench: error: rank {self.rank}: {what} {why} (rows measured so far are kept)\n")
         sys.stderr.flush()
         fallback = threading.Timer(ABORT_GRACE_S, os._exit, args=(3,))
         fallback.daemon = True
@@ -66,17 +90,40 @@ class Watchdog:
         os._exit(3)
 
 
-def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog):
-    """Time one size on this rank; rank 0 returns the row, the others None."""
+class Stopped(Exception):
+    """Rank 0 could not write the table: every rank leaves the sweep at the same point, with exit code ``code``."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def stop_if_failed(ctrl, failure: FabricbenchError | None) -> None:
+    """Every rank calls this at the same point; all raise Stopped when rank 0 brings a ``failure``.
+
+    It is one allreduce, so it is also a barrier: a size's first barrier
+    carries it at no cost. The code crossed the network, so anything but a
+    small positive integer stops with 1.
+    """
+    agreed = ctrl.allreduce_max(float(failure.exit_code) if failure else 0.0)
+    if agreed:
+        raise Stopped(int(agreed) if agreed.is_integer() and 1 <= agreed <= 255 else 1)
+
+
+def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog, failure=None):
+    """Time one size on this rank; rank 0 returns the row, the others None.
+
+    ``failure`` is rank 0's failure to write the table so far (None elsewhere): every rank stops before the size.
+    """
     iterations, warmup = plan.counts(kernel, size)
     what = f"{transport.name} {kernel.name} at {size} B"
-    watchdog.arm(plan.timeout, what)
+    probe = warmup or (1 if plan.max_time else 0)
+    watchdog.arm(plan.timeout, what, watchdog.guess(plan, kernel, size, ctrl.size, probe), guessed=True)
     case = transport.case(kernel, size)
     try:
-        probe = warmup or (1 if plan.max_time else 0)
         times = np.zeros(max(iterations, probe, 1), dtype=np.int64)
         view = memoryview(times)
-        ctrl.barrier()
+        stop_if_failed(ctrl, failure)  # the size's first barrier
         case.run(probe, view)
         if probe:
             # Every rank must agree on the count: take the slowest rank's estimate.
@@ -85,8 +132,9 @@ def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Wa
             estimate_ns = max(ctrl.allreduce_max(estimate_ns), 1.0)
             if plan.max_time:
                 iterations = max(1, min(iterations, int(plan.max_time * 1e9 / estimate_ns)))
-            # --timeout bounds a stall, not a long size: give the timed loop its expected length on top.
-            watchdog.arm(plan.timeout + 4 * iterations * estimate_ns / 1e9, what)
+            watchdog.arm(plan.timeout, what, EXPECTED_SLACK * iterations * estimate_ns / 1e9)
+        else:
+            watchdog.arm(plan.timeout, what, watchdog.guess(plan, kernel, size, ctrl.size, iterations), guessed=True)
         ctrl.barrier()
         case.run(iterations, view)
         samples = times[:iterations].copy() if case.initiator else times[:0]
@@ -116,6 +164,17 @@ def execute(plan: Plan, ctrl, reporter) -> None:
     """Run every step of the plan; ``reporter`` is rank 0's sink for rows (None elsewhere)."""
     watchdog = Watchdog(ctrl.rank, ctrl.abort)
     transports: dict = {}
+
+    def keep_what_was_measured(in_main_thread: bool) -> None:
+        """Ctrl-C: the rows so far stay, and the table is closed (complete: false) before every rank ends."""
+        watchdog.disarm()
+        if in_main_thread:  # otherwise the main thread may still be inside a transport's C code
+            for transport in transports.values():
+                transport.release()
+        if reporter:
+            reporter.close(complete=False)
+
+    interrupts = InterruptWatch(keep_what_was_measured, ctrl.abort, leader=ctrl.rank == 0)
     try:
         for step in plan.steps:
             kernel = step.spec
@@ -144,18 +203,26 @@ def execute(plan: Plan, ctrl, reporter) -> None:
                     )
                 else:
                     try:
+                        failure = reporter.failure if reporter else None
                         if transport.self_timed:
+                            stop_if_failed(ctrl, failure)
                             watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
                             row = transport.reference_row(kernel, size)
                             watchdog.disarm()
                         else:
-                            row = measure(ctrl, transport, kernel, size, plan, watchdog)
+                            row = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
                     except Unsupported as exc:  # raised by case() on every rank alike, before any traffic
                         watchdog.disarm()
                         row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc))
                 if reporter:
                     reporter.row(row)
                     reporter.advance(1)
+        stop_if_failed(ctrl, reporter.failure if reporter else None)  # the last rows' failure
+    except KeyboardInterrupt:
+        interrupts.stop()
+        raise  # only where the control plane's abort came back
+    except Stopped:
+        raise  # not one rank's failure: every rank stops here together, and rank 0 says why
     except Exception as exc:  # noqa: BLE001 - one rank failing must end every rank
         watchdog.disarm()
         if isinstance(exc, FabricbenchError):
@@ -172,6 +239,7 @@ def execute(plan: Plan, ctrl, reporter) -> None:
             reporter.close(complete=False)
         ctrl.abort(code)
     finally:
+        interrupts.close()
         watchdog.disarm()
         for transport in transports.values():
             transport.close()
