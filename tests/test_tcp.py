@@ -78,7 +78,6 @@ def test_tcp_kernels_on_two_ranks_validate_with_sane_units(out):
     assert skipped[skipped.kernel == "latency"].status.iloc[0].startswith("unsupported: a TCP byte stream")
     latency = measured[measured.kernel == "latency"]
     assert (latency.lat_p50_us > 0).all() and (latency.lat_p50_us < 1e5).all()
-    assert latency.lat_p50_us.iloc[-1] > latency.lat_p50_us.iloc[0]  # 64 KiB takes longer than 1 B
     for kernel in ("bw", "bibw", "msgrate"):
         series = measured[measured.kernel == kernel].set_index("size_B")
         assert (series.window == 8).all() and (series.bw_MBps > 0).all()
