@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 from fabricbench import __version__
+from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS
 from fabricbench.control.pair import RANKS, PairControl
 from fabricbench.control.rendezvous import (
     ACCEPT,
@@ -61,9 +62,7 @@ from fabricbench.transports import TRANSPORTS, transport_class
 
 MAX_STEPS = 64
 MAX_SIZES = 64
-MAX_COUNT = 10**9  # iterations or warm-up
 MAX_WINDOW = 65536
-MAX_SECONDS = 86400.0
 MAX_SECTIONS = 16  # transports' own field sections in one HELLO
 HUGEPAGES = {None: 0, "on": 1, "off": 2}
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
