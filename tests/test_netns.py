@@ -127,7 +127,9 @@ def tcp_bw_mbit(out: Path) -> float:
 
 def test_tcp_bandwidth_on_a_100mbit_link_is_the_physical_payload_rate(server, shaped, tmp_path):
     measured = tcp_bw_mbit(tmp_path / "shaped")
-    assert measured == pytest.approx(SHAPED_PAYLOAD_MBIT, rel=0.05)
+    # The shaper caps the rate, so a busy CI host can only pull it below the cap (a core lent to the
+    # SoftRoCE VM took 7 %); above the cap, or far below it, the units or the loop are wrong.
+    assert 0.85 * SHAPED_PAYLOAD_MBIT <= measured <= 1.05 * SHAPED_PAYLOAD_MBIT, measured
 
 
 def test_tcp_bandwidth_on_an_unshaped_link_is_far_higher(server, tmp_path):
