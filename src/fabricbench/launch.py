@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fabricbench import slurm
 from fabricbench.errors import UsageError
 
 # Variables that a launcher sets in every rank it starts.
@@ -30,8 +31,8 @@ _LAUNCHER_VARS = [
     ("PMIX_RANK", "mpirun (PMIx)"),
     ("OMPI_COMM_WORLD_RANK", "mpirun (Open MPI)"),
     ("MPI_LOCALRANKID", "mpiexec (Intel MPI)"),
-    ("SLURM_STEP_NUM_TASKS", "srun"),
 ]
+SRUN = "srun"
 CHILD_FLAG = "FABRICBENCH_LAUNCHED"
 
 # A signal the self-launching parent passes on: what the job is sent, the parent's exit code and its one line.
@@ -53,6 +54,9 @@ def launcher() -> str | None:
     """The launcher this process was started by, or None when started alone."""
     if os.environ.get(CHILD_FLAG):
         return os.environ[CHILD_FLAG]
+    # srun before the PMI variables: its pmi2 and pmix plugins set PMI_RANK or PMIX_RANK as mpiexec does.
+    if slurm.started_by_srun(os.environ):
+        return SRUN
     for var, name in _LAUNCHER_VARS:
         if var in os.environ:
             return name

@@ -38,10 +38,15 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
     Bad input found on rank 0 reaches every rank through the broadcast, so
     every rank exits with the same code and one line is printed.
     """
-    from fabricbench import env
-    from fabricbench.control.mpi import MPIControl, import_mpi
+    from fabricbench import env, launch, slurm
+    from fabricbench.control.mpi import MPIControl, import_mpi, load_mpi
 
+    srun = launcher == launch.SRUN
+    if srun:  # a PMI plugin this MPI cannot speak: one line before MPI_Init aborts or forms 1-rank worlds
+        speaks = slurm.check_before_init(load_mpi().Get_library_version())
     ctrl = MPIControl(import_mpi().COMM_WORLD)
+    if srun:  # before the plan's "needs at least 2 ranks", which every 1-rank world would print
+        slurm.check_after_init(ctrl.size, speaks)
     envelope = None
     if ctrl.rank == 0:
         try:
@@ -59,7 +64,8 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
             print(f"fabricbench: error: {envelope['error']}", file=sys.stderr)
         return int(envelope["code"])
     plan = Plan.from_json(json.dumps(envelope["plan"]).encode())
-    return execute_plan(plan, ctrl, launcher, hugepages, env.mpi_info() if ctrl.rank == 0 else None)
+    extra = {**env.mpi_info(), **(slurm.metadata(os.environ) if srun else {})} if ctrl.rank == 0 else None
+    return execute_plan(plan, ctrl, launcher, hugepages, extra)
 
 
 def execute_plan(

@@ -14,14 +14,26 @@ import numpy as np
 THREAD_LEVEL = "serialized"
 
 
-def import_mpi():
-    """mpi4py.MPI; the first import initialises MPI, at THREAD_LEVEL."""
+def load_mpi():
+    """mpi4py.MPI with MPI not yet initialised, so that what the library is can be asked first
+    (MPI_Get_library_version: ``slurm.check_before_init`` refuses a PMI the MPI cannot speak, where MPI_Init
+    would abort). ``import_mpi`` initialises it."""
     if "mpi4py.MPI" not in sys.modules:
         import mpi4py
 
         mpi4py.rc.thread_level = THREAD_LEVEL
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = True  # as when mpi4py initialises MPI itself: MPI_Finalize at exit
     from mpi4py import MPI
 
+    return MPI
+
+
+def import_mpi():
+    """mpi4py.MPI, with MPI initialised at THREAD_LEVEL by the first call (mpi4py's error handling as at import)."""
+    MPI = load_mpi()
+    if not MPI.Is_initialized():
+        MPI.Init_thread(getattr(MPI, f"THREAD_{THREAD_LEVEL.upper()}"))
     return MPI
 
 
