@@ -73,6 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="table",
         help="console output: readable table, OSU's text layout, or nothing",
     )
+    osu_columns = run.add_argument_group("OSU's optional columns (--format osu; as OSU's -f, -z, -T; -c is -c)")
+    osu_columns.add_argument(
+        "--osu-full", action="store_true", help="Min/Max latency and Iterations columns of a collective (OSU's -f)"
+    )
+    osu_columns.add_argument(
+        "--osu-percentiles",
+        type=_percentiles,
+        metavar="LIST",
+        help="tail latency columns, e.g. 50,90,99 (OSU's -z; from 50, 90, 99, 99.9)",
+    )
+    osu_columns.add_argument(
+        "--osu-datatype", metavar="TYPE", help="the datatype line (OSU's -T): the type the kernel moves, e.g. MPI_CHAR"
+    )
     run.add_argument(
         "--timeout",
         type=seconds("--timeout"),
@@ -186,7 +199,35 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="what can run here: every transport, the MPI, the C loops, the devices")
     doctor.add_argument("--json", action="store_true", help="one JSON object for scripts instead of the table")
     doctor.set_defaults(func=cmd_doctor)
+
+    shims = sub.add_parser(
+        "osu-shims",
+        help="write osu_latency, osu_bw, osu_allreduce, ... into DIR: OSU's options and text, run by fabricbench",
+    )
+    shims.add_argument("dir", metavar="DIR", help="folder for the shims (made if missing); put it on PATH")
+    shims.set_defaults(func=cmd_osu_shims)
     return parser
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    from fabricbench.report.osu import parse_percentiles
+
+    return parse_percentiles(text)
+
+
+def _osu_columns(args, steps: list[Step]) -> dict:
+    """--format osu's optional columns, each checked against every kernel of the run (UsageError)."""
+    from fabricbench.report.osu import Columns, check_columns
+
+    given = args.osu_full or args.osu_percentiles or args.osu_datatype
+    if not given:
+        return {}
+    if args.output_format != "osu":
+        raise UsageError("--osu-full, --osu-percentiles and --osu-datatype shape OSU's text: add --format osu")
+    columns = Columns(args.validate, args.osu_full, tuple(args.osu_percentiles or ()), args.osu_datatype or "")
+    for step in steps:
+        check_columns(step.spec, columns)
+    return {"full": columns.full, "percentiles": list(columns.percentiles), "datatype": columns.datatype.upper()}
 
 
 def _steps(args) -> list[Step]:
@@ -231,6 +272,7 @@ def build_plan(args, ranks: int) -> Plan:
         run_id=run_id,
         label=args.label,
         output_format=args.output_format,
+        osu=_osu_columns(args, steps),
         progress=progress,
         transport_options=options,
     )
@@ -286,12 +328,28 @@ def cmd_doctor(args, argv: list[str]) -> int:
     return doctor.doctor(as_json=args.json)
 
 
+def cmd_osu_shims(args, argv: list[str]) -> int:
+    from fabricbench.osu_shims import write_shims
+
+    written = write_shims(args.dir)
+    folder = os.path.abspath(args.dir)
+    print(f"{len(written)} OSU stand-ins in {folder}/: {' '.join(p.name for p in written)}")
+    print(f'put them on PATH: export PATH="{folder}:$PATH"')
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from fabricbench.launch import env_rank, say_interrupted, watch_rank
 
     argv = sys.argv[1:] if argv is None else argv
     rank_watch = watch_rank()
     try:
+        if argv[:1] == ["osu"]:  # a shim: OSU's command line, translated to a run (osu_shims)
+            from fabricbench.osu_shims import translate
+
+            argv = translate(argv[1:])
+            if argv is None:  # --help or -v, answered
+                return 0
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra and args.func is cmd_compare and not any(e.startswith("-") for e in extra):

@@ -69,6 +69,7 @@ class Plan:
     run_id: str = ""
     label: str = ""
     output_format: str = "table"
+    osu: dict = field(default_factory=dict)  # --format osu's optional columns: full, percentiles, datatype
     progress: bool = False
     transport_options: dict = field(default_factory=dict)
 

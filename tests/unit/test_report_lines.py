@@ -157,7 +157,7 @@ def test_console_unsupported_row_is_a_comment_with_its_reason():
             [
                 "# OSU MPI Allreduce Latency Test v7.4",
                 "# Datatype: MPI_FLOAT.",
-                "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations",
+                "# Size       Avg Latency(us)",
             ],
         ),
         (
@@ -167,7 +167,7 @@ def test_console_unsupported_row_is_a_comment_with_its_reason():
             1,
             [
                 "# OSU MPI Barrier Latency Test v7.4",
-                "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations",
+                "# Size       Avg Latency(us)",
             ],
         ),
         (
@@ -230,13 +230,19 @@ def test_osu_lines_use_osus_field_widths():
         "1                         0.46"
     )
     assert osu.line(MSGRATE) == "1024                   1234.57          1205632.40"
-    assert osu.line(BARRIER) == "0                         3.50                3.25                3.75        1000"
+    assert osu.line(BARRIER) == "0                         3.50"  # a collective without -f: the average alone
+    full = osu.Columns(full=True)
+    assert (
+        osu.line(BARRIER, full) == "0                         3.50                3.25                3.75        1000"
+    )
     put = {"kernel": "put", "status": "ok", "size_B": 64, "lat_mean_us": 0.875}
     assert osu.line(put) == "64                        0.88"
 
 
 def test_osu_widths_hold_whatever_the_values():
-    line = osu.line(BARRIER | {"size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100})
+    line = osu.line(
+        BARRIER | {"size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100}, osu.Columns(full=True)
+    )
     assert [line[:10], line[10:30], line[30:50], line[50:70], line[70:]] == [
         "1048576   ",
         "            12345.68",
@@ -248,3 +254,81 @@ def test_osu_widths_hold_whatever_the_values():
 
 def test_osu_unsupported_row_is_a_comment():
     assert osu.line(UNSUPPORTED) == "# unsupported: tcp has no alltoall kernel"
+
+
+# --- OSU's optional columns: -c, -f, -z, -T -----------------------------------------------------------------------
+
+ALLREDUCE = BARRIER | {"kernel": "allreduce", "size_B": 8, "lat_p90_us": 4.125, "validation": "pass"}
+
+
+def test_osu_validation_column_is_last_pass_or_fail_right_aligned():
+    columns = osu.Columns(validate=True)
+    assert osu.column_header("latency", columns) == "# Size       Avg Latency(us)          Validation"
+    assert osu.line(LATENCY, columns) == "8                         1.61                Pass"
+    assert osu.line(LATENCY | {"validation": "fail"}, columns).endswith("                Fail")
+    bw = {"kernel": "bw", "status": "ok", "size_B": 1, "bw_MBps": 0.4567, "validation": "pass"}
+    assert osu.line(bw, columns) == "1                         0.46                Pass"
+    assert osu.column_header("bw", columns) == "# Size      Bandwidth (MB/s)          Validation"
+
+
+def test_osu_collective_columns_in_osus_order_full_then_tails_then_validation():
+    columns = osu.Columns(validate=True, full=True, percentiles=(50.0, 90.0))
+    head = osu.column_header("allreduce", columns)
+    assert head == (
+        "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations"
+        "    P50 Tail Lat(us)    P90 Tail Lat(us)          Validation"
+    )
+    line = osu.line(ALLREDUCE, columns)
+    assert line == (
+        "8                         3.50                3.25                3.75        1000"
+        "                3.40                4.12                Pass"
+    )
+    assert len(line) == 10 + 3 * 20 + 12 + 3 * 20
+    # Without -f the tails follow the average directly.
+    assert osu.line(ALLREDUCE, osu.Columns(percentiles=(99.0,))) == "8                         3.50                5.00"
+
+
+def test_osu_tail_columns_of_a_latency_and_their_labels():
+    columns = osu.Columns(percentiles=(50.0, 99.0, 99.9))
+    assert osu.column_header("latency", columns) == (
+        "# Size       Avg Latency(us)    P50 Tail Lat(us)    P99 Tail Lat(us)  P99.9 Tail Lat(us)"
+    )
+    row = LATENCY | {"lat_p999_us": 7.0}
+    assert (
+        osu.line(row, columns)
+        == "8                         1.61                1.50                3.00                7.00"
+    )
+
+
+def test_osu_datatype_line_names_minus_T_in_osus_capitals():
+    lines = osu.header("mpi", "allreduce", 64, 1, osu.Columns(datatype="mpi_float")).splitlines()
+    assert "# Datatype: MPI_FLOAT." in lines
+
+
+def test_osu_columns_a_kernel_cannot_fill_are_refused():
+    from fabricbench.errors import UsageError
+    from fabricbench.kernels import get_kernel
+
+    with pytest.raises(UsageError, match="-T.*allreduce moves MPI_FLOAT only"):
+        osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_char"))
+    with pytest.raises(UsageError, match="barrier: it moves no data"):
+        osu.check_columns(get_kernel("barrier"), osu.Columns(datatype="MPI_CHAR"))
+    with pytest.raises(UsageError, match="tail columns.*bw"):
+        osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)))
+    osu.check_columns(get_kernel("latency"), osu.Columns(True, False, (50.0,), "mpi_char"))  # all fine
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("50,90,99", (50.0, 90.0, 99.0)), ("99.9", (99.9,)), ("90,50,90", (90.0, 50.0))],
+)
+def test_osu_percentile_lists(text, expected):
+    assert osu.parse_percentiles(text) == expected
+
+
+@pytest.mark.parametrize(("text", "problem"), [("50,95", "95 is not kept"), ("p50", "'p50' is not a number")])
+def test_osu_percentile_lists_refused(text, problem):
+    from fabricbench.errors import UsageError
+
+    with pytest.raises(UsageError, match=problem):
+        osu.parse_percentiles(text)

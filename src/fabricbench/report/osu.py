@@ -4,32 +4,103 @@ Headers and columns follow OSU 7.4: size ``%-10d``, values ``%20.2f``.
 One comment line before OSU's title says that fabricbench made the table;
 every other line is as OSU prints it. A transport that is not MPI keeps the
 layout but names itself in the title.
+
+The optional columns are OSU's, in OSU's order after the value(s): Min/Max
+latency and Iterations for a collective with ``-f`` (``Columns.full``), tail
+latencies with ``-z`` (``Columns.percentiles``), and the Pass/Fail validation
+column, last, with ``-c`` (``Columns.validate``). ``-T`` names the datatype
+line (``Columns.datatype``); the kernel's own type otherwise.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fabricbench import __version__
-from fabricbench.kernels import get_kernel
+from fabricbench.errors import UsageError
+from fabricbench.kernels import Kernel, get_kernel
+from fabricbench.stats import PERCENTILES
 from fabricbench.transports import transport_class
 
 OSU_VERSION = "v7.4"
+FIELD = 20  # OSU's FIELD_WIDTH
+ITERATIONS_FIELD = 12  # OSU prints the Iterations column narrower
+PERCENTILE_COLUMNS = dict(zip(PERCENTILES, ("lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us"), strict=True))
+VALIDATION_WORDS = {"pass": "Pass", "fail": "Fail"}
 
 
-def header(transport: str, kernel_name: str, window: int, pairs: int) -> str:
+@dataclass(frozen=True)
+class Columns:
+    """Which of OSU's optional columns and lines to print (OSU's -c, -f, -z, -T)."""
+
+    validate: bool = False
+    full: bool = False
+    percentiles: tuple[float, ...] = ()
+    datatype: str = ""
+
+    @classmethod
+    def from_plan(cls, plan) -> Columns:
+        osu = plan.osu or {}
+        return cls(
+            validate=plan.validate,
+            full=bool(osu.get("full")),
+            percentiles=tuple(osu.get("percentiles") or ()),
+            datatype=osu.get("datatype") or "",
+        )
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """OSU's ``-z`` list (``50,90,99``) as the percentiles the rows keep; UsageError otherwise."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise UsageError(f"bad percentile list {text!r}: {part!r} is not a number") from None
+        if value not in PERCENTILES:
+            kept = ", ".join(f"{p:g}" for p in PERCENTILES)
+            raise UsageError(f"percentile {part} is not kept in fabricbench's rows: choose from {kept}")
+        values.append(value)
+    return tuple(dict.fromkeys(values))
+
+
+def check_columns(kernel: Kernel, columns: Columns) -> None:
+    """Refuse, in one line, a column this kernel's rows cannot fill (never print something else under its name)."""
+    if columns.percentiles and kernel.windowed:
+        raise UsageError(
+            f"tail columns (-z) for {kernel.name}: fabricbench keeps percentiles of window times, "
+            "not OSU's per-window bandwidths"
+        )
+    if columns.datatype:
+        own = kernel.osu_datatype
+        if not own:
+            raise UsageError(f"datatype {columns.datatype} (-T) for {kernel.name}: it moves no data")
+        if columns.datatype.upper() != own:
+            raise UsageError(
+                f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} moves {own} only"
+            )
+
+
+def header(transport: str, kernel_name: str, window: int, pairs: int, columns: Columns = Columns()) -> str:
     kernel = get_kernel(kernel_name)
-    cls = transport_class(transport)
-    library = cls.osu_name or f"fabricbench {transport}"
     lines = [
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        f"# OSU {kernel.osu_title.format(lib=library)} {OSU_VERSION}",
-        *cls.osu_header_lines(kernel),
+        title(transport, kernel_name),
+        *transport_class(transport).osu_header_lines(kernel),
     ]
     if _message_rate(kernel):
         lines.append(f"# [ pairs: {pairs} ] [ window size: {window} ]")
     if kernel.osu_datatype:
-        lines.append(f"# Datatype: {kernel.osu_datatype}.")
-    lines.append(column_header(kernel_name))
+        lines.append(f"# Datatype: {(columns.datatype or kernel.osu_datatype).upper()}.")
+    lines.append(column_header(kernel_name, columns))
     return "\n".join(lines)
+
+
+def title(transport: str, kernel_name: str) -> str:
+    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``."""
+    cls = transport_class(transport)
+    library = cls.osu_name or f"fabricbench {transport}"
+    return f"# OSU {get_kernel(kernel_name).osu_title.format(lib=library)} {OSU_VERSION}"
 
 
 def _message_rate(kernel) -> bool:
@@ -37,31 +108,47 @@ def _message_rate(kernel) -> bool:
     return kernel.windowed and kernel.pattern == "pairs"
 
 
-def column_header(kernel_name: str) -> str:
+def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
     kernel = get_kernel(kernel_name)
     if _message_rate(kernel):
-        return "# Size                  MB/s        Messages/s"
-    if kernel.windowed:
-        return "# Size      Bandwidth (MB/s)"
-    if kernel.collective:
-        return "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations"
-    if kernel.sample == "op":  # one one-sided operation, as osu_put_latency and osu_get_latency
-        return "# Size          Latency (us)"
-    return "# Size       Avg Latency(us)"
+        text = "# Size                  MB/s        Messages/s"
+    elif kernel.windowed:
+        text = "# Size      Bandwidth (MB/s)"
+    elif kernel.collective:
+        text = "# Size       Avg Latency(us)"
+        if columns.full:
+            text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
+    elif kernel.sample == "op":  # one one-sided operation, as osu_put_latency and osu_get_latency
+        text = "# Size          Latency (us)"
+    else:
+        text = "# Size       Avg Latency(us)"
+    for percent in columns.percentiles:
+        text += f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}"
+    if columns.validate:
+        text += f"{'Validation':>{FIELD}}"
+    return text
 
 
-def line(row: dict) -> str:
+def line(row: dict, columns: Columns = Columns()) -> str:
     if not str(row.get("status", "")).startswith("ok"):
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
-    size = f"{row['size_B']:<10d}"
+    text = f"{row['size_B']:<10d}"
     if _message_rate(kernel):
-        return f"{size}{row['bw_MBps']:20.2f}{row['msgrate_per_s']:20.2f}"
-    if kernel.windowed:
-        return f"{size}{row['bw_MBps']:20.2f}"
-    if kernel.collective:
-        return (
-            f"{size}{row['lat_rank_avg_us']:20.2f}{row['lat_rank_min_us']:20.2f}"
-            f"{row['lat_rank_max_us']:20.2f}{row['iterations']:12d}"
-        )
-    return f"{size}{row['lat_mean_us']:20.2f}"
+        text += f"{row['bw_MBps']:{FIELD}.2f}{row['msgrate_per_s']:{FIELD}.2f}"
+    elif kernel.windowed:
+        text += f"{row['bw_MBps']:{FIELD}.2f}"
+    elif kernel.collective:
+        text += f"{row['lat_rank_avg_us']:{FIELD}.2f}"
+        if columns.full:
+            text += (
+                f"{row['lat_rank_min_us']:{FIELD}.2f}{row['lat_rank_max_us']:{FIELD}.2f}"
+                f"{row['iterations']:{ITERATIONS_FIELD}d}"
+            )
+    else:
+        text += f"{row['lat_mean_us']:{FIELD}.2f}"
+    for percent in columns.percentiles:
+        text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
+    if columns.validate:
+        text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
+    return text

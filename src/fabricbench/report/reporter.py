@@ -34,6 +34,7 @@ class Reporter:
             self.metadata[PREVIOUS_RUNS] = previous
         self.writer = TableWriter(out_dir)
         self.failed_validation = 0
+        self._osu_columns = osu.Columns.from_plan(plan)
         try:
             write_metadata(out_dir, metadata | {"complete": False})
         except ResultsError:
@@ -76,7 +77,7 @@ class Reporter:
     def start_step(self, step) -> None:
         if self.plan.output_format == "osu":
             pairs = self.ranks // 2 if step.kernel == "msgrate" else 1
-            self._print(osu.header(step.transport, step.kernel, self.plan.window, pairs))
+            self._print(osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns))
         else:
             title = f"{self.metadata.get('mpi_vendor', '')} {self.plan.label}".strip()
             self._print(console.header(step.transport, step.kernel, self.ranks, title))
@@ -92,7 +93,7 @@ class Reporter:
             self._fail(exc)
             return
         self.failed_validation += row.get("validation") == "fail"
-        self._print((osu if self.plan.output_format == "osu" else console).line(row))
+        self._print(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else console.line(row))
 
     def advance(self, sizes: int) -> None:
         if self._progress:

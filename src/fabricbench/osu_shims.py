@@ -1,0 +1,309 @@
+"""Stand-ins for OSU 7.4's binaries: OSU's options in, OSU's text out, fabricbench's tidy table on the side.
+
+``fabricbench osu-shims DIR`` writes one small script per OSU benchmark that
+fabricbench covers (``osu_latency``, ``osu_allreduce``, ...). Each execs this
+Python with ``-m fabricbench osu NAME "$@"``, so under ``mpiexec -n 2
+osu_latency ...`` every rank is a rank of a launched job, exactly as
+``fabricbench run`` is. ``translate`` turns OSU's command line into a
+``fabricbench run`` command line (pure, unit-tested); the CLI then runs it.
+
+What each OSU option becomes:
+
+- ``-m [MIN:]MAX``, ``-i``, ``-x``, ``-W``, ``-c``: fabricbench's own -m, -i, -x, -W, -c;
+- ``-f``: ``--osu-full`` (a collective's Min/Max/Iterations columns);
+- ``-z [LIST]``: ``--osu-percentiles LIST`` (OSU's default 50,90,99);
+- ``-T TYPE``: ``--osu-datatype TYPE``, accepted only where it names the type fabricbench moves;
+- ``-d cpu``: host buffers, fabricbench's only kind; another device is refused until GPU buffers exist;
+- the ``H|D|M H|D|M`` buffer positionals of a point-to-point test: a CPU build of OSU 7.4 reads them
+  only when built with an accelerator, and otherwise ignores them, so ``D D`` (which ReFrame's
+  hpctestlib always passes) runs host buffers there as here. ``-d cuda D D`` is refused with ``-d``;
+- ``-w allocate`` and ``-s flush`` (one-sided): the window and synchronisation fabricbench uses.
+
+Anything else OSU has (``-d cuda``, ``-w create``, ``-T mpi_int`` on a float reduction, an option this
+benchmark does not list) is refused in one line naming it, exit 2: never a silent change of meaning.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import secrets
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabricbench import __version__
+from fabricbench.errors import UsageError
+
+OSU_VERSION = "7.4"
+RESULTS_VAR = "FABRICBENCH_OSU_RESULTS"  # folder under which a shim's results folders go (default: the cwd)
+MARKER = "# fabricbench osu-shims:"  # the line that tells our own shim from a real OSU binary in DIR
+DEFAULT_PERCENTILES = "50,90,99"  # OSU's -z without a list
+DEVICES = ("cuda", "managed", "rocm", "openacc", "sycl")  # OSU's accelerator kinds (-d)
+BUFFER_PLACES = ("H", "D", "M")  # OSU's host, device and managed buffer positionals
+
+
+@dataclass(frozen=True)
+class Option:
+    letter: str
+    long: str
+    value: str  # "": a flag; "required"; "optional" (attached only, as getopt's "z::")
+    help: str
+
+
+OPTIONS = {
+    o.letter: o
+    for o in (
+        Option("m", "message-size", "required", "[MIN:]MAX  message sizes, powers of two from MIN to MAX"),
+        Option("i", "iterations", "required", "ITER  timed iterations per size (default: OSU's)"),
+        Option("x", "warmup", "required", "WARMUP  untimed iterations per size (default: OSU's)"),
+        Option("W", "window-size", "required", "SIZE  messages in flight (default 64)"),
+        Option("c", "validation", "", "check received data outside the timed region (Pass/Fail column)"),
+        Option("f", "full", "", "Min, Max and Iterations columns"),
+        Option("z", "tail-lat", "optional", "[LIST]  tail latency columns, e.g. 50,90,99 (default)"),
+        Option("T", "type", "required", "TYPE  datatype: the one fabricbench moves for this benchmark"),
+        Option("d", "accelerator", "required", "TYPE  buffers: cpu (GPU buffers: not yet)"),
+        Option("w", "win-option", "required", "OPTION  window creation: allocate"),
+        Option("s", "sync-option", "required", "OPTION  synchronisation: flush"),
+        Option("h", "help", "", "this help"),
+        Option("v", "version", "", "OSU's version line"),
+    )
+}
+LONG = {o.long: o for o in OPTIONS.values()}
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    transport: str
+    kernel: str
+    letters: str  # the options OSU 7.4's --help lists for it that fabricbench honours (h, v always)
+    buffers: bool = False  # takes OSU's two buffer-location positionals (the point-to-point tests)
+
+
+_LAT, _BW, _MR = "mixczTd", "mixWczTd", "mixWcTd"
+_COLL, _RMA_LAT, _RMA_BW = "mixfczTd", "mixczdws", "mixWcdws"
+BENCHMARKS = {
+    b.name: b
+    for b in (
+        Benchmark("osu_latency", "mpi", "latency", _LAT, True),
+        Benchmark("osu_bw", "mpi", "bw", _BW, True),
+        Benchmark("osu_bibw", "mpi", "bibw", _BW, True),
+        Benchmark("osu_mbw_mr", "mpi", "msgrate", _MR, True),
+        Benchmark("osu_multi_lat", "mpi", "multi-latency", _LAT, True),
+        Benchmark("osu_allreduce", "mpi", "allreduce", _COLL),
+        Benchmark("osu_allgather", "mpi", "allgather", _COLL),
+        Benchmark("osu_alltoall", "mpi", "alltoall", _COLL),
+        Benchmark("osu_bcast", "mpi", "bcast", _COLL),
+        Benchmark("osu_reduce", "mpi", "reduce", _COLL),
+        Benchmark("osu_reduce_scatter", "mpi", "reduce_scatter", _COLL),
+        Benchmark("osu_barrier", "mpi", "barrier", "ixfzd"),
+        Benchmark("osu_put_latency", "mpi-rma", "put", _RMA_LAT, True),
+        Benchmark("osu_get_latency", "mpi-rma", "get", _RMA_LAT, True),
+        Benchmark("osu_put_bw", "mpi-rma", "put-bw", _RMA_BW, True),
+        Benchmark("osu_get_bw", "mpi-rma", "get-bw", _RMA_BW, True),
+    )
+}
+# The one value fabricbench honours for an option that names how OSU works; anything else is refused.
+ONLY_VALUE = {"w": ("allocate", "MPI_Win_allocate windows"), "s": ("flush", "lock/flush synchronisation")}
+
+
+def benchmark(name: str) -> Benchmark:
+    try:
+        return BENCHMARKS[name]
+    except KeyError:
+        raise UsageError(f"no OSU benchmark {name!r} here; known: {', '.join(BENCHMARKS)}") from None
+
+
+@dataclass
+class Request:
+    """What one OSU command line asked for, checked."""
+
+    bench: Benchmark
+    values: dict  # letter -> value ("" for a flag given)
+    action: str = "run"  # "run", "help" or "version"
+
+
+def parse(name: str, argv: list[str]) -> Request:
+    """OSU's getopt-style command line for benchmark NAME; UsageError (one line) for anything not honoured."""
+    bench = benchmark(name)
+    allowed = bench.letters + "hv"
+    values: dict[str, str] = {}
+    positionals: list[str] = []
+    items = list(argv)
+    while items:
+        token = items.pop(0)
+        if token == "--":
+            positionals += items
+            break
+        if token.startswith("--"):
+            key, eq, attached = token[2:].partition("=")
+            option = LONG.get(key)
+            if option is None or option.letter not in allowed:
+                raise UsageError(f"{name}: fabricbench cannot honour option {token.split('=')[0]}")
+            if option.value == "required" and not eq:
+                if not items:
+                    raise UsageError(f"{name}: option --{key} needs a value")
+                attached = items.pop(0)
+            elif option.value == "" and eq:
+                raise UsageError(f"{name}: option --{key} takes no value")
+            values[option.letter] = attached
+            continue
+        if not token.startswith("-") or token == "-":
+            positionals.append(token)
+            continue
+        cluster = token[1:]
+        while cluster:
+            letter, cluster = cluster[0], cluster[1:]
+            option = OPTIONS.get(letter)
+            if option is None or letter not in allowed:
+                raise UsageError(f"{name}: fabricbench cannot honour option -{letter}")
+            if option.value == "required":
+                if not cluster:
+                    if not items:
+                        raise UsageError(f"{name}: option -{letter} needs a value")
+                    cluster = items.pop(0)
+                values[letter], cluster = cluster, ""
+            elif option.value == "optional":
+                # getopt takes an optional value only attached (-z50,90); a separate list is accepted too.
+                if not cluster and items and re.fullmatch(r"[0-9.,]+", items[0]):
+                    cluster = items.pop(0)
+                values[letter], cluster = cluster, ""
+            else:
+                values[letter] = ""
+    if "h" in values:
+        return Request(bench, values, "help")
+    if "v" in values:
+        return Request(bench, values, "version")
+    _check_positionals(bench, positionals)
+    _check_values(bench, values)
+    return Request(bench, values)
+
+
+def _check_positionals(bench: Benchmark, positionals: list[str]) -> None:
+    if not positionals:
+        return
+    if not bench.buffers:
+        raise UsageError(
+            f"{bench.name}: unexpected argument {positionals[0]!r} (buffer locations are for point-to-point tests)"
+        )
+    if len(positionals) != 2 or any(p not in BUFFER_PLACES for p in positionals):
+        raise UsageError(f"{bench.name}: buffer locations are two of H, D, M (e.g. D D), got {' '.join(positionals)}")
+
+
+def _check_values(bench: Benchmark, values: dict) -> None:
+    device = values.get("d")
+    if device is not None and device != "cpu":
+        if device in DEVICES:
+            raise UsageError(f"{bench.name}: -d {device}: fabricbench has no GPU buffers yet (only -d cpu)")
+        raise UsageError(f"{bench.name}: -d {device!r}: not a buffer kind (cpu, or one of {', '.join(DEVICES)})")
+    for letter, (only, what) in ONLY_VALUE.items():
+        if letter in values and values[letter] != only:
+            given = values[letter]
+            raise UsageError(f"{bench.name}: -{letter} {given}: fabricbench uses {what} only (-{letter} {only})")
+
+
+def results_dir(name: str, now: datetime.datetime | None = None) -> str:
+    """Where a shim's tidy table goes: a new folder under $FABRICBENCH_OSU_RESULTS or the working directory."""
+    now = now or datetime.datetime.now()
+    base = os.environ.get(RESULTS_VAR) or "."
+    return os.path.join(base, f"fabricbench-osu-{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}")
+
+
+def run_argv(request: Request, out_dir: str) -> list[str]:
+    """The ``fabricbench run`` command line that does what the OSU command line asked."""
+    bench, values = request.bench, request.values
+    argv = ["run", "-t", bench.transport, "-k", bench.kernel, "--format", "osu", "--label", bench.name]
+    for letter, flag in (("m", "-m"), ("i", "-i"), ("x", "-x"), ("W", "-W")):
+        if letter in values:
+            argv += [flag, values[letter]]
+    if "c" in values:
+        argv.append("-c")
+    if "f" in values:
+        argv.append("--osu-full")
+    if "z" in values:
+        argv += ["--osu-percentiles", values["z"] or DEFAULT_PERCENTILES]
+    if "T" in values:
+        argv += ["--osu-datatype", values["T"]]
+    return [*argv, "--out", out_dir]
+
+
+def usage(bench: Benchmark) -> str:
+    places = " [H|D|M H|D|M]" if bench.buffers else ""
+    lines = [
+        f"Usage: {bench.name} [options]{places}",
+        f"fabricbench {__version__}'s stand-in for OSU {OSU_VERSION}'s {bench.name}:",
+        "OSU's options, OSU's text on stdout. fabricbench's tidy table goes to a new results folder,",
+        f"named on stderr, under ${RESULTS_VAR} (default: the working directory).",
+        "",
+        "Options:",
+    ]
+    for letter in bench.letters + "hv":
+        option = OPTIONS[letter]
+        value, _, text = option.help.partition("  ") if option.value else ("", "", option.help)
+        lines.append(f"  -{letter}, --{option.long} {value}".ljust(38) + text)
+    if bench.buffers:
+        lines.append("Buffer locations are read as a CPU build of OSU reads them: host memory.")
+    return "\n".join(lines)
+
+
+def translate(argv: list[str]) -> list[str] | None:
+    """``fabricbench osu NAME OSU-ARGS``: the ``run`` command line, or None once --help or -v was answered."""
+    from fabricbench.launch import env_rank
+
+    if not argv:
+        raise UsageError(f"osu needs a benchmark name: one of {', '.join(BENCHMARKS)}")
+    request = parse(argv[0], argv[1:])
+    if request.action != "run":
+        if env_rank() == 0:  # under mpiexec every rank parses; one answers, as OSU's rank 0 does
+            print(usage(request.bench) if request.action == "help" else version_text(request.bench))
+        return None
+    return run_argv(request, results_dir(request.bench.name))
+
+
+def version_text(bench: Benchmark) -> str:
+    from fabricbench.report import osu
+
+    return f"{osu.title(bench.transport, bench.kernel)} (fabricbench {__version__})"
+
+
+def script(name: str, python: str) -> str:
+    return (
+        "#!/bin/sh\n"
+        f"{MARKER} {name} runs fabricbench with OSU {OSU_VERSION}'s options and text; --help says more.\n"
+        f'exec {shlex.quote(python)} -m fabricbench osu {name} "$@"\n'
+    )
+
+
+def write_shims(directory: str, python: str | None = None) -> list[Path]:
+    """One executable per benchmark in DIRECTORY (made if missing); a file there that is not ours is kept."""
+    python = os.path.abspath(python or sys.executable)
+    folder = Path(directory)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make {directory}: {exc.strerror}") from None
+    for name in BENCHMARKS:
+        path = folder / name
+        if path.exists() and not _is_ours(path):
+            raise UsageError(f"{path} exists and is not a fabricbench shim (a real OSU binary?): choose another DIR")
+    written = []
+    for name in BENCHMARKS:
+        path = folder / name
+        try:
+            path.write_text(script(name, python))
+            path.chmod(0o755)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+        written.append(path)
+    return written
+
+
+def _is_ours(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return MARKER.encode() in f.read(512)
+    except OSError:
+        return False

@@ -1,0 +1,126 @@
+"""OSU's command lines to fabricbench's, and the shim scripts, without starting a rank."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import stat
+
+import pytest
+
+from fabricbench.errors import UsageError
+from fabricbench.osu_shims import BENCHMARKS, parse, results_dir, run_argv, script, usage, write_shims
+
+
+def _run(name: str, line: str) -> list[str]:
+    return run_argv(parse(name, line.split()), "OUT")
+
+
+def test_reframes_point_to_point_line_runs_host_buffers_with_validation():
+    # hpctestlib's osu_run: `osu_latency -m 8 -x 10 -i 1000 -c D D`; a CPU build of OSU ignores D D.
+    assert _run("osu_latency", "-m 8 -x 10 -i 1000 -c D D") == [
+        *("run", "-t", "mpi", "-k", "latency", "--format", "osu", "--label", "osu_latency"),
+        *("-m", "8", "-i", "1000", "-x", "10", "-c", "--out", "OUT"),
+    ]
+    assert _run("osu_bw", "-m 4194304 -x 10 -i 1000 -c D D")[4:5] == ["bw"]
+
+
+def test_reframes_collective_line():
+    argv = _run("osu_alltoall", "-m 8 -x 10 -i 1000 -c")
+    assert argv[:5] == ["run", "-t", "mpi", "-k", "alltoall"] and "-c" in argv and "--osu-full" not in argv
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "expected"),
+    [
+        ("osu_allreduce", "-f", ["--osu-full"]),
+        ("osu_allreduce", "-z", ["--osu-percentiles", "50,90,99"]),  # OSU's default list
+        ("osu_allreduce", "-z50,99", ["--osu-percentiles", "50,99"]),  # getopt's attached optional value
+        ("osu_latency", "-z 90", ["--osu-percentiles", "90"]),
+        ("osu_latency", "--tail-lat=99.9", ["--osu-percentiles", "99.9"]),
+        ("osu_allreduce", "-T mpi_float", ["--osu-datatype", "mpi_float"]),
+        ("osu_bw", "-W 16", ["-W", "16"]),
+        ("osu_bw", "--window-size=16", ["-W", "16"]),
+        ("osu_latency", "-m4:64 -i100", ["-m", "4:64", "-i", "100"]),
+        ("osu_allreduce", "-cf", ["-c", "--osu-full"]),  # clustered flags, as getopt takes them
+        ("osu_latency", "-d cpu H H", []),
+        ("osu_put_latency", "-w allocate -s flush", []),
+    ],
+)
+def test_each_osu_option_becomes_its_run_option(name, line, expected):
+    argv = _run(name, line)
+    extra = argv[argv.index(name) + 1 : argv.index("--out")]
+    assert extra == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "problem"),
+    [
+        ("osu_latency", "-d cuda D D", "-d cuda: fabricbench has no GPU buffers yet"),
+        ("osu_latency", "-d managed", "-d managed: fabricbench has no GPU buffers yet"),
+        ("osu_latency", "-d tpu", "-d 'tpu': not a buffer kind"),
+        ("osu_latency", "-f", "cannot honour option -f"),  # OSU's osu_latency has no -f
+        ("osu_latency", "-W 8", "cannot honour option -W"),
+        ("osu_latency", "-G", "cannot honour option -G"),
+        ("osu_latency", "--graph", "cannot honour option --graph"),
+        ("osu_latency", "D", "two of H, D, M"),
+        ("osu_latency", "X Y", "two of H, D, M"),
+        ("osu_allreduce", "D D", "unexpected argument 'D'"),
+        ("osu_latency", "-m", "-m needs a value"),
+        ("osu_latency", "--validation=yes", "--validation takes no value"),
+        ("osu_put_latency", "-w create", "-w create: fabricbench uses MPI_Win_allocate windows only"),
+        ("osu_get_bw", "-s fence", "-s fence: fabricbench uses lock/flush synchronisation only"),
+        ("osu_barrier", "-m 8", "cannot honour option -m"),
+        ("osu_nonesuch", "", "no OSU benchmark 'osu_nonesuch'"),
+    ],
+)
+def test_what_fabricbench_cannot_honour_is_one_usage_error_naming_it(name, line, problem):
+    with pytest.raises(UsageError, match=problem.replace("(", r"\(")) as caught:
+        parse(name, line.split())
+    assert "\n" not in str(caught.value) and caught.value.exit_code == 2
+
+
+def test_help_and_version_are_answered_before_anything_is_checked():
+    assert parse("osu_latency", ["-d", "cuda", "-h"]).action == "help"
+    assert parse("osu_latency", ["--version"]).action == "version"
+    text = usage(BENCHMARKS["osu_bw"])
+    assert text.startswith("Usage: osu_bw [options] [H|D|M H|D|M]")
+    assert "-W, --window-size" in text and "-f, --full" not in text
+    assert "-f, --full" in usage(BENCHMARKS["osu_allreduce"])
+
+
+def test_every_osu_name_maps_to_a_kernel_its_transport_has():
+    from fabricbench.transports import transport_class
+
+    assert len(BENCHMARKS) == 16
+    for bench in BENCHMARKS.values():
+        assert bench.kernel in transport_class(bench.transport).kernels, bench.name
+
+
+def test_results_folder_is_new_and_named_after_the_benchmark(monkeypatch):
+    monkeypatch.delenv("FABRICBENCH_OSU_RESULTS", raising=False)
+    when = datetime.datetime(2025, 1, 2, 3, 4, 5)
+    first, second = results_dir("osu_bw", when), results_dir("osu_bw", when)
+    assert first.startswith("./fabricbench-osu-osu_bw-20250102-030405-") and first != second
+    monkeypatch.setenv("FABRICBENCH_OSU_RESULTS", "/data/runs")
+    assert results_dir("osu_bw", when).startswith("/data/runs/fabricbench-osu-osu_bw-")
+
+
+def test_script_execs_this_python_by_absolute_path_with_every_argument():
+    text = script("osu_latency", "/opt/my env/bin/python")
+    assert text.startswith("#!/bin/sh\n")
+    assert text.rstrip().endswith("""exec '/opt/my env/bin/python' -m fabricbench osu osu_latency "$@\"""")
+
+
+def test_write_shims_makes_executables_and_keeps_a_real_osu_binary(tmp_path):
+    written = write_shims(str(tmp_path / "bin"), "/usr/bin/python3")
+    assert sorted(p.name for p in written) == sorted(BENCHMARKS)
+    for path in written:
+        assert path.stat().st_mode & stat.S_IXUSR and os.access(path, os.X_OK)
+    write_shims(str(tmp_path / "bin"), "/usr/bin/python3")  # ours: rewritten
+    (tmp_path / "osu" / "osu_bw").parent.mkdir()
+    (tmp_path / "osu" / "osu_bw").write_bytes(b"\x7fELF real OSU")
+    with pytest.raises(UsageError, match="not a fabricbench shim"):
+        write_shims(str(tmp_path / "osu"))
+    assert (tmp_path / "osu" / "osu_bw").read_bytes() == b"\x7fELF real OSU"
+    assert not (tmp_path / "osu" / "osu_latency").exists()  # nothing written when one is refused
