@@ -24,6 +24,17 @@ OSU_DEFAULTS = {
 }
 
 
+# cuda-copy's kernels and their titles.
+COPY_KERNELS = {
+    "h2d": "{lib} Host-to-Device Copy Test (pinned)",
+    "d2h": "{lib} Device-to-Host Copy Test (pinned)",
+    "h2d-pageable": "{lib} Host-to-Device Copy Test (pageable)",
+    "d2h-pageable": "{lib} Device-to-Host Copy Test (pageable)",
+    "d2d": "{lib} Device-to-Device Copy Test (one GPU)",
+    "peer": "{lib} Peer Copy Test (every GPU pair)",
+}
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A timed pattern of operations.
@@ -107,6 +118,12 @@ _ALL = [
     Kernel("get", "latency", "pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test"),
     Kernel("put-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test"),
     Kernel("get-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test"),
+    # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is
+    # bytes copied per second.
+    *(
+        Kernel(name, "bandwidth", "all", "window", 1, 64 * MiB, title, min_ranks=1, osu_datatype="")
+        for name, title in COPY_KERNELS.items()
+    ),
 ]
 KERNELS: dict[str, Kernel] = {k.name: k for k in _ALL}
 

@@ -85,4 +85,5 @@ def measured_row(
         algbw = kernel.collective_spec.algbw_bytes(size, ranks) / seconds / 1e9
         row["algbw_GBps"] = algbw
         row["busbw_GBps"] = algbw * kernel.busbw_factor(ranks)
+    row.update(getattr(case, "row_fields", {}))
     return row

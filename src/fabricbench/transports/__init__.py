@@ -21,6 +21,8 @@ TRANSPORTS = {
     "verbs": ("fabricbench.transports.verbs", "VerbsTransport"),
     "verbs-send": ("fabricbench.transports.verbs", "VerbsSendTransport"),
     "perftest": ("fabricbench.transports.perftest", "PerftestTransport"),
+    "nccl": ("fabricbench.transports.nccl", "NCCLTransport"),
+    "cuda-copy": ("fabricbench.transports.cuda_copy", "CudaCopyTransport"),
 }
 
 

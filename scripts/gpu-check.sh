@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# The GPU check: what a GPU user (or a lent GPU machine) runs to see fabricbench's GPU paths work here.
+#
+#   scripts/gpu-check.sh [RESULTS_DIR] [--wheels DIR]
+#
+# It makes a venv that sees the host's packages (--system-site-packages: CuPy, the NCCL wheel, mpi4py),
+# adds an MPI only if none loads (the MPICH wheel from --wheels DIR, else from PyPI if reachable) and
+# fabricbench itself without dependencies, then runs in well under 5 minutes on one GPU:
+#   - tests/test_gpu.py (when pytest is there);
+#   - nccl on 1 rank: every collective, with validation, loop and per-iteration timing, in place, graphs;
+#   - mpi --buffer cuda on 2 ranks, staged through pinned memory (and CUDA-aware, or its unsupported rows);
+#   - cuda-copy: h2d, d2h (pinned and pageable), d2d, and peer where two GPUs are visible;
+#   - a minimal cupy.cuda.nccl allreduce loop timed with events, and fabricbench's ratio to it.
+# Everything (tables, metadata, log, ratios) lands in RESULTS_DIR (default: $OUT, else gpu-check-DATE).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=""
+wheels=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) out=$1; shift ;;
+    esac
+done
+out=${out:-${OUT:-gpu-check-$(date +%Y%m%d-%H%M%S)}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+log="$out/gpu-check.log"
+exec > >(tee -a "$log") 2>&1
+echo "# gpu-check $(date -u +%FT%TZ) on $(hostname), results in $out"
+
+python=${PYTHON:-python3}
+venv="$out/.venv"
+step() { echo; echo "## $*"; }
+failures=0
+try() {  # run a step; a failure is counted and logged, and the check goes on to the next step
+    echo "\$ $*"
+    if ! "$@"; then
+        echo "!! failed: $*"
+        failures=$((failures + 1))
+    fi
+}
+
+step "environment"
+nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total --format=csv 2>/dev/null || echo "nvidia-smi: none"
+nvidia-smi -q 2>/dev/null | grep -iA3 'PCIe Generation' | head -8 || true
+"$python" --version
+
+step "venv ($venv)"
+"$python" -m venv --system-site-packages "$venv"
+vpy="$venv/bin/python"
+if ! "$vpy" -c "from mpi4py import MPI; MPI.Get_library_version()" >/dev/null 2>&1; then
+    if [ -n "$wheels" ]; then
+        "$vpy" -m pip install -q --no-index --find-links "$wheels" mpich
+    else
+        "$vpy" -m pip install -q mpich
+    fi
+fi
+# fabricbench itself, without dependencies; where it cannot be built here, straight from the checkout.
+if ! "$vpy" -m pip install -q --no-deps --no-build-isolation "$repo" 2>/dev/null \
+    && ! "$vpy" -m pip install -q --no-deps "$repo"; then
+    export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
+fi
+"$vpy" -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"
+fb() { "$vpy" -m fabricbench "$@"; }
+export FABRICBENCH_PROGRESS=0
+
+step "doctor"
+try fb doctor
+fb doctor --json >"$out/doctor.json" || true
+
+if "$vpy" -c "import pytest" 2>/dev/null; then
+    step "tests/test_gpu.py"
+    cd "$repo"
+    try "$vpy" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/unit/test_gpu_parts.py
+    cd - >/dev/null
+fi
+
+collectives=allreduce,allgather,reduce_scatter,alltoall,bcast,reduce
+common=(--np 1 -i 20 -x 5 -c --format table)
+step "nccl, 1 rank: every collective, validated (nccl-tests timing: events around the loop)"
+try fb run -t nccl -k "$collectives" -m 8:64M "${common[@]}" --out "$out/nccl"
+step "nccl: per-iteration events (percentiles), in place"
+try fb run -t nccl -k "$collectives" -m 8:1M --gpu-timing iteration --in-place "${common[@]}" --out "$out/nccl-iter"
+step "nccl: CUDA graphs"
+try fb run -t nccl -k "$collectives" -m 8:1M --cuda-graph "${common[@]}" --out "$out/nccl-graph"
+step "nccl: --dtype float16 --op max, and float64 prod"
+try fb run -t nccl -k allreduce,reduce_scatter -m 8:1M --dtype float16 --op max "${common[@]}" --out "$out/nccl-f16"
+try fb run -t nccl -k allreduce -m 8:1M --dtype float64 --op prod "${common[@]}" --out "$out/nccl-f64"
+
+step "cuda-copy: host<->device (pinned, pageable), device->device"
+try fb run -t cuda-copy -k h2d,d2h,h2d-pageable,d2h-pageable,d2d -m 1K:256M --np 1 -i 20 -x 3 -c --out "$out/cuda-copy"
+gpus=$("$vpy" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
+if [ "$gpus" -gt 1 ]; then
+    step "cuda-copy: peer matrix over $gpus GPUs"
+    try fb run -t cuda-copy -k peer -m 1M:256M --np 1 -i 10 -x 2 -c --out "$out/cuda-peer"
+fi
+
+step "mpi --buffer cuda, 2 ranks on one GPU: staged through pinned memory, and CUDA-aware (or unsupported rows)"
+try fb run -t mpi -k latency,bw,bibw --buffer cuda --method staged -m 1:4M -i 50 -x 5 -c --out "$out/mpi-cuda-staged"
+try fb run -t mpi -k latency,bw --buffer cuda --method blocking -m 1:4M -i 50 -x 5 -c --out "$out/mpi-cuda-direct"
+
+step "ratio: fabricbench nccl allreduce against a minimal cupy.cuda.nccl loop (events)"
+try fb run -t nccl -k allreduce -m 64M:256M --np 1 -i 50 -x 10 --format none --out "$out/ratio-large"
+try fb run -t nccl -k allreduce -m 8:8 --np 1 -i 2000 -x 200 --cuda-graph --format none --out "$out/ratio-small"
+try "$vpy" - "$out" <<'PY'
+"""A minimal 1-rank NCCL allreduce loop, timed as nccl-tests times it, against fabricbench's rows."""
+import csv
+import json
+import sys
+
+import cupy
+from cupy.cuda import nccl
+
+from fabricbench.gpu import preload_nccl
+
+preload_nccl()
+out = sys.argv[1]
+comm = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)
+stream = cupy.cuda.Stream(non_blocking=True)
+
+
+def minimal_us(nbytes, iterations, warmup, graph):
+    count = nbytes // 4
+    send, recv = cupy.ones(count, cupy.float32), cupy.empty(count, cupy.float32)
+    run = lambda: comm.allReduce(send.data.ptr, recv.data.ptr, count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
+    with stream:
+        if graph:
+            for n in (warmup, iterations):
+                stream.begin_capture()
+                for _ in range(n):
+                    run()
+                g = stream.end_capture()
+                if n == warmup:
+                    g.launch(stream)
+            launch = lambda: g.launch(stream)
+        else:
+            for _ in range(warmup):
+                run()
+            launch = lambda: [run() for _ in range(iterations)]
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        launch()
+        end.record(stream)
+        end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end) * 1e3 / iterations
+
+
+def fabricbench_us(folder):
+    with open(f"{out}/{folder}/results.csv", newline="") as f:
+        return {int(r["size_B"]): float(r["lat_mean_us"]) for r in csv.DictReader(f) if r["status"] == "ok"}
+
+
+ratios = {}
+for size, us in fabricbench_us("ratio-large").items():
+    mine = minimal_us(size, 50, 10, False)
+    # One rank: busbw is 0 by nccl-tests' formula, so compare algbw (S / t): fabricbench over minimal.
+    ratios[f"algbw {size >> 20} MiB"] = {"fabricbench_us": us, "minimal_us": mine, "ratio": mine / us}
+for size, us in fabricbench_us("ratio-small").items():
+    mine = minimal_us(size, 2000, 200, True)
+    ratios[f"time {size} B, graphs"] = {"fabricbench_us": us, "minimal_us": mine, "ratio": us / mine}
+for name, found in ratios.items():
+    print(f"{name}: fabricbench {found['fabricbench_us']:.2f} us, minimal {found['minimal_us']:.2f} us, "
+          f"ratio {found['ratio']:.3f}")
+with open(f"{out}/ratios.json", "w") as f:
+    json.dump(ratios, f, indent=2)
+PY
+
+rm -rf "$venv"
+echo
+echo "# gpu-check done: $failures step(s) failed; results and log in $out"
+exit $((failures > 0))

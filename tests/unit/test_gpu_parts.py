@@ -1,0 +1,121 @@
+"""The GPU transports' pure parts, without CUDA: GPU choice, --gpu-map, nccl-tests' byte counts and formulas."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabricbench import gpu
+from fabricbench.errors import PeerError, UsageError
+from fabricbench.kernels import get_kernel
+from fabricbench.transports import nccl
+from fabricbench.transports.cuda_timing import sample_name
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"OMPI_COMM_WORLD_LOCAL_RANK": "3", "SLURM_LOCALID": "1"}, 3),
+        ({"MPI_LOCALRANKID": "2"}, 2),
+        ({"SLURM_LOCALID": "1", "LOCAL_RANK": "5"}, 1),
+        ({"LOCAL_RANK": "5"}, 5),
+        ({"LOCAL_RANK": "x", "SLURM_LOCALID": ""}, None),
+        ({}, None),
+    ],
+)
+def test_launcher_local_rank(env, expected):
+    assert gpu.launcher_local_rank(env) == expected
+
+
+def test_choose_gpu_wraps_and_maps():
+    assert [gpu.choose_gpu(r, 4) for r in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert gpu.choose_gpu(1, 4, [3, 2, 1, 0]) == 2
+    with pytest.raises(UsageError, match="local rank 2"):
+        gpu.choose_gpu(2, 4, [0, 1])
+    with pytest.raises(UsageError, match="2 GPUs are visible"):
+        gpu.choose_gpu(0, 2, [5])
+    with pytest.raises(UsageError, match="no CUDA device"):
+        gpu.choose_gpu(0, 0)
+
+
+@pytest.mark.parametrize("text", ["", "a", "0,,1", "-1", "1.5", "0;1", "٣"])
+def test_gpu_map_rejects(text):
+    with pytest.raises(UsageError) as caught:
+        gpu.parse_gpu_map(text)
+    assert "\n" not in str(caught.value)
+
+
+def test_gpu_map_parses():
+    assert gpu.parse_gpu_map(" 3, 2,1 ,0") == [3, 2, 1, 0]
+    with pytest.raises(UsageError, match="at most"):
+        gpu.parse_gpu_map(",".join(["0"] * (gpu.MAX_GPU_MAP + 1)))
+
+
+def test_versions():
+    assert gpu.cuda_version(12040) == "12.4"
+    assert gpu.cuda_version(13000) == "13.0"
+    assert gpu.nccl_version_text(22703) == "2.27.3"
+    assert gpu.nccl_version_text(2708) == "2.7.8"
+
+
+@pytest.mark.parametrize(
+    ("kernel", "send", "recv", "count"),
+    [
+        ("allreduce", 256, 256, 256),
+        ("bcast", 256, 256, 256),
+        ("reduce", 256, 256, 256),
+        ("allgather", 256, 1024, 256),
+        ("reduce_scatter", 1024, 256, 256),
+        ("alltoall", 1024, 1024, 256),
+    ],
+)
+def test_nccl_counts(kernel, send, recv, count):
+    """nccl-tests' buffer layout for a per-rank block of 1 KiB of float32 on 4 ranks."""
+    assert nccl.nccl_counts(kernel, 1024, 4, 4) == (send, recv, count)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "size", "factor"),
+    [("allreduce", 1 << 20, 1.5), ("allgather", 4 << 20, 0.75), ("reduce_scatter", 4 << 20, 0.75)]
+    + [("alltoall", 4 << 20, 0.75), ("bcast", 1 << 20, 1.0), ("reduce", 1 << 20, 1.0)],
+)
+def test_nccl_tests_formulas(kernel, size, factor):
+    """algbw divides nccl-tests' printed size by the time; busbw is its factor for 4 ranks."""
+    spec = get_kernel(kernel).collective_spec
+    assert spec.algbw_bytes(1 << 20, 4) == nccl.nccl_tests_size(kernel, 1 << 20, 4) == size
+    assert spec.bus_factor(4) == pytest.approx(factor)
+
+
+def test_in_place_offsets():
+    assert nccl.in_place_offsets("allgather", 2, 100) == (200, 0)
+    assert nccl.in_place_offsets("reduce_scatter", 2, 100) == (0, 200)
+    assert nccl.in_place_offsets("allreduce", 2, 100) == (0, 0)
+
+
+def test_unique_id_round_trip():
+    raw = bytes(range(128))
+    assert nccl.decode_unique_id(nccl.encode_unique_id(raw)) == raw
+    ints = tuple(range(-64, 64))
+    assert nccl.decode_unique_id(nccl.encode_unique_id(ints)) == ints
+    for bad in (b"not json", b'{"hex": "00"}', b'{"ints": [1, 2]}', b"[]", b'{"hex": 5}'):
+        with pytest.raises(PeerError):
+            nccl.decode_unique_id(bad)
+
+
+def test_shared_gpus():
+    ranks = [{"host": "a", "bus_id": "0000:01:00.0"}, {"host": "b", "bus_id": "0000:01:00.0"}]
+    assert nccl.shared_gpus(ranks) is None
+    ranks.append({"host": "a", "bus_id": "0000:01:00.0"})
+    assert "ranks 0 and 2" in nccl.shared_gpus(ranks)
+
+
+def test_sample_names():
+    assert sample_name("op", "iteration") == "op"
+    assert sample_name("rtt", "loop") == "rtt/2 (loop mean)"
+
+
+def test_cuda_failure_words(monkeypatch):
+    monkeypatch.setattr(gpu, "driver_library", lambda: False)
+    assert "no CUDA driver" in gpu.cuda_failure(RuntimeError("cudaErrorInsufficientDriver: x"))
+    monkeypatch.setattr(gpu, "driver_library", lambda: True)
+    assert "older than" in gpu.cuda_failure(RuntimeError("cudaErrorInsufficientDriver: x"))
+    assert "no CUDA device" in gpu.cuda_failure(RuntimeError("cudaErrorNoDevice: no CUDA-capable device"))
