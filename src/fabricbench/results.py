@@ -23,6 +23,7 @@ from fabricbench.errors import FabricbenchError, UsageError
 COLUMNS = [
     "run_id",
     "label",
+    "repeat",
     "transport",
     "kernel",
     "method",
@@ -30,6 +31,11 @@ COLUMNS = [
     "size_B",
     "ranks",
     "pairs",
+    "schedule",
+    "src_rank",
+    "dst_rank",
+    "src_host",
+    "dst_host",
     "window",
     "iterations",
     "warmup",
@@ -55,10 +61,11 @@ COLUMNS = [
     "note",
 ]
 NUMERIC = {c for c in COLUMNS if c.endswith(("_us", "_MBps", "_GBps", "_per_s"))}
-INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup"}
+INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat", "src_rank", "dst_rank"}
 # The table's and its metadata's layout; compare migrates older ones (report/load.py).
-# 1: every table written before schema_version existed; 2: metadata says os_release, not kernel.
-SCHEMA_VERSION = 2
+# 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
+# 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts.
+SCHEMA_VERSION = 3
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"

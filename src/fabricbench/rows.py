@@ -23,6 +23,7 @@ def base_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int,
     return {
         "run_id": plan.run_id,
         "label": plan.label,
+        "repeat": 0,
         "transport": transport,
         "kernel": kernel.name,
         "buffer": buffer,

@@ -24,8 +24,22 @@ from fabricbench.memory import format_bytes
 from fabricbench.results import CSV_NAME, META_NAME, NUMERIC, PARQUET_NAME, SCHEMA_VERSION, read_table
 
 REQUIRED = ["transport", "kernel", "size_B", "status"]
-# Columns a schema 1 table may lack, with the value a row without them means.
-OPTIONAL = {"run_id": "", "label": "", "buffer": "host", "method": "", "validation": "", "sample": ""}
+# Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
+# schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then).
+OPTIONAL = {
+    "run_id": "",
+    "label": "",
+    "buffer": "host",
+    "method": "",
+    "validation": "",
+    "sample": "",
+    "repeat": 0,
+    "schedule": "",
+    "src_rank": "",
+    "dst_rank": "",
+    "src_host": "",
+    "dst_host": "",
+}
 # Metadata fields the report reads that must be strings (and "hosts", a list of strings).
 STRING_FIELDS = ("label", "run_id", "mpi_vendor")
 # What migrate() records in the metadata it returns: the sentence the report prints as a note.
@@ -84,8 +98,8 @@ def migrate(frame: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, dict]:
     """A table and its metadata brought up to SCHEMA_VERSION, so old tables are read on purpose, not by defaults.
 
     Schema 1 is every table written before ``schema_version`` existed: its
-    metadata called the OS release ``kernel`` (the name of a row column), and
-    its rows may lack the OPTIONAL columns. The returned metadata says under
+    metadata called the OS release ``kernel`` (the name of a row column).
+    Rows of schema 1 and 2 may lack the OPTIONAL columns. The returned metadata says under
     MIGRATED what was done; a current table comes back unchanged. Metadata of
     the wrong shape or of a newer schema raises a UsageError.
     """
@@ -93,7 +107,8 @@ def migrate(frame: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, dict]:
     if metadata.get("schema_version", 1) == SCHEMA_VERSION:
         return frame, metadata
     metadata = dict(metadata)
-    if "kernel" in metadata:
+    version = metadata.get("schema_version", 1)
+    if version == 1 and "kernel" in metadata:
         metadata["os_release"] = metadata.pop("kernel")
     frame = frame.copy()
     for column, default in OPTIONAL.items():
@@ -101,7 +116,7 @@ def migrate(frame: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, dict]:
             frame[column] = default
     unmarked = "" if "schema_version" in metadata else " (it has no schema_version)"
     metadata["schema_version"] = SCHEMA_VERSION
-    metadata[MIGRATED] = f"read as schema 1{unmarked}; migrated to {SCHEMA_VERSION}"
+    metadata[MIGRATED] = f"read as schema {version}{unmarked}; migrated to {SCHEMA_VERSION}"
     return frame, metadata
 
 
