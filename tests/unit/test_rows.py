@@ -57,6 +57,7 @@ def test_unsupported_row_says_why_and_holds_no_number():
     assert row == {
         "run_id": "run-1",
         "label": "fabric-a",
+        "repeat": 0,
         "transport": "tcp",
         "kernel": "alltoall",
         "buffer": "host",
