@@ -15,6 +15,8 @@
 #   netns-testbed.sh hosts  [--prefix fbh]        # "HOST ADDR" lines
 #   netns-testbed.sh exec HOST CMD...             # run CMD as host HOST
 #   netns-testbed.sh shape HOST|all RATE [--burst B] [--latency L] [--prefix fbh]
+#   netns-testbed.sh shape-link HOST|all RATE [--burst B] [--latency L]  # both directions of HOST's link
+#   netns-testbed.sh shape-pair HOST1 HOST2 RATE [--burst B] [--latency L] # only traffic between the two
 #   netns-testbed.sh unshape HOST|all [--prefix fbh]
 #   netns-testbed.sh mpiexec [--prefix fbh] [MPIEXEC ARGS...]
 #
@@ -92,7 +94,35 @@ apply_shape() {
 
 remove_shape() {
     # Deleting a root qdisc that is not there fails; absent is what we want.
+    # shape-link also shapes the bridge port towards the host: remove that too.
     tc -n "$1" qdisc del dev "$IFACE" root 2>/dev/null || true
+    tc -n "$2-br" qdisc del dev "p${1#"$2"}" root 2>/dev/null || true
+}
+
+# Both directions of one host's link: tbf on its egress, and on the bridge port
+# that carries everything sent to it (the port is p<i> for host <prefix><i>).
+apply_link_shape() {
+    local host=$1 prefix=$2 rate=$3 burst=$4 latency=$5
+    apply_shape "$host" "$rate" "$burst" "$latency"
+    tc -n "${prefix}-br" qdisc replace dev "p${host#"$prefix"}" root tbf \
+        rate "$rate" burst "$burst" latency "$latency"
+}
+
+# Only the traffic between two hosts: on each one's egress an htb root with
+# "default 0", which sends unclassified packets straight out (no class, no
+# rate), and a u32 filter that puts packets for the other host's address in
+# one class shaped to RATE, as an htb class and under it the same tbf `shape`
+# uses (so both commands shape alike).
+apply_pair_shape() {
+    local host=$1 peer_addr=$2 rate=$3 burst=$4 latency=$5
+    tc -n "$host" qdisc del dev "$IFACE" root 2>/dev/null || true
+    tc -n "$host" qdisc add dev "$IFACE" root handle 1: htb default 0
+    tc -n "$host" class add dev "$IFACE" parent 1: classid 1:10 htb \
+        rate "$rate" ceil "$rate" burst "$burst" quantum 1514
+    tc -n "$host" qdisc add dev "$IFACE" parent 1:10 handle 10: tbf \
+        rate "$rate" burst "$burst" latency "$latency"
+    tc -n "$host" filter add dev "$IFACE" parent 1: protocol ip prio 1 u32 \
+        match ip dst "$peer_addr/32" flowid 1:10
 }
 
 cmd_down() {
@@ -282,11 +312,32 @@ main() {
             info "$host: tbf rate $rate burst $burst latency $latency"
         done
         ;;
+    shape-link)
+        [[ ${#pos[@]} -eq 2 ]] || die "usage: shape-link HOST|all RATE [--burst B] [--latency L]"
+        hosts=$(resolve_hosts "$prefix" "${pos[0]}")
+        for host in $hosts; do
+            apply_link_shape "$host" "$prefix" "${pos[1]}" "$burst" "$latency"
+            info "$host: both directions tbf rate ${pos[1]} burst $burst latency $latency"
+        done
+        ;;
+    shape-pair)
+        [[ ${#pos[@]} -eq 3 ]] || die "usage: shape-pair HOST1 HOST2 RATE [--burst B] [--latency L]"
+        local a b addr_a addr_b
+        [[ ${pos[0]} != all && ${pos[1]} != all && ${pos[0]} != "${pos[1]}" ]] ||
+            die "shape-pair: two different hosts, not all"
+        a=$(resolve_hosts "$prefix" "${pos[0]}")
+        b=$(resolve_hosts "$prefix" "${pos[1]}")
+        addr_a=$(host_addr "$a")
+        addr_b=$(host_addr "$b")
+        apply_pair_shape "$a" "$addr_b" "${pos[2]}" "$burst" "$latency"
+        apply_pair_shape "$b" "$addr_a" "${pos[2]}" "$burst" "$latency"
+        info "$a <-> $b: tbf rate ${pos[2]} burst $burst latency $latency (other traffic unshaped)"
+        ;;
     unshape)
         [[ ${#pos[@]} -eq 1 ]] || die "usage: unshape HOST|all"
         hosts=$(resolve_hosts "$prefix" "${pos[0]}")
         for host in $hosts; do
-            remove_shape "$host"
+            remove_shape "$host" "$prefix"
             info "$host: unshaped"
         done
         ;;

@@ -6,12 +6,15 @@ Test modules import these by name (``from support import fabricbench``); conftes
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
@@ -123,3 +126,21 @@ class Server:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+# The network-namespace testbed (scripts/netns-testbed.sh): hosts as namespaces on one bridge, shaped with tc.
+TESTBED = str(REPO / "scripts" / "netns-testbed.sh")
+NETNS = [
+    pytest.mark.netns,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
+        reason="needs root with iproute2 (ip netns, tc)",
+    ),
+]
+
+
+def testbed(prefix: str, *args: str) -> str:
+    """Run one testbed command on the testbed named ``prefix``; its stdout. A failure fails the test."""
+    result = subprocess.run([TESTBED, *args, "--prefix", prefix], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout

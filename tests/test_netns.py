@@ -6,7 +6,6 @@ These need root (ip netns, tc). Traffic goes only to addresses inside the namesp
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -15,28 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from support import PYTHON, REPO, clean_env, fabricbench, read_rows
+from support import NETNS, PYTHON, TESTBED, clean_env, fabricbench, read_rows, testbed
 
-TESTBED = str(REPO / "scripts" / "netns-testbed.sh")
 PREFIX, NET = "fbt", "10.213.7"
 SERVER = f"{NET}.2"
 PORT = 18750
 # tbf counts whole 1514-byte frames on the wire for 1448 bytes of TCP payload.
 SHAPED_PAYLOAD_MBIT = 100 * 1448 / 1514
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
-        reason="needs root with iproute2 (ip netns, tc)",
-    ),
-]
+pytestmark = NETNS
 
 
 def bed(*args: str) -> str:
-    result = subprocess.run([TESTBED, *args, "--prefix", PREFIX], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    return testbed(PREFIX, *args)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import secrets
 import socket
@@ -21,11 +22,12 @@ from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.kernels import KERNELS, get_kernel
 from fabricbench.memory import check_memory, local_rank_count
 from fabricbench.orchestrate import RUN_ID_VAR
-from fabricbench.plan import Plan, Step, kernel_sizes, parse_size_range
+from fabricbench.plan import Plan, Step, kernel_sizes, parse_rank_counts, parse_size_range
 from fabricbench.transports import TRANSPORTS, check_transport, preflight, supported_kernels
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
 DEFAULT_SERVE_PORT = 18600
+MAX_REPEAT = 1000  # --repeat: more is a typo, and each repeat is the whole plan again
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--max-time", type=seconds("--max-time"), help="seconds per size; lowers the iteration count")
     run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
+    run.add_argument(
+        "--repeat",
+        type=whole_number("--repeat", 1, MAX_REPEAT),
+        default=1,
+        help="run the whole plan R times, every step once per repeat (rows carry the repeat index); "
+        "compare then gives medians with 95%% intervals and marks each ratio significant or not",
+    )
+    run.add_argument(
+        "--ranks",
+        type=parse_rank_counts,
+        metavar="N,N,...",
+        help="run the collectives on the first N of the launched ranks, for each N (e.g. 2,4,8): "
+        "a row per N, and compare draws the scaling; other kernels run on all ranks",
+    )
     run.add_argument("--out", help="results directory (default results/RUN_ID)")
     run.add_argument(
         "--append",
@@ -130,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory one rank may use (default: this host's available memory shared among its ranks)",
     )
     run.add_argument("--token", help="the shared secret of a `serve --token` (default: $FABRICBENCH_TOKEN)")
+    _add_pairs_arguments(run)
     transports.add_arguments(run, "run")
     run.set_defaults(func=cmd_run)
 
@@ -206,7 +223,100 @@ def build_parser() -> argparse.ArgumentParser:
     )
     shims.add_argument("dir", metavar="DIR", help="folder for the shims (made if missing); put it on PATH")
     shims.set_defaults(func=cmd_osu_shims)
+
+    check = sub.add_parser(
+        "check",
+        help="hold a run to a thresholds file (TOML): one line per failing row, pair or host; exit 0 pass, 1 fail",
+    )
+    check.add_argument("thresholds", metavar="THRESHOLDS", help="the thresholds file (TOML, [[threshold]] tables)")
+    check.add_argument(
+        "target",
+        nargs=argparse.REMAINDER,
+        metavar="RUN | -- run ARGS",
+        help="a finished run's folder (or table), or -- run and its options to start one and check it",
+    )
+    check.set_defaults(func=cmd_check)
+
+    model = sub.add_parser("model", help="fit Hockney's alpha + n/beta to runs and project allreduce to 100,000 ranks")
+    model.add_argument("runs", nargs="+", metavar="RUN", help="finished runs' folders or tables")
+    model.add_argument(
+        "--size",
+        type=byte_size("--size"),
+        default=1024**3,
+        metavar="SIZE",
+        help="the allreduce message size to project, e.g. 1G (default 1G: a 1 GiB gradient)",
+    )
+    model.add_argument(
+        "--project-ranks",
+        type=names("--project-ranks"),
+        metavar="LIST",
+        help="comma list of rank counts to project (default 2, 4, ..., 65536 and 100000)",
+    )
+    model.add_argument(
+        "--statistic",
+        choices=["typical", "best"],
+        default="typical",
+        help="fit the typical figures (p50 latency, average bw; default) or the best (min latency, peak window)",
+    )
+    model.add_argument("--out", help="directory for model.csv, projection.csv and the PNG plots")
+    model.add_argument(
+        "--seed", type=whole_number("--seed", 0), default=0, help="seed of the bootstrap resampling (default 0)"
+    )
+    model.set_defaults(func=cmd_model)
     return parser
+
+
+def new_run_id() -> str:
+    """A run's name: when and where it started, and 4 random hex digits to tell apart runs of the same second."""
+    return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
+
+
+def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
+    from fabricbench.pairs import DEFAULT_OUTLIER_Z, SCHEDULES
+
+    group = run.add_argument_group("all-pairs kernels (pairs-latency, pairs-bw)")
+    group.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="isolated",
+        help="isolated: rounds of disjoint pairs, one pair per link at a time (default); "
+        "shift: mpiGraph's steps, every rank sending to rank+k while receiving from rank-k",
+    )
+    group.add_argument("--per-node", action="store_true", help="one rank per host: the lowest rank of each")
+    group.add_argument(
+        "--outlier-z",
+        type=_outlier_z,
+        default=DEFAULT_OUTLIER_Z,
+        metavar="Z",
+        help=f"a pair is slow beyond median -/+ Z x 1.4826 x MAD of its log figure (default {DEFAULT_OUTLIER_Z:g})",
+    )
+    group.add_argument(
+        "--json", action="store_true", help="print the slow links and hosts as one JSON object (also verdict.json)"
+    )
+
+
+def _outlier_z(text: str) -> float:
+    """--outlier-z: a plain decimal number above 0 and at most 100."""
+    try:
+        value = float(text) if text.strip().replace(".", "", 1).isdigit() and text.isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 100:
+        raise UsageError(f"--outlier-z must be a number above 0 and at most 100, got {text!r}")
+    return value
+
+
+def _pairs_options(args, steps: list[Step]) -> dict:
+    """The all-pairs settings, when the run has an all-pairs kernel; UsageError where they cannot apply."""
+    if not any(step.spec.pattern == "matrix" for step in steps):
+        if args.json:
+            raise UsageError("--json prints the all-pairs verdict: add -k pairs-bw or pairs-latency")
+        return {}
+    if args.output_format == "osu":
+        raise UsageError("the all-pairs kernels have no OSU text layout: use --format table or none")
+    if args.peer and (args.schedule != "isolated" or args.per_node):
+        raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
+    return {"schedule": args.schedule, "per_node": args.per_node, "outlier_z": args.outlier_z, "json": args.json}
 
 
 def _percentiles(text: str) -> tuple[float, ...]:
@@ -245,6 +355,24 @@ def _steps(args) -> list[Step]:
     return steps
 
 
+def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> None:
+    """--ranks: every count within the launched ranks and each collective's minimum, on transports that can."""
+    if not counts:
+        return
+    if counts[-1] > launched:
+        raise UsageError(f"--ranks {counts[-1]} is more than the {launched} ranks launched (-n, or the launcher's)")
+    collectives = [s for s in steps if s.spec.collective and s.kernel in supported_kernels(s.transport)]
+    if not collectives:
+        raise UsageError("--ranks sizes the collectives; this run has none (e.g. -k allreduce)")
+    for step in collectives:
+        if not transports.transport_class(step.transport).sub_communicators:
+            raise UsageError(f"--ranks: transport {step.transport!r} cannot run on a subset of the ranks (mpi can)")
+        try:
+            step.spec.check_ranks(counts[0])
+        except UsageError as exc:
+            raise UsageError(f"--ranks {counts[0]}: {exc}") from None
+
+
 def build_plan(args, ranks: int) -> Plan:
     """Everything that can be checked before a byte moves; raises UsageError."""
     steps = _steps(args)
@@ -252,14 +380,14 @@ def build_plan(args, ranks: int) -> Plan:
     for step in steps:
         if step.kernel in supported_kernels(step.transport):
             step.spec.check_ranks(ranks)
+    _check_rank_counts(args.ranks or [], steps, ranks)
     options = transports.transport_options(args, "run")
     for transport in dict.fromkeys(step.transport for step in steps):
         preflight(transport, options, ranks)
     # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
-    run_id = os.environ.get(RUN_ID_VAR) or (
-        f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
-    )
+    run_id = os.environ.get(RUN_ID_VAR) or new_run_id()
     progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
+    pairs = _pairs_options(args, steps)
     plan = Plan(
         steps=steps,
         iterations=args.iterations,
@@ -271,10 +399,13 @@ def build_plan(args, ranks: int) -> Plan:
         out_dir=args.out or os.path.join("results", run_id),
         run_id=run_id,
         label=args.label,
-        output_format=args.output_format,
+        output_format="none" if pairs.get("json") else args.output_format,  # --json: stdout holds the verdict alone
         osu=_osu_columns(args, steps),
+        pairs=pairs,
         progress=progress,
         transport_options=options,
+        repeat=args.repeat,
+        ranks=args.ranks or [],
     )
     check_memory(plan, ranks, 1 if args.peer else local_rank_count(ranks), args.max_memory)
     return plan
@@ -298,6 +429,8 @@ def cmd_run(args, argv: list[str]) -> int:
     if args.peer:  # no launcher and no MPI: this process is rank 0 of two
         from fabricbench.control import peer
 
+        if args.ranks:
+            raise UsageError("--ranks takes sub-communicators of MPI ranks; a --peer run has two ranks and no MPI")
         args.transport = args.transport or [peer.default_transport()]
         plan = build_plan(args, 2)
         check_reuse(plan.out_dir, args.append)  # before the server is reached
@@ -328,6 +461,18 @@ def cmd_doctor(args, argv: list[str]) -> int:
     return doctor.doctor(as_json=args.json)
 
 
+def cmd_check(args, argv: list[str]) -> int:
+    from fabricbench.check import check
+
+    return check(args.thresholds, args.target)
+
+
+def cmd_model(args, argv: list[str]) -> int:
+    from fabricbench.model import model
+
+    return model(args.runs, args.size, args.project_ranks, out=args.out, seed=args.seed, statistic=args.statistic)
+
+
 def cmd_osu_shims(args, argv: list[str]) -> int:
     from fabricbench.osu_shims import write_shims
 
@@ -352,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
-        if extra and args.func is cmd_compare and not any(e.startswith("-") for e in extra):
+        if extra and args.func in (cmd_compare, cmd_model) and not any(e.startswith("-") for e in extra):
             args.runs += extra  # `compare A --out DIR B`: runs on both sides of an option
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

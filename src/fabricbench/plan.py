@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from fabricbench.argtypes import byte_size
+from fabricbench.argtypes import MAX_COUNT, byte_size, names, whole_number
 from fabricbench.errors import UsageError
 from fabricbench.kernels import Kernel, get_kernel
 
@@ -31,6 +31,12 @@ def parse_size_range(text: str) -> tuple[int, int]:
     if hi > MAX_MESSAGE_SIZE:
         raise UsageError(f"bad size range {text!r}: a message is at most 1 GiB ({MAX_MESSAGE_SIZE} B)")
     return (lo if lo is not None else -1), hi
+
+
+def parse_rank_counts(text: str) -> list[int]:
+    """``--ranks 2,4,8``: rank counts, each once, smallest first."""
+    count = whole_number("--ranks", 1, MAX_COUNT)
+    return sorted({count(part) for part in names("rank count")(text)})
 
 
 def sizes_between(lo: int, hi: int) -> list[int]:
@@ -56,6 +62,15 @@ class Step:
         return get_kernel(self.kernel)
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One turn of the run: a step in one repeat, on ``ranks`` of the launched ranks (None: all of them)."""
+
+    repeat: int
+    step: Step
+    ranks: int | None = None
+
+
 @dataclass
 class Plan:
     steps: list[Step]
@@ -70,8 +85,28 @@ class Plan:
     label: str = ""
     output_format: str = "table"
     osu: dict = field(default_factory=dict)  # --format osu's optional columns: full, percentiles, datatype
+    pairs: dict = field(default_factory=dict)  # the all-pairs kernels: schedule, per_node, outlier_z, json
     progress: bool = False
     transport_options: dict = field(default_factory=dict)
+    repeat: int = 1  # run --repeat: how many times the whole plan runs, interleaved (schedule)
+    ranks: list[int] = field(default_factory=list)  # run --ranks: collectives on the first N ranks; []: all
+
+    def schedule(self) -> list[Entry]:
+        """Every (repeat, step, ranks) in the order the ranks run them.
+
+        Repeat r runs every step once, so no transport or kernel runs its
+        repeats to the end while another waits: drift over the run lands on
+        every step alike. Odd repeats run the steps in reverse (A B, B A, A B,
+        ...), so a steady drift also favours no step by its place in a repeat.
+        A collective runs once per ``ranks`` count, smallest first; any other
+        kernel runs on all launched ranks.
+        """
+        entries = []
+        for repeat in range(self.repeat):
+            for step in self.steps if repeat % 2 == 0 else reversed(self.steps):
+                counts = self.ranks if self.ranks and step.spec.collective else [None]
+                entries += [Entry(repeat, step, count) for count in counts]
+        return entries
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()

@@ -231,10 +231,14 @@ class TableWriter:
 
 def write_metadata(out_dir: Path, metadata: dict) -> None:
     """Replace metadata.json whole (written aside, then renamed); raises ResultsError."""
-    path = out_dir / META_NAME
+    write_json(out_dir / META_NAME, metadata)
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Replace a JSON file beside the table whole (written aside, then renamed); raises ResultsError."""
     tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         tmp.replace(path)
     except OSError as exc:
         _remove(tmp)

@@ -17,6 +17,7 @@ import numpy as np
 from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.kernels import Kernel
 from fabricbench.launch import InterruptWatch
+from fabricbench.matrix import measure_pairs
 from fabricbench.memory import case_bytes
 from fabricbench.plan import Plan, iteration_bytes
 from fabricbench.rows import measured_row, rank_summary, unsupported_row
@@ -160,10 +161,57 @@ def check(ctrl, case, kernel: Kernel) -> int:
     return int(np.array_equal(received.view(np.uint8), case.expected().view(np.uint8)))
 
 
+def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog: Watchdog) -> None:
+    """One step's sweep over its sizes on the ranks of ``ctrl``; rank 0 hands each row, with its repeat, on."""
+    kernel = step.spec
+
+    def hand_on(row: dict | None, sizes: int = 1) -> None:
+        if reporter and row is not None:
+            row["repeat"] = repeat
+            reporter.row(row)
+        if reporter:
+            reporter.advance(sizes)
+
+    reason = transport.unsupported(kernel)
+    if reason:
+        hand_on(unsupported_row(plan, step.transport, kernel, None, ctrl.size, reason), len(step.sizes))
+        return
+    for size in step.sizes:
+        if size % kernel.elem_bytes:
+            why = f"size is not a multiple of the {kernel.elem_bytes}-byte element"
+            row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, why)
+        else:
+            try:
+                failure = reporter.failure if reporter else None
+                if transport.self_timed:
+                    stop_if_failed(ctrl, failure)
+                    watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
+                    row = transport.reference_row(kernel, size)
+                    watchdog.disarm()
+                elif kernel.pattern == "matrix":  # one row per ordered pair (fabricbench.matrix); rank 0's list
+                    pair_rows = measure_pairs(ctrl, transport, kernel, size, plan, watchdog, failure)
+                    for pair_row in pair_rows[:-1]:
+                        hand_on(pair_row, 0)
+                    row = pair_rows[-1] if pair_rows else None
+                else:
+                    row = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
+            except Unsupported as exc:  # raised by case() on every rank alike, before any traffic
+                watchdog.disarm()
+                row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc))
+        hand_on(row)
+
+
 def execute(plan: Plan, ctrl, reporter) -> None:
-    """Run every step of the plan; ``reporter`` is rank 0's sink for rows (None elsewhere)."""
+    """Run the plan's schedule (every step per repeat, per --ranks count); ``reporter`` is rank 0's sink for rows
+    (None elsewhere).
+
+    A ``--ranks`` entry runs on a control plane of the first N ranks (an MPI sub-communicator, made once per N
+    by every rank); the other ranks wait at a barrier that sleeps, then every rank agrees whether rank 0 can
+    still write the table, so a failure there stops all of them together.
+    """
     watchdog = Watchdog(ctrl.rank, ctrl.abort)
-    transports: dict = {}
+    transports: dict = {}  # (transport name, ranks) -> the transport open on those ranks
+    subsets: dict = {}  # rank count -> the control plane of the first N ranks (None on the others)
 
     def keep_what_was_measured(in_main_thread: bool) -> None:
         """Ctrl-C: the rows so far stay, and the table is closed (complete: false) before every rank ends."""
@@ -176,47 +224,28 @@ def execute(plan: Plan, ctrl, reporter) -> None:
 
     interrupts = InterruptWatch(keep_what_was_measured, ctrl.abort, leader=ctrl.rank == 0)
     try:
-        for step in plan.steps:
-            kernel = step.spec
-            if step.transport not in transports:
-                transports[step.transport] = open_transport(step.transport, ctrl, plan)
+        for entry in plan.schedule():
+            step, count = entry.step, entry.ranks
+            subset = count is not None and count < ctrl.size
+            if subset and count not in subsets:
+                subsets[count] = ctrl.first(count)  # collective over every rank, at the same entry on each
+            here = subsets[count] if subset else ctrl
+            if here is not None:
+                key = (step.transport, here.size)
+                if key not in transports:
+                    transports[key] = open_transport(step.transport, here, plan)
+                    if reporter and step.transport not in reporter.metadata.get("transports", {}):
+                        reporter.add_transport(step.transport, transports[key].metadata())
                 if reporter:
-                    reporter.add_transport(step.transport, transports[step.transport].metadata())
-            transport = transports[step.transport]
-            if reporter:
-                reporter.start_step(step)
-            reason = transport.unsupported(kernel)
-            if reason:
-                if reporter:
-                    reporter.row(unsupported_row(plan, step.transport, kernel, None, ctrl.size, reason))
-                    reporter.advance(len(step.sizes))
-                continue
-            for size in step.sizes:
-                if size % kernel.elem_bytes:
-                    row = unsupported_row(
-                        plan,
-                        step.transport,
-                        kernel,
-                        size,
-                        ctrl.size,
-                        f"size is not a multiple of the {kernel.elem_bytes}-byte element",
-                    )
-                else:
-                    try:
-                        failure = reporter.failure if reporter else None
-                        if transport.self_timed:
-                            stop_if_failed(ctrl, failure)
-                            watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
-                            row = transport.reference_row(kernel, size)
-                            watchdog.disarm()
-                        else:
-                            row = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
-                    except Unsupported as exc:  # raised by case() on every rank alike, before any traffic
-                        watchdog.disarm()
-                        row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc))
-                if reporter:
-                    reporter.row(row)
-                    reporter.advance(1)
+                    reporter.start_step(step, entry.repeat, here.size)
+                try:
+                    run_sizes(plan, here, transports[key], step, entry.repeat, reporter, watchdog)
+                except Stopped:
+                    if not subset:  # a subset's ranks stopped together; the check below stops the others too
+                        raise
+            if subset:
+                ctrl.idle_barrier()
+                stop_if_failed(ctrl, reporter.failure if reporter else None)
         stop_if_failed(ctrl, reporter.failure if reporter else None)  # the last rows' failure
     except KeyboardInterrupt:
         interrupts.stop()

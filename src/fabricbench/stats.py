@@ -6,6 +6,8 @@ Percentiles use the nearest-rank rule osu_latency uses for ``-z``:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -73,3 +75,63 @@ def stability_note(samples_ns: np.ndarray) -> str:
     if spread > UNSTABLE_CV:
         return f"unstable: block medians vary by {100 * spread:.0f}%"
     return ""
+
+
+# Repeated runs (run --repeat, compared by ``compare``): the percentile bootstrap, in numpy. The seed is fixed so
+# that the same tables always print the same intervals.
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 16
+CONFIDENCE = 0.95
+
+
+def _resampled_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """The median of each of ``resamples`` resamples of ``values``, drawn with replacement."""
+    picks = rng.integers(0, len(values), size=(resamples, len(values)))
+    return np.median(values[picks], axis=1)
+
+
+def _tails(confidence: float) -> tuple[float, float]:
+    return (1 - confidence) / 2, (1 + confidence) / 2
+
+
+def bootstrap_median(
+    values, confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float, float]:
+    """(median, low, high): the median of ``values`` (NaN dropped) and its percentile-bootstrap interval.
+
+    NaNs when nothing is left. With few values the interval is close to their range.
+    """
+    clean = np.asarray(values, dtype=np.float64)
+    clean = clean[~np.isnan(clean)]
+    if not len(clean):
+        return math.nan, math.nan, math.nan
+    medians = _resampled_medians(clean, np.random.default_rng(seed), resamples)
+    low, high = np.quantile(medians, _tails(confidence))
+    return float(np.median(clean)), float(low), float(high)
+
+
+def bootstrap_ratio(
+    base, other, confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float, float]:
+    """(ratio, low, high): median(other) / median(base) and the percentile-bootstrap interval of that ratio,
+    each side resampled apart (two runs' repeats are not paired). NaNs without values or with a zero median."""
+    base = np.asarray(base, dtype=np.float64)
+    other = np.asarray(other, dtype=np.float64)
+    base, other = base[~np.isnan(base)], other[~np.isnan(other)]
+    if not len(base) or not len(other) or np.median(base) == 0:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    below = _resampled_medians(base, rng, resamples)
+    above = _resampled_medians(other, rng, resamples)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = above / below
+    ratios = ratios[np.isfinite(ratios)]
+    if not len(ratios):
+        return math.nan, math.nan, math.nan
+    low, high = np.quantile(ratios, _tails(confidence))
+    return float(np.median(other) / np.median(base)), float(low), float(high)
+
+
+def significant(low: float, high: float) -> bool:
+    """A ratio differs from 1 when its whole interval lies on one side of 1."""
+    return bool(low > 1 or high < 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -12,6 +13,7 @@ import numpy as np
 # against a C program at MPI_Init's level, as OSU's). Only the main thread makes MPI calls; the one
 # exception is the watchdog's last-resort MPI_Abort, which ends the job anyway.
 THREAD_LEVEL = "serialized"
+IDLE_POLL_S = 0.001  # how often a rank outside a --ranks subset looks whether the subset is done
 
 
 def load_mpi():
@@ -82,3 +84,16 @@ class MPIControl:
 
     def abort(self, code: int) -> None:
         self.comm.Abort(code)
+
+    def first(self, count: int) -> MPIControl | None:
+        """The control plane of ranks 0 to count-1 (run --ranks), None on the others; every rank calls it."""
+        inside = self.rank < count
+        sub = self.comm.Split(0 if inside else self._MPI.UNDEFINED, self.rank)
+        return MPIControl(sub) if inside else None
+
+    def idle_barrier(self) -> None:
+        """A barrier that sleeps while it waits: ranks left out of a --ranks subset must not spin on the cores
+        the subset is timed on (MPI's own blocking calls poll)."""
+        request = self.comm.Ibarrier()
+        while not request.Test():
+            time.sleep(IDLE_POLL_S)

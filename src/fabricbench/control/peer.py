@@ -84,6 +84,22 @@ def mpi_free(plan: Plan) -> None:
             )
 
 
+def wire_steps(plan: Plan) -> list[Step]:
+    """The steps a HELLO carries: the plan's schedule written out, so the server runs a --repeat plan's
+    interleaved order as a plain plan (it writes no rows, so it needs no repeat index) and the protocol stays
+    as it is."""
+    return [entry.step for entry in plan.schedule()]
+
+
+def check_wire_steps(plan: Plan) -> None:
+    """Refuse, before connecting, a schedule longer than a server takes (UsageError)."""
+    count = len(wire_steps(plan))
+    if count > MAX_STEPS:
+        raise UsageError(
+            f"a --peer run takes at most {MAX_STEPS} steps (transport x kernel x --repeat); this has {count}"
+        )
+
+
 def _handshake_owners(plan: Plan) -> dict:
     """{options key: transport class} for the plan's transports that add fields to the HELLO, in step order."""
     owners = {}
@@ -103,8 +119,9 @@ def encode_hello(plan: Plan, hugepages: str | None) -> bytes:
     fields = Fields().text(__version__).text(plan.run_id)
     fields.i64(-1 if plan.iterations is None else plan.iterations).i64(-1 if plan.warmup is None else plan.warmup)
     fields.u32(plan.window).f64(plan.max_time or 0.0).u8(int(plan.validate)).f64(plan.timeout)
-    fields.u8(HUGEPAGES[hugepages]).u16(len(plan.steps))
-    for step in plan.steps:
+    steps = wire_steps(plan)
+    fields.u8(HUGEPAGES[hugepages]).u16(len(steps))
+    for step in steps:
         fields.text(step.transport).text(step.kernel).u16(len(step.sizes))
         for size in step.sizes:
             fields.u64(size)
@@ -373,6 +390,7 @@ def run_client(plan: Plan, peer: str, hugepages: str | None, token: bytes | None
 
     host, port = parse_peer(peer)
     mpi_free(plan)
+    check_wire_steps(plan)
     made_out_dir = not Path(plan.out_dir).exists()
     prepare_out_dir(plan.out_dir)
     try:

@@ -16,12 +16,16 @@ import sys
 import pandas as pd
 
 from fabricbench.errors import UsageError
-from fabricbench.report.load import KEY, Series, comparable, split_series
+from fabricbench.report.load import KEY, SCALING, Series, comparable, split_series
 from fabricbench.results import NUMERIC, prepare_out_dir
+from fabricbench.stats import CONFIDENCE, bootstrap_median, bootstrap_ratio, significant
 
 DEFAULT_METRICS = ["lat_p50_us", "bw_MBps", "busbw_GBps"]
 UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")
 CONSOLE_UNITS = {"_us": " us", "_MBps": " MB/s", "_GBps": " GB/s", "_per_s": "/s"}
+CI_TITLE = "95% CI"
+MIN_REPEATS = 3  # repeats each side needs before a ratio is called significant or not
+VERDICTS = {True: "significant", False: "not significant"}
 SAMPLE_MEANING = {
     "rtt/2": "latency is half a round trip",
     "window": "latency is the time of one window of messages",
@@ -94,13 +98,72 @@ def shown_metrics(chosen: dict[str, list[str]]) -> list[str]:
     return list(dict.fromkeys(m for ms in chosen.values() for m in ms))
 
 
+def repeated(tidy: pd.DataFrame) -> bool:
+    """Whether some series measured a (kernel, size) more than once (run --repeat)."""
+    return bool(tidy[comparable(tidy)].duplicated([*KEY, "letter"]).any())
+
+
+def over_repeats(tidy: pd.DataFrame, metrics: list[str]) -> tuple[pd.DataFrame, dict]:
+    """One row per (kernel, size, series), its metrics the medians over repeats, and the repeats' values.
+
+    A (kernel, size) is compared when any repeat of it is; its row's other
+    columns are those of its first such repeat. The values come back by
+    (kernel, size, letter) and metric, for the intervals; ``repeats`` counts them.
+    """
+    ok = comparable(tidy)
+    keys = [*KEY, "letter"]
+    measured = tidy[ok]
+    values = {key: {m: group[m].to_numpy(dtype=float) for m in metrics} for key, group in measured.groupby(keys)}
+    first = tidy.assign(_ok=ok).sort_values("_ok", ascending=False, kind="stable")
+    one = first.drop_duplicates(keys).drop(columns="_ok").sort_index().copy()
+    medians = measured.groupby(keys)[metrics].median()
+    counts = measured.groupby(keys).size()
+    index = pd.MultiIndex.from_frame(one[keys])
+    for metric in metrics:
+        one[metric] = medians[metric].reindex(index).to_numpy()
+    one["repeats"] = counts.reindex(index).fillna(0).astype(int).to_numpy()
+    return one, values
+
+
+def add_intervals(table: pd.DataFrame, values: dict, metrics: list[str]) -> None:
+    """Each median's 95 % bootstrap interval, each ratio's, and whether the ratio is significant: its
+    interval excludes 1 (when both sides have MIN_REPEATS repeats; else the verdict is empty)."""
+    for metric in metrics:
+        low, high, ratio_low, ratio_high, verdict = [], [], [], [], []
+        for kernel, size, letter, base in zip(
+            table["kernel"], table["size_B"], table["letter"], table["baseline"], strict=True
+        ):
+            size = math.nan if pd.isna(size) else float(size)
+            mine = values.get((kernel, size, letter), {}).get(metric, [])
+            _, lo, hi = bootstrap_median(mine)
+            low.append(lo)
+            high.append(hi)
+            theirs = values.get((kernel, size, base), {}).get(metric, [])
+            compared = letter != base and min(len(mine), len(theirs)) >= MIN_REPEATS
+            _, lo, hi = bootstrap_ratio(theirs, mine) if compared else (math.nan, math.nan, math.nan)
+            ratio_low.append(lo)
+            ratio_high.append(hi)
+            verdict.append(VERDICTS[significant(lo, hi)] if compared and not math.isnan(lo) else "")
+        at = table.columns.get_loc(metric) + 1
+        table.insert(at, f"{metric}_high", high)
+        table.insert(at, f"{metric}_low", low)
+        table[f"{metric}_ratio_low"] = ratio_low
+        table[f"{metric}_ratio_high"] = ratio_high
+        table[f"{metric}_significance"] = verdict
+
+
 def comparison_table(tidy: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     """The tidy comparison: one row per (kernel, size, series), values and ratios to the baseline.
 
     The baseline is A; for a kernel A did not measure it is the first series
     that did, so runs are still compared where they overlap. The ``baseline``
-    column says which series each ratio divides by.
+    column says which series each ratio divides by. With repeats (run
+    --repeat) the values are medians over repeats, with their intervals, and
+    each ratio says whether it is significant (add_intervals).
     """
+    by_repeat = None
+    if repeated(tidy):
+        tidy, by_repeat = over_repeats(tidy, metrics)
     compared = comparable(tidy)
     columns = [
         "kernel", "size_B", "series", "letter", "transport", "buffer", "method", "run_id", "source",
@@ -116,6 +179,9 @@ def comparison_table(tidy: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     table = table.merge(base, on=KEY, how="left", suffixes=("", "_base"))
     for metric in metrics:
         table[f"{metric}_ratio"] = table[metric] / table.pop(f"{metric}_base")
+    if by_repeat is not None:
+        table.insert(table.columns.get_loc("sample") + 1, "repeats", tidy["repeats"].to_numpy())
+        add_intervals(table, by_repeat, metrics)
     table["size_B"] = table["size_B"].astype("Int64")
     return table
 
@@ -159,6 +225,9 @@ def report(series: list[Series], table: pd.DataFrame, chosen: dict[str, list[str
         lines = [f"# fabricbench compare: {len(series)} series; A is the baseline, ratios are X/A for X in {others}"]
     lines += [_series_line(s) for s in series]
     lines.append("# a ratio below 1 means faster than A for times (us), above 1 means faster for rates (MB/s, GB/s)")
+    with_repeats = "repeats" in table.columns
+    if with_repeats:
+        lines += _repeats_lines(series, table)
     compared = table[comparable(table)]
     needed = min(2, len(series))
     for kernel, metrics in chosen.items():
@@ -178,21 +247,55 @@ def report(series: list[Series], table: pd.DataFrame, chosen: dict[str, list[str
         for metric in metrics:
             unit = _header_unit(metric)
             width = max(11, len(unit) + 3)
-            columns += [(f"{letter} {unit}", width) for letter in letters]
+            for letter in letters:
+                columns.append((f"{letter} {unit}", width))
+                if with_repeats:
+                    columns.append((f"{letter} {CI_TITLE}", 19))
             ratio_width = max(9, len(short_name(metric)) + 6)
-            columns += [(f"{letter}/{base} {short_name(metric)}", ratio_width) for letter in others]
+            for letter in others:
+                columns.append((f"{letter}/{base} {short_name(metric)}", ratio_width))
+                if with_repeats:
+                    columns += [(f"{letter}/{base} {CI_TITLE}", 15), (f"{letter}/{base}", 17)]
         head = "".join(f"{title:>{width}}" for title, width in columns)
         lines.append("#" + head[1:])
         by_size = rows.set_index(["size_B", "letter"])
         for size in sizes:
             cells = [f"{format_size(size):>10}"]
             for metric in metrics:
-                cells += [_cell(by_size[metric].get((size, letter), math.nan)) for letter in letters]
-                cells += [_ratio(by_size[f"{metric}_ratio"].get((size, letter), math.nan)) for letter in others]
+                for letter in letters:
+                    cells.append(_cell(by_size[metric].get((size, letter), math.nan)))
+                    if with_repeats:
+                        cells.append(_interval(by_size, metric, (size, letter), _cell))
+                for letter in others:
+                    cells.append(_ratio(by_size[f"{metric}_ratio"].get((size, letter), math.nan)))
+                    if with_repeats:
+                        cells.append(_interval(by_size, f"{metric}_ratio", (size, letter), _ratio))
+                        cells.append(by_size[f"{metric}_significance"].get((size, letter), "") or "-")
             lines.append("".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns, strict=True)))
     lines += _not_compared(series, table)
     lines += [f"# note: {note}" for note in notes]
     return "\n".join(lines)
+
+
+def _interval(by_size: pd.DataFrame, column: str, key: tuple, form) -> str:
+    """``low-high`` of a value's or ratio's interval, each end as ``form`` writes it; "-" without one."""
+    low, high = by_size[f"{column}_low"].get(key, math.nan), by_size[f"{column}_high"].get(key, math.nan)
+    return "-" if pd.isna(low) or pd.isna(high) else f"{form(low)}-{form(high)}"
+
+
+def _repeats_lines(series: list[Series], table: pd.DataFrame) -> list[str]:
+    """How repeated runs are summarised, and how many repeats each series holds."""
+    counts = table[comparable(table)].groupby("letter")["repeats"]
+    fewest, most = counts.min(), counts.max()
+    spans = {s.letter: (fewest[s.letter], most[s.letter]) for s in series if s.letter in fewest}
+    held = ", ".join(f"{letter} {low}" + (f"-{high}" if high != low else "") for letter, (low, high) in spans.items())
+    lines = [
+        f"# repeats: {held}; values are medians over repeats with {CONFIDENCE:.0%} bootstrap intervals ({CI_TITLE}); "
+        f"a ratio is significant when its {CONFIDENCE:.0%} bootstrap interval excludes 1"
+    ]
+    if (counts.min() < MIN_REPEATS).any():
+        lines.append(f"# a ratio is called significant or not only where both sides have {MIN_REPEATS} repeats or more")
+    return lines
 
 
 def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
@@ -227,12 +330,31 @@ def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def all_pairs_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
+    """The all-pairs rows (one per source and destination) are drawn as heatmaps with --out, not compared size
+    by size: the rows left to compare, and whether there were any to draw."""
+    pairs = tidy["src_rank"] != ""
+    if not pairs.any():
+        return tidy, False
+    if out_dir:
+        from fabricbench.report.plots import write_heatmaps
+
+        written = write_heatmaps(tidy[pairs], out_dir)
+        print(f"# wrote {', '.join(p.name for p in written)} in {out_dir}/ (all-pairs matrices)", file=sys.stderr)
+    else:
+        print(f"# {int(pairs.sum())} all-pairs rows: --out DIR draws their heatmaps", file=sys.stderr)
+    return tidy[~pairs].reset_index(drop=True), True
+
+
 def compare(paths: list[str], out: str | None = None, metric_names: list[str] | None = None) -> int:
     """The subcommand: print the comparison, and write CSV and PNGs when asked."""
     metrics = parse_metrics(metric_names)
     out_dir = prepare_out_dir(out) if out else None
     series, tidy, notes = split_series(paths)
+    tidy, drawn = all_pairs_apart(tidy, out_dir)
     chosen = kernel_metrics(tidy, metrics)
+    if not chosen and drawn:
+        return 0
     if not chosen:
         raise UsageError(f"no measured values for {', '.join(metrics)} in these inputs")
     table = comparison_table(tidy, shown_metrics(chosen))
@@ -243,6 +365,10 @@ def compare(paths: list[str], out: str | None = None, metric_names: list[str] | 
         from fabricbench.report.plots import write_plots
 
         plots = write_plots(series, table, chosen, out_dir)
+        if (tidy[SCALING] != "").any():
+            from fabricbench.report.plots import write_scaling_plot
+
+            plots.append(write_scaling_plot(series, tidy, out_dir))
         files = ", ".join(["comparison.csv", *(p.name for p in plots)])
         print(f"# wrote {files} in {out_dir}/", file=sys.stderr)
     return 0

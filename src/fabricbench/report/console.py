@@ -17,6 +17,8 @@ def _layout(kernel_name: str) -> list[tuple[str, str, int]]:
     """(header, column, width) for a kernel's console table."""
     kernel = get_kernel(kernel_name)
     lead = [("size(B)", "size_B", 10), ("iters", "iterations", 7)]
+    if kernel.pattern == "matrix":  # an all-pairs row: its source and destination rank first
+        lead = [("src", "src_rank", 5), ("dst", "dst_rank", 5), *lead]
     tail = [("valid", "validation", 6)]
     if kernel.windowed:
         body = [
@@ -62,7 +64,7 @@ def line(row: dict) -> str:
     out = []
     for _, column, width in _layout(row["kernel"]):
         value = row.get(column)
-        if column in ("size_B", "iterations"):
+        if column in ("size_B", "iterations", "src_rank", "dst_rank"):
             out.append(f"{value:>{width}d}")
         elif column == "validation":
             out.append(f"{value:>{width}}")

@@ -45,6 +45,7 @@ STRING_FIELDS = ("label", "run_id", "mpi_vendor")
 # What migrate() records in the metadata it returns: the sentence the report prints as a note.
 MIGRATED = "migrated"
 KEY = ["kernel", "size_B"]
+SCALING = "scaling"  # the column split_series adds: a --ranks row's own kernel name ("" for every other row)
 MAX_SIZE_B = 1 << 50  # 1 PiB: no run measures a larger message; below it float64 holds every size exactly
 # The largest table or metadata file read (compare --max-input): pandas holds several times a table's size.
 max_input_bytes = 1 << 30
@@ -221,6 +222,23 @@ def comparable(rows: pd.DataFrame) -> pd.Series:
     return rows["status"].str.startswith("ok") & (rows["validation"] != "fail")
 
 
+def by_rank_count(rows: pd.DataFrame) -> pd.DataFrame:
+    """One series' rows with a kernel measured on several rank counts (run --ranks) named per count,
+    "allreduce on 4 ranks", so each count is compared on its own; SCALING keeps the kernel's name for the
+    scaling plot. A kernel on one rank count keeps its name, so runs on different counts still compare."""
+    rows = rows.copy()
+    rows[SCALING] = ""
+    counts = pd.to_numeric(rows["ranks"], errors="coerce") if "ranks" in rows.columns else None
+    if counts is None:
+        return rows
+    for kernel in rows["kernel"].unique():
+        mine = rows["kernel"] == kernel
+        if counts[mine].nunique() > 1:
+            rows.loc[mine, SCALING] = kernel
+            rows.loc[mine, "kernel"] = kernel + " on " + counts[mine].astype("Int64").astype(str) + " ranks"
+    return rows
+
+
 def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str]]:
     """Every input cut into series; the tidy rows of all of them; notes about migrations and repeated rows."""
     found: list[tuple[str, dict, str, str, str, str, pd.DataFrame]] = []
@@ -247,8 +265,11 @@ def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str
             unique, copy = f"{name} #{copy}", copy + 1
         taken.add(unique)
         series.append(Series(letter, unique, path, run_id, transport, buffer, metadata))
+        rows = by_rank_count(rows)
         measured = rows[comparable(rows)]
-        repeated = measured.duplicated(KEY, keep="last").reindex(rows.index, fill_value=False)
+        # An all-pairs kernel has a row per (source, destination) at each size: those are not repeats.
+        unique_by = [*KEY, "repeat", "src_rank", "dst_rank"]
+        repeated = measured.duplicated(unique_by, keep="last").reindex(rows.index, fill_value=False)
         if repeated.any():
             notes.append(f"{letter} holds {int(repeated.sum())} repeated (kernel, size) rows; the last of each is used")
         rows = rows[~repeated].copy()

@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib import ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from fabricbench.report.compare import format_size, short_name, shown_metrics
 from fabricbench.report.load import Series, comparable
@@ -29,19 +31,25 @@ LATENCY_AXIS = {"rtt/2": "one-way latency", "window": "time per window", "op": "
 MARKERS = "osD^vP*X"
 
 
+def _grid(panels: int, height: float):
+    """A figure of ``panels`` panels, two to a row, each 6.4 wide and ``height`` high; the axes in order, the
+    spare ones hidden."""
+    cols = min(2, panels)
+    fig = Figure(figsize=(6.4 * cols, height * math.ceil(panels / cols)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(math.ceil(panels / cols), cols, squeeze=False).ravel()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
 def write_plots(series: list[Series], table: pd.DataFrame, chosen: dict[str, list[str]], out: Path) -> list[Path]:
     """One PNG per metric, one panel per kernel, one line per series."""
     compared = table[comparable(table) & table["size_B"].notna()]
     written = []
     for metric in shown_metrics(chosen):
         kernels = [k for k, ms in chosen.items() if metric in ms]
-        cols = min(2, len(kernels))
-        rows = math.ceil(len(kernels) / cols)
-        fig = Figure(figsize=(6.4 * cols, 4.6 * rows), layout="constrained")
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(rows, cols, squeeze=False).ravel()
-        for ax in axes[len(kernels) :]:
-            ax.set_visible(False)
+        fig, axes = _grid(len(kernels), 4.6)
         for ax, kernel in zip(axes, kernels, strict=False):
             _panel(ax, series, compared[compared["kernel"] == kernel], kernel, metric)
         fig.suptitle(f"fabricbench compare: {_axis_label(metric, table)} vs message size", fontsize="large")
@@ -118,3 +126,128 @@ def _size_ticks(sizes: list[float]) -> list[float]:
         # 0 B sits one octave left of 1 B on the symlog axis: label only one of them when ticks are sparse
         return [0.0] + [t for t in ticks if t != 1 or step == 1]
     return ticks
+
+
+SCALING_SIZES = 4  # lines per series in a scaling panel: the sizes spread from the smallest to the largest
+
+
+def write_scaling_plot(series: list[Series], tidy: pd.DataFrame, out: Path) -> Path:
+    """run --ranks: time (p50) and bus bandwidth against the rank count, a row of panels per collective, a line
+    per (series, size), medians over repeats."""
+    from fabricbench.report.load import SCALING
+
+    rows = tidy[comparable(tidy) & (tidy[SCALING] != "")].copy()
+    rows["ranks"] = pd.to_numeric(rows["ranks"])
+    keys = ["letter", SCALING, "ranks", "size_B"]
+    medians = rows.groupby(keys)[["lat_p50_us", "busbw_GBps"]].median().reset_index()
+    kernels = list(dict.fromkeys(rows[SCALING]))
+    fig = Figure(figsize=(12.8, 4.6 * len(kernels)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(kernels), 2, squeeze=False)
+    for (time_ax, bw_ax), kernel in zip(axes, kernels, strict=True):
+        mine = medians[medians[SCALING] == kernel]
+        sizes = sorted(mine["size_B"].unique())
+        picked = sorted({sizes[round(i * (len(sizes) - 1) / max(SCALING_SIZES - 1, 1))] for i in range(SCALING_SIZES)})
+        for index, s in enumerate(series):
+            for shade, size in enumerate(picked):
+                line = mine[(mine["letter"] == s.letter) & (mine["size_B"] == size)].sort_values("ranks")
+                style = {
+                    "color": f"C{shade % 10}",
+                    "marker": MARKERS[index % len(MARKERS)],
+                    "linestyle": ("-", "--", ":", "-.")[index % 4],
+                    "label": f"{s.letter}: {format_size(size)}",
+                }
+                if line["lat_p50_us"].notna().any():
+                    time_ax.plot(line["ranks"], line["lat_p50_us"], **style)
+                if line["busbw_GBps"].notna().any():
+                    bw_ax.plot(line["ranks"], line["busbw_GBps"], **style)
+        counts = sorted(mine["ranks"].unique())
+        for ax, label in ((time_ax, "time per operation p50 (µs)"), (bw_ax, AXIS_LABELS["busbw_GBps"])):
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_locator(ticker.FixedLocator(counts))
+            ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda n, _: f"{n:g}"))
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+            ax.set_xlabel("ranks")
+            ax.set_ylabel(label)
+            ax.set_title(kernel)
+            ax.grid(True, alpha=0.4)
+            if ax.lines:
+                ax.legend(fontsize="small")
+            else:
+                ax.set_visible(False)  # barrier moves no data: no bus bandwidth
+        time_ax.set_yscale("log")
+        bandwidths = mine.loc[mine["busbw_GBps"] > 0, "busbw_GBps"]
+        if len(bandwidths) and bandwidths.max() / bandwidths.min() >= 100:  # as the size plots: a log axis then
+            bw_ax.set_yscale("log")
+    fig.suptitle("fabricbench compare: scaling with the rank count (run --ranks)", fontsize="large")
+    path = out / "scaling.png"
+    fig.savefig(path, dpi=110)
+    return path
+
+
+# The all-pairs heatmaps: the colour map per judged figure, dark where a pair is slow in both.
+HEATMAP_COLOURS = {"bw_MBps": "viridis", "lat_p50_us": "viridis_r"}
+HEATMAP_LABELS = {"bw_MBps": "bandwidth (MB/s)", "lat_p50_us": "one-way latency p50 (µs)"}
+ANNOTATED_UP_TO = 16  # ranks on an axis up to which every cell shows its figure
+
+
+def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
+    """One PNG per all-pairs kernel (``heatmap_pairs-bw.png``): a panel per (series, transport, schedule, size),
+    sources down and destinations across, named by host and rank; slow pairs (fabricbench.pairs) boxed in red."""
+    from fabricbench.pairs import METRICS
+
+    written = []
+    rows = pairs[comparable(pairs)].copy()
+    rows["src"] = pd.to_numeric(rows["src_rank"]).astype(int)
+    rows["dst"] = pd.to_numeric(rows["dst_rank"]).astype(int)
+    for kernel, of_kernel in rows.groupby("kernel", sort=False):
+        if kernel not in METRICS:
+            continue
+        metric, _ = METRICS[kernel]
+        groups = list(of_kernel.groupby(["series", "transport", "schedule", "size_B"], sort=False))
+        fig, axes = _grid(len(groups), 5.4)
+        for ax, ((series, transport, schedule, size), group) in zip(axes, groups, strict=False):
+            _heatmap(fig, ax, group, metric)
+            ax.set_title(f"{series}: {transport} {kernel}, {schedule}, {format_size(size)}", fontsize="medium")
+        fig.suptitle("fabricbench all-pairs matrix: source (rows) to destination (columns)", fontsize="large")
+        path = out / f"heatmap_{kernel}.png"
+        fig.savefig(path, dpi=90)
+        written.append(path)
+    return written
+
+
+def _heatmap(fig, ax, group: pd.DataFrame, metric: str) -> None:
+    """One matrix: the median over repeats of each (source, destination), the diagonal left empty."""
+    from fabricbench.pairs import verdict
+
+    values = group.groupby(["src", "dst"])[metric].median()
+    ranks = sorted(set(group["src"]) | set(group["dst"]))
+    hosts = {int(r): h for r, h in zip(group["src"], group["src_host"], strict=True)}
+    hosts.update({int(r): h for r, h in zip(group["dst"], group["dst_host"], strict=True)})
+    place = {rank: i for i, rank in enumerate(ranks)}
+    matrix = np.full((len(ranks), len(ranks)), np.nan)
+    for (src, dst), value in values.items():
+        matrix[place[src], place[dst]] = value
+    image = ax.imshow(matrix, cmap=HEATMAP_COLOURS[metric], aspect="equal")
+    fig.colorbar(image, ax=ax, shrink=0.8, label=HEATMAP_LABELS[metric])
+    labels = [f"{hosts.get(r, '')} ({r})" if hosts.get(r) else str(r) for r in ranks]
+    ax.set_xticks(range(len(ranks)), labels, rotation=45, ha="right", fontsize="small")
+    ax.set_yticks(range(len(ranks)), labels, fontsize="small")
+    ax.set_xlabel("destination")
+    ax.set_ylabel("source")
+    if len(ranks) <= ANNOTATED_UP_TO:
+        finite = matrix[np.isfinite(matrix)]
+        middle = float(np.median(finite)) if len(finite) else 0.0
+        for (i, j), value in np.ndenumerate(matrix):
+            if np.isfinite(value):
+                dark = value < middle if metric == "bw_MBps" else value > middle
+                text = f"{value:.3g}"
+                ax.text(j, i, text, ha="center", va="center", fontsize="x-small", color="white" if dark else "black")
+    found = verdict(group.assign(src_rank=group["src"], dst_rank=group["dst"]).to_dict("records"))
+    slow = {tuple(d) for link in found["slow_links"] for d in link["directions"]}
+    slow_hosts = {host["rank"] for host in found["slow_hosts"]}
+    slow |= {(s, d) for s, d in values.index if s in slow_hosts or d in slow_hosts}
+    for src, dst in slow:
+        if src in place and dst in place:
+            corner = (place[dst] - 0.5, place[src] - 0.5)
+            ax.add_patch(Rectangle(corner, 1, 1, fill=False, edgecolor="red", linewidth=2))

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import sys
 from pathlib import Path
 
 from fabricbench.errors import ConsoleClosed
 from fabricbench.report import console, osu
-from fabricbench.results import PREVIOUS_RUNS, ResultsError, TableWriter, earlier_runs, write_metadata, write_parquet
+from fabricbench.results import (
+    PREVIOUS_RUNS,
+    ResultsError,
+    TableWriter,
+    earlier_runs,
+    write_json,
+    write_metadata,
+    write_parquet,
+)
 
 
 class Reporter:
@@ -34,6 +43,7 @@ class Reporter:
             self.metadata[PREVIOUS_RUNS] = previous
         self.writer = TableWriter(out_dir)
         self.failed_validation = 0
+        self.pair_rows: list[dict] = []  # the all-pairs kernels' rows, for the verdict at the end
         self._osu_columns = osu.Columns.from_plan(plan)
         try:
             write_metadata(out_dir, metadata | {"complete": False})
@@ -44,7 +54,7 @@ class Reporter:
         if plan.progress:
             from tqdm import tqdm
 
-            total = sum(len(step.sizes) for step in plan.steps)
+            total = sum(len(entry.step.sizes) for entry in plan.schedule())
             self._progress = tqdm(total=total, unit="size", file=sys.stderr, leave=False)
 
     def _print(self, text: str) -> None:
@@ -74,13 +84,17 @@ class Reporter:
         except ResultsError as exc:
             self._fail(exc)
 
-    def start_step(self, step) -> None:
+    def start_step(self, step, repeat: int = 0, ranks: int | None = None) -> None:
+        """A step's header; ``repeat`` (0-based) is named when the plan repeats, ``ranks`` when a subset runs it."""
+        ranks = ranks or self.ranks
         if self.plan.output_format == "osu":
-            pairs = self.ranks // 2 if step.kernel == "msgrate" else 1
+            pairs = ranks // 2 if step.kernel == "msgrate" else 1
             self._print(osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns))
         else:
             title = f"{self.metadata.get('mpi_vendor', '')} {self.plan.label}".strip()
-            self._print(console.header(step.transport, step.kernel, self.ranks, title))
+            if self.plan.repeat > 1:
+                title = f"{title}, repeat {repeat + 1} of {self.plan.repeat}".lstrip(", ")
+            self._print(console.header(step.transport, step.kernel, ranks, title))
         if self._progress:
             self._progress.set_description(f"{step.transport} {step.kernel}")
 
@@ -93,6 +107,8 @@ class Reporter:
             self._fail(exc)
             return
         self.failed_validation += row.get("validation") == "fail"
+        if row.get("src_rank") not in (None, ""):
+            self.pair_rows.append(row)
         self._print(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else console.line(row))
 
     def advance(self, sizes: int) -> None:
@@ -121,8 +137,27 @@ class Reporter:
         except ResultsError as exc:
             self._fail(exc)
             return
+        if self.pair_rows:
+            self._pairs_verdict()
         if self.failed_validation:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
         if self.plan.output_format != "none":
             files = ", ".join(p.name for p in (self.writer.csv_path, parquet) if p)
             print(f"# {self.writer.rows} rows in {self.out_dir}/ ({files}, metadata.json)", file=sys.stderr)
+
+    def _pairs_verdict(self) -> None:
+        """The all-pairs verdict: verdict.json beside the table, the closing list on the console, or (--json) the
+        verdict itself on stdout."""
+        from fabricbench.pairs import DEFAULT_OUTLIER_Z, VERDICT_NAME, summary_lines, verdict
+
+        found = verdict(self.pair_rows, self.plan.pairs.get("outlier_z", DEFAULT_OUTLIER_Z), self.plan.run_id)
+        try:
+            write_json(self.out_dir / VERDICT_NAME, found)
+        except ResultsError as exc:
+            self._fail(exc)
+            return
+        if self.plan.pairs.get("json"):
+            print(json.dumps(found, indent=2), file=self.stream, flush=True)
+        else:
+            for line in summary_lines(found):
+                self._print(line)

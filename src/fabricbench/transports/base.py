@@ -18,7 +18,7 @@ import numpy as np
 
 from fabricbench.buffers import EMPTY, POISON
 from fabricbench.control.rendezvous import FieldReader
-from fabricbench.errors import FabricbenchError
+from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.kernels import Kernel
 
 
@@ -69,6 +69,7 @@ class Transport:
     handshake_version = 0  # version of the fields it adds to the peer HELLO; 0: it adds none
     buffer = "host"
     self_timed = False  # a reference tool that times itself: the runner takes its rows from reference_row()
+    sub_communicators = False  # runs on a control plane of the first N ranks (run --ranks), its .comm for MPI
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, role: str) -> None:
@@ -116,6 +117,12 @@ class Transport:
 
     def case(self, kernel: Kernel, size: int) -> Case:
         raise NotImplementedError
+
+    def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
+        """An all-pairs kernel's case for one phase (``fabricbench.matrix``): this rank sends to ``send_to`` (its
+        samples time that pair) and receives from ``recv_from``; None for either where it has no such part, and
+        returns None when it has neither. Raises Unsupported on every rank alike, whatever its part."""
+        raise Unsupported(f"{self.name} has no all-pairs loop")
 
     def reference_row(self, kernel: Kernel, size: int) -> dict | None:
         """A self-timed transport's row for one size, on rank 0 (None elsewhere); every rank calls it."""

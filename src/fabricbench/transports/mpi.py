@@ -118,7 +118,7 @@ def open_loop(comm, options: dict) -> CLoop | None:
 class _PointToPoint(Case):
     """Shared set-up: this rank's peer and role, and its written buffers."""
 
-    def __init__(self, comm, kernel: Kernel, size: int, method: str, cloop: CLoop | None):
+    def __init__(self, comm, kernel: Kernel, size: int, method: str, cloop: CLoop | None, role=None):
         super().__init__()
         self.comm = comm
         self.calls = method
@@ -126,7 +126,7 @@ class _PointToPoint(Case):
         self.method = f"{'c' if cloop else 'python'} loop, {method}"
         self.what = f"mpi {kernel.name} at {size} B"
         self.pairs = comm.Get_size() // 2 if kernel.pattern == "pairs" else 1
-        role = peer_of(kernel, comm.Get_rank(), comm.Get_size())
+        role = role or peer_of(kernel, comm.Get_rank(), comm.Get_size())  # role: (peer, initiator) in a phase
         self.active = role is not None
         self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
         self.size = size
@@ -150,8 +150,8 @@ class _PointToPoint(Case):
 class PingPong(_PointToPoint):
     """osu_latency / osu_multi_lat: one sample is a round trip."""
 
-    def __init__(self, comm, kernel, size, method, cloop):
-        super().__init__(comm, kernel, size, method, cloop)
+    def __init__(self, comm, kernel, size, method, cloop, role=None):
+        super().__init__(comm, kernel, size, method, cloop, role)
         if self.active and cloop:
             self.c_args = (comm.py2f(), self.peer, int(self.initiator), int(method == "persistent"))
             self.c_args += (self.send.ctypes.data, self.recv.ctypes.data, size)
@@ -207,8 +207,8 @@ class PingPong(_PointToPoint):
 class Window(_PointToPoint):
     """osu_bw / osu_mbw_mr (sender: W sends then an ack) and osu_bibw (both ways)."""
 
-    def __init__(self, comm, kernel, size, method, window, cloop):
-        super().__init__(comm, kernel, size, method, cloop)
+    def __init__(self, comm, kernel, size, method, window, cloop, role=None):
+        super().__init__(comm, kernel, size, method, cloop, role)
         self.window = window
         self.both_ways = kernel.directions == 2
         self.ack = poisoned(1)
@@ -285,6 +285,54 @@ class Window(_PointToPoint):
             else:
                 waitall([irecv(recv_spec, peer, TAG) for _ in window])
                 comm.Send(ack_spec, peer, ACK_TAG)
+            now = clock()
+            times[i] = now - last
+            last = now
+
+
+class Shift(Case):
+    """mpiGraph's step for the all-pairs kernels: every rank sends to ``dst`` while receiving from ``src``.
+
+    bw: W Isends to dst and W Irecvs from src at once; once src's window is in,
+    an ack goes back to it, and a sample ends when dst's ack arrives. latency:
+    a message to dst while one comes from src, then each is answered; a sample
+    is the round trip to dst. Nonblocking calls in Python (``python loop``):
+    there is no C loop with two peers, and at the sizes a matrix is read at the
+    interpreter's cost per call is small beside the transfer.
+    """
+
+    def __init__(self, comm, kernel: Kernel, size: int, window: int, dst: int, src: int):
+        super().__init__()
+        self.comm, self.dst, self.src, self.size = comm, dst, src, size
+        self.initiator = True
+        self.method = "python loop, nonblocking"
+        self.rtt = kernel.sample == "rtt"
+        self.window = 0 if self.rtt else window
+        self.send = filled(size, _send_seed(comm.Get_rank()))
+        self.recv = poisoned(size)
+        self.reply = poisoned(size)  # latency: dst's answer
+        self.ack, self.ack_in = filled(1, 0), poisoned(1)
+        self.received = self.recv
+
+    def expected(self):
+        return pattern(self.size, _send_seed(self.src))
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        comm, dst, src, clock = self.comm, self.dst, self.src, time.perf_counter_ns
+        isend, irecv, waitall = comm.Isend, comm.Irecv, MPI.Request.Waitall
+        send, recv = [self.send, self.size, MPI.BYTE], [self.recv, self.size, MPI.BYTE]
+        window = range(self.window)
+        last = clock()
+        for i in range(iterations):
+            if self.rtt:
+                waitall([irecv(recv, src, TAG), isend(send, dst, TAG)])
+                waitall([irecv([self.reply, self.size, MPI.BYTE], dst, ACK_TAG), isend(recv, src, ACK_TAG)])
+            else:
+                incoming = [irecv(recv, src, TAG) for _ in window]
+                outgoing = [irecv([self.ack_in, 1, MPI.BYTE], dst, ACK_TAG)] + [isend(send, dst, TAG) for _ in window]
+                waitall(incoming)
+                outgoing.append(isend([self.ack, 1, MPI.BYTE], src, ACK_TAG))
+                waitall(outgoing)
             now = clock()
             times[i] = now - last
             last = now
@@ -407,6 +455,8 @@ class MPITransport(Transport):
             "reduce",
             "reduce_scatter",
             "barrier",
+            "pairs-latency",
+            "pairs-bw",
         }
     )
     default_kernels = (
@@ -421,6 +471,7 @@ class MPITransport(Transport):
         "barrier",
     )
     needs_launcher = True
+    sub_communicators = True  # it Dups the control plane's communicator, whichever ranks that holds
     osu_name = "MPI"
     options_key = "mpi"
 
@@ -514,6 +565,21 @@ class MPITransport(Transport):
         if kernel.windowed:
             return Window(self.comm, kernel, size, method, self.window, self.cloop)
         return PingPong(self.comm, kernel, size, method, self.cloop)
+
+    def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
+        """One phase of an all-pairs kernel: latency's or bw's loop (C where it is built) with the phase's peer,
+        or mpiGraph's send-and-receive step when this rank is both a source and a destination (shift)."""
+        if self.cuda is not None:
+            raise Unsupported("--buffer cuda runs the point-to-point kernels, not the all-pairs matrix")
+        if send_to is not None and recv_from is not None:
+            return Shift(self.comm, kernel, size, self.window, send_to, recv_from)
+        if send_to is None and recv_from is None:
+            return None
+        role = (send_to, True) if send_to is not None else (recv_from, False)
+        method = self.method or "persistent"
+        if kernel.windowed:
+            return Window(self.comm, kernel, size, method, self.window, self.cloop, role)
+        return PingPong(self.comm, kernel, size, method, self.cloop, role)
 
     def persistent_collectives(self) -> bool:
         if self.cloop:

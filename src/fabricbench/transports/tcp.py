@@ -92,8 +92,8 @@ class _PointToPoint(_TCPCase):
     loop = None  # the C loops (_tcploop) when they time this case, else None
     both_ways = False
 
-    def __init__(self, links: dict, rank: int, ranks: int, kernel: Kernel, size: int, timeout: float):
-        role = peer_of(kernel, rank, ranks)
+    def __init__(self, links: dict, rank: int, ranks: int, kernel: Kernel, size: int, timeout: float, role=None):
+        role = role or peer_of(kernel, rank, ranks)  # role: (peer, initiator) of an all-pairs phase
         super().__init__(kernel, size, timeout, [role[0]] if role else [])
         self.pairs = ranks // 2 if kernel.pattern == "pairs" else 1
         self.active = role is not None
@@ -150,8 +150,8 @@ class PingPong(_PointToPoint):
 class Window(_PointToPoint):
     """osu_bw / osu_mbw_mr (W messages, then a 1-byte ack) and osu_bibw (W each way, no ack)."""
 
-    def __init__(self, links, rank, ranks, kernel, size, timeout, window: int):
-        super().__init__(links, rank, ranks, kernel, size, timeout)
+    def __init__(self, links, rank, ranks, kernel, size, timeout, window: int, role=None):
+        super().__init__(links, rank, ranks, kernel, size, timeout, role)
         self.window = window
         self.both_ways = kernel.directions == 2
         self.ack = memoryview(filled(1, 0))
@@ -201,6 +201,52 @@ class Window(_PointToPoint):
                 if got != size:
                     finish_recv(recv_into, recv_view, got)
             sendall(ack)
+
+
+class Shift(_TCPCase):
+    """mpiGraph's step for the all-pairs kernels: send to ``dst`` while receiving from ``src``, every rank at once.
+
+    bw: W messages out to dst while W come in from src (the duplex engine
+    bibw uses), then a 1-byte ack back to src; a sample ends when dst's ack
+    arrives. latency: one message each way round, then each is answered; a
+    sample is the round trip to dst. Timed in Python.
+    """
+
+    def __init__(self, links: dict, rank: int, kernel: Kernel, size: int, timeout: float, window: int, dst, src):
+        super().__init__(kernel, size, timeout, sorted({dst, src}))
+        self.initiator = True
+        self.rtt = kernel.sample == "rtt"
+        self.window = 0 if self.rtt else window
+        self.src = src
+        self.send_view = memoryview(filled(size, _send_seed(rank)))
+        self.recv_buf = poisoned(size)
+        self.recv_view, self.reply_view = memoryview(self.recv_buf), memoryview(poisoned(size))
+        self.received = self.recv_buf
+        self.ack, self.ack_in = memoryview(filled(1, 0)), memoryview(poisoned(1))
+        self.forward = Duplex(links[dst], links[src], timeout).transfer  # out to dst, in from src
+        self.back = Duplex(links[src], links[dst], timeout).transfer  # answers: out to src, in from dst
+        self.ack_to_src, self.ack_from_dst = links[src].sendall, links[dst].recv_into
+
+    def expected(self):
+        return pattern(len(self.received), _send_seed(self.src))
+
+    def _run(self, iterations: int, times: memoryview) -> None:
+        forward, back, clock = self.forward, self.back, time.perf_counter_ns
+        send_view, recv_view, reply_view, window = self.send_view, self.recv_view, self.reply_view, self.window
+        ack, ack_in, ack_to_src, ack_from_dst = self.ack, self.ack_in, self.ack_to_src, self.ack_from_dst
+        last = clock()
+        for i in range(iterations):
+            if self.rtt:
+                forward(send_view, recv_view)
+                back(recv_view, reply_view)
+            else:
+                forward(send_view, recv_view, window)
+                ack_to_src(ack)
+                if not ack_from_dst(ack_in, 1, WAITALL):
+                    raise EOFError
+            now = clock()
+            times[i] = now - last
+            last = now
 
 
 def _bytes(array: np.ndarray) -> memoryview:
@@ -323,7 +369,9 @@ COLLECTIVE_CASES = {"allreduce": RingAllreduce, "allgather": RingAllgather, "red
 
 class TCPTransport(Transport):
     name = "tcp"
-    kernels = frozenset({"latency", "bw", "bibw", "msgrate", "allreduce", "allgather", "reduce"})
+    kernels = frozenset(
+        {"latency", "bw", "bibw", "msgrate", "allreduce", "allgather", "reduce", "pairs-latency", "pairs-bw"}
+    )
     default_kernels = ("latency", "bw", "allreduce")
     options_key = "tcp"
     handshake_version = 1  # 1: the loop choice
@@ -390,7 +438,9 @@ class TCPTransport(Transport):
         if options.get("loop") == "c" and not c_loop_built():  # rank 0 checked its own install, not this one
             raise UsageError(f"--loop c: the install on {socket.gethostname()} has no tcp C loop")
         self.c_loop = options.get("loop", "auto") != "python" and c_loop_built()
-        self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout)
+        # The all-pairs kernels need a link to every rank; the others, a partner and ring neighbours.
+        everyone = any(s.transport == self.name and s.spec.pattern == "matrix" for s in plan.steps)
+        self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout, everyone)
 
     def case(self, kernel: Kernel, size: int) -> Case:
         ctrl = self.ctrl
@@ -403,6 +453,25 @@ class TCPTransport(Transport):
         else:
             case = PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout)
         if self.c_loop and not case.both_ways:  # bibw's duplex loop stays in Python
+            case.use_c_loop()
+        return case
+
+    def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
+        """One phase of an all-pairs kernel: latency's or bw's loop (C where it is built) over the link to the
+        phase's peer, or mpiGraph's send-and-receive step when this rank is both a source and a destination."""
+        if size == 0:
+            raise Unsupported("a TCP byte stream carries no zero-byte messages")
+        ctrl = self.ctrl
+        if send_to is not None and recv_from is not None:
+            return Shift(self.links, ctrl.rank, kernel, size, self.timeout, self.window, send_to, recv_from)
+        if send_to is None and recv_from is None:
+            return None
+        role = (send_to, True) if send_to is not None else (recv_from, False)
+        if kernel.windowed:
+            case = Window(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, self.window, role)
+        else:
+            case = PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, role)
+        if self.c_loop:
             case.use_c_loop()
         return case
 

@@ -72,8 +72,11 @@ def _net_namespace() -> int:
         return 0
 
 
-def _needed_peers(rank: int, ranks: int) -> set[int]:
-    """The ranks this rank exchanges data with: its pair partner and its ring neighbours."""
+def _needed_peers(rank: int, ranks: int, everyone: bool = False) -> set[int]:
+    """The ranks this rank exchanges data with: its pair partner and its ring neighbours (``everyone``: all ranks,
+    for the all-pairs kernels)."""
+    if everyone:
+        return set(range(ranks)) - {rank}
     half = ranks // 2
     peers = {(rank + 1) % ranks, (rank - 1) % ranks}
     if rank < half:
@@ -114,7 +117,9 @@ def _reach(me: dict, other: dict, rank: int) -> tuple[str, int]:
     )
 
 
-def open_links(ctrl, options: dict, token: str, timeout: float) -> tuple[dict[int, socket.socket], str | None]:
+def open_links(
+    ctrl, options: dict, token: str, timeout: float, everyone: bool = False
+) -> tuple[dict[int, socket.socket], str | None]:
     """Connect this rank to the ranks it needs: {peer rank: socket}, and the bound address.
 
     The lower rank of each pair connects, the higher accepts. Connections
@@ -124,7 +129,7 @@ def open_links(ctrl, options: dict, token: str, timeout: float) -> tuple[dict[in
     rank, ranks = ctrl.rank, ctrl.size
     bind = options.get("address") or (interface_address(options["interface"]) if options.get("interface") else None)
     bind = None if bind == ANY else bind
-    peers = _needed_peers(rank, ranks)
+    peers = _needed_peers(rank, ranks, everyone)
     incoming = sorted(p for p in peers if p < rank)
     listener = None
     if incoming:

@@ -1,0 +1,493 @@
+"""``fabricbench model``: Hockney's T(n) = α + n/β fitted to finished runs, and allreduce projected to scale.
+
+Each (input, transport, buffer) is one series. Its ``latency`` rows give one-way times (the p50 of
+half a round trip); its ``bw`` rows give the time per message in a stream, size / bw, whose intercept
+is the per-message gap of a pipelined stream rather than a latency. Each kernel is fitted on its own
+by least squares on relative error, cut into segments where one line does not fit (the eager to
+rendezvous switch, a cache edge, a shaper's burst), with intervals from a seeded bootstrap over the
+(size, time) points of each segment. The projection takes α from the latency fit's first segment
+(small messages) and β from the bw fit's last segment (the streaming rate of large messages; the
+latency fit's last one when there are no bw rows).
+
+The fitting and the formulas are pure numpy (tests/unit); pandas reads the runs and matplotlib is
+imported only when the plots are drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabricbench.errors import UsageError
+
+RESAMPLES = 1000  # bootstrap resamples per segment
+MAX_SEGMENTS = 3  # segments per fit: enough for an eager/rendezvous switch and one cache edge
+MIN_SEGMENT_SIZES = 4  # distinct sizes in a segment when a fit is cut (two parameters, two points to spare)
+MIN_FIT_SIZES = 3  # distinct sizes for any fit at all
+# Fits better than this RMS relative error count as exact: more segments cannot be told from noise below it.
+RELATIVE_ERROR_FLOOR = 1e-3
+# A segment is kept when it leaves at most this share of the squared error: on 23 sizes of pure 3 % noise the
+# best cut left less than a third in 0.3 % of 300 trials (a half: 3 %); a real change of regime leaves far less.
+CUT_GAIN = 1 / 3
+DEFAULT_RANKS = [2**k for k in range(1, 17)] + [100_000]
+# Which columns are fitted: the typical figures (p50 latency, a stream's average rate), or the best ones (the
+# fastest sample, the best window), which a busy or shared machine moves far less.
+STATISTICS = {"typical": ("lat_p50_us", "bw_MBps"), "best": ("lat_min_us", "bw_peak_MBps")}
+ALGORITHMS = ("ring", "recursive-doubling", "double-binary-tree")
+MODEL_CSV, PROJECTION_CSV, MEASURED_CSV = "model.csv", "projection.csv", "allreduce_vs_model.csv"
+FIT_PNG, PROJECTION_PNG = "fit.png", "projection.png"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One line of a piecewise Hockney fit: α in µs, β in GB/s (10⁹ B/s), each with its 95 % bootstrap interval."""
+
+    size_min: int
+    size_max: int
+    sizes: int
+    alpha_us: float
+    alpha_lo_us: float
+    alpha_hi_us: float
+    beta_GBps: float
+    beta_lo_GBps: float
+    beta_hi_GBps: float
+    rms_rel_err: float
+
+    @property
+    def n_half_B(self) -> float:
+        """The size at which half of β is reached: α·β (bytes; none when α ≤ 0 or β is unbounded)."""
+        if self.alpha_us <= 0 or not math.isfinite(self.beta_GBps):
+            return math.nan
+        return self.alpha_us * self.beta_GBps * 1e3  # µs × 10³ B/µs
+
+    def time_us(self, size: np.ndarray | float) -> np.ndarray | float:
+        return self.alpha_us + np.asarray(size, dtype=float) / (self.beta_GBps * 1e3)
+
+
+def _beta_GBps(seconds_per_byte_us: float) -> float:
+    """β in GB/s from the fitted slope in µs per byte; a slope of 0 or below is an unbounded rate."""
+    return 1e-3 / seconds_per_byte_us if seconds_per_byte_us > 0 else math.inf
+
+
+def fit_line(sizes: np.ndarray, times_us: np.ndarray) -> tuple[float, float, float]:
+    """α (µs), slope (µs per byte) and the sum of squared relative residuals of T = α + slope·n.
+
+    Least squares on relative error, (α + slope·n − T)/T: small messages weigh as much as large ones,
+    so α comes from the small sizes and β from the large, as on the log-log plot people read.
+    """
+    scale = float(sizes.max()) or 1.0  # sizes in units of the largest keep the system well conditioned
+    design = np.column_stack([1.0 / times_us, sizes / scale / times_us])
+    (alpha, slope), *_ = np.linalg.lstsq(design, np.ones_like(times_us), rcond=None)
+    residual = design @ np.array([alpha, slope]) - 1.0
+    return float(alpha), float(slope / scale), float(residual @ residual)
+
+
+def bootstrap(
+    sizes: np.ndarray, times_us: np.ndarray, resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float, float, float]:
+    """95 % intervals of α (µs) and of the slope (µs per byte): the points resampled with replacement.
+
+    Resamples that hold a single distinct size fix no line and are dropped; with fewer than 2 usable
+    ones the intervals are NaN.
+    """
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(len(sizes), np.full(len(sizes), 1.0 / len(sizes)), size=resamples).astype(float)
+    x = sizes / (float(sizes.max()) or 1.0)
+    weight = 1.0 / times_us**2
+    # The normal equations of the relative-error fit, one 2 x 2 system per resample.
+    s00, s01, s11 = counts @ weight, counts @ (weight * x), counts @ (weight * x * x)
+    b0, b1 = counts @ (1.0 / times_us), counts @ (x / times_us)
+    det = s00 * s11 - s01 * s01
+    usable = det > 1e-9 * s00 * s11
+    if usable.sum() < 2:
+        return math.nan, math.nan, math.nan, math.nan
+    alpha = (s11 * b0 - s01 * b1)[usable] / det[usable]
+    slope = (s00 * b1 - s01 * b0)[usable] / det[usable] / (float(sizes.max()) or 1.0)
+    a_lo, a_hi = np.percentile(alpha, [2.5, 97.5])
+    s_lo, s_hi = np.percentile(slope, [2.5, 97.5])
+    return float(a_lo), float(a_hi), float(s_lo), float(s_hi)
+
+
+def _groups(sizes: np.ndarray) -> list[int]:
+    """Indices where each distinct size starts in sorted ``sizes``, and the end: breakpoints fall only there."""
+    starts = [0] + [i for i in range(1, len(sizes)) if sizes[i] != sizes[i - 1]]
+    return [*starts, len(sizes)]
+
+
+def segment_bounds(
+    sizes: np.ndarray,
+    times_us: np.ndarray,
+    max_segments: int = MAX_SEGMENTS,
+    min_sizes: int = MIN_SEGMENT_SIZES,
+) -> list[tuple[int, int]]:
+    """Where to cut a fit: (start, end) point indices of each segment of sorted ``sizes``.
+
+    For each count of segments the cuts with the least total squared relative error are found
+    exactly (dynamic programming over the distinct sizes, at least ``min_sizes`` in a segment).
+    The count kept is the one with the least error × (1/CUT_GAIN)^(m − 1): each segment beyond the
+    first must leave at most CUT_GAIN of the error, on average. The best of many possible cuts
+    always lowers the error a little, on noise alone too, while a real change of regime (a jump
+    in α, a new slope) removes most of it.
+    """
+    bounds = _groups(sizes)
+    k = len(bounds) - 1
+    cost: dict[tuple[int, int], float] = {}
+
+    def sse(a: int, b: int) -> float:
+        if (a, b) not in cost:
+            cost[a, b] = fit_line(sizes[bounds[a] : bounds[b]], times_us[bounds[a] : bounds[b]])[2]
+        return cost[a, b]
+
+    floor = len(sizes) * RELATIVE_ERROR_FLOOR**2
+    # total[m][b]: least error of the first b groups in m segments; back[m][b]: where the last one starts.
+    total = {1: {b: sse(0, b) for b in range(min(MIN_FIT_SIZES, k), k + 1)}}
+    back: dict[int, dict[int, int]] = {1: dict.fromkeys(total[1], 0)}
+    chosen, best = 1, max(total[1][k], floor)
+    for m in range(2, max_segments + 1):
+        total[m], back[m] = {}, {}
+        for b in range(m * min_sizes, k + 1):
+            options = [
+                (total[m - 1][a] + sse(a, b), a)
+                for a in range((m - 1) * min_sizes, b - min_sizes + 1)
+                if a in total[m - 1]
+            ]
+            if options:
+                total[m][b], back[m][b] = min(options)
+        if k not in total[m]:
+            break
+        penalised = max(total[m][k], floor) / CUT_GAIN ** (m - 1)
+        if penalised < best:
+            chosen, best = m, penalised
+    cuts, b = [k], k
+    for level in range(chosen, 0, -1):
+        b = back[level][b]
+        cuts.append(b)
+    cuts.reverse()
+    return [(bounds[a], bounds[b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def fit_hockney(sizes, times_us, resamples: int = RESAMPLES, seed: int = 0) -> list[Segment]:
+    """The piecewise fit of T(n) = α + n/β to (size in bytes, time in µs) points, smallest sizes first."""
+    sizes = np.asarray(sizes, dtype=float)
+    times_us = np.asarray(times_us, dtype=float)
+    keep = np.isfinite(sizes) & np.isfinite(times_us) & (times_us > 0) & (sizes >= 0)
+    order = np.argsort(sizes[keep], kind="stable")
+    sizes, times_us = sizes[keep][order], times_us[keep][order]
+    if len(np.unique(sizes)) < MIN_FIT_SIZES:
+        return []
+    segments = []
+    for start, end in segment_bounds(sizes, times_us):
+        x, t = sizes[start:end], times_us[start:end]
+        alpha, slope, sse = fit_line(x, t)
+        a_lo, a_hi, s_lo, s_hi = bootstrap(x, t, resamples, seed)
+        segments.append(
+            Segment(
+                size_min=int(x[0]),
+                size_max=int(x[-1]),
+                sizes=len(np.unique(x)),
+                alpha_us=alpha,
+                alpha_lo_us=a_lo,
+                alpha_hi_us=a_hi,
+                beta_GBps=_beta_GBps(slope),
+                beta_lo_GBps=_beta_GBps(s_hi) if not math.isnan(s_hi) else math.nan,
+                beta_hi_GBps=_beta_GBps(s_lo) if not math.isnan(s_lo) else math.nan,
+                rms_rel_err=math.sqrt(sse / len(x)),
+            )
+        )
+    return segments
+
+
+def allreduce_time_us(algorithm: str, ranks: int, size_B: float, alpha_us: float, beta_GBps: float) -> float:
+    """The time of one allreduce of ``size_B`` bytes on ``ranks`` ranks, from Hockney's α (µs) and β (GB/s).
+
+    ring: 2(N−1)·α + 2(N−1)/N · n/β (reduce-scatter then allgather, N−1 steps each, n/N bytes a step);
+    recursive-doubling: ⌈log2 N⌉·(α + n/β) (the whole vector exchanged at each of ⌈log2 N⌉ steps);
+    double-binary-tree: 2⌈log2 N⌉·α + 2·n/β (NCCL's two trees, each carrying half the vector, reduced
+    up and broadcast down, pipelined so the depth costs α per level and every rank sends and receives
+    the vector once each way). Ideal links: no contention, no reduction cost, every hop α and β.
+    """
+    per_byte_us = 1.0 / (beta_GBps * 1e3)
+    steps = math.ceil(math.log2(ranks))
+    if algorithm == "ring":
+        return 2 * (ranks - 1) * alpha_us + 2 * (ranks - 1) / ranks * size_B * per_byte_us
+    if algorithm == "recursive-doubling":
+        return steps * (alpha_us + size_B * per_byte_us)
+    if algorithm == "double-binary-tree":
+        return 2 * steps * alpha_us + 2 * size_B * per_byte_us
+    raise ValueError(f"unknown algorithm {algorithm!r}")
+
+
+def busbw_GBps(ranks: int, size_B: float, time_us: float) -> float:
+    """nccl-tests' bus bandwidth of an allreduce: algbw (n/T) × 2(N−1)/N, in GB/s."""
+    return size_B / time_us / 1e3 * 2 * (ranks - 1) / ranks
+
+
+def project(alpha_us: float, beta_GBps: float, size_B: int, ranks: list[int]) -> list[dict]:
+    """One row per (algorithm, ranks): the projected time in µs and the bus bandwidth in GB/s."""
+    rows = []
+    for algorithm in ALGORITHMS:
+        for count in ranks:
+            time_us = allreduce_time_us(algorithm, count, size_B, alpha_us, beta_GBps)
+            rows.append(
+                {
+                    "algorithm": algorithm,
+                    "ranks": count,
+                    "size_B": size_B,
+                    "time_us": time_us,
+                    "busbw_GBps": busbw_GBps(count, size_B, time_us),
+                }
+            )
+    return rows
+
+
+# --- the command ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Model:
+    """One series' fits and the α and β its projection uses (NaN where a fit is missing)."""
+
+    name: str
+    transport: str
+    fits: dict[str, list[Segment]]
+    alpha_us: float
+    beta_GBps: float
+    alpha_from: str
+    beta_from: str
+    allreduce: list[dict]
+    points: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    @property
+    def usable(self) -> bool:
+        return self.alpha_us > 0 and 0 < self.beta_GBps < math.inf
+
+
+def _points(rows, kernel: str, statistic: str) -> tuple[np.ndarray, np.ndarray]:
+    """(size in bytes, time in µs) of a kernel's measured rows: latency's one-way time, or bw's time per message."""
+    latency, bandwidth = STATISTICS[statistic]
+    chosen = rows[rows["kernel"] == kernel]
+    if kernel == "bw":
+        chosen = chosen[chosen[bandwidth] > 0]
+        return chosen["size_B"].to_numpy(float), (chosen["size_B"] / chosen[bandwidth]).to_numpy(float)  # B/(B/µs)
+    return chosen["size_B"].to_numpy(float), chosen[latency].to_numpy(float)
+
+
+def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") -> list[Model]:
+    """Every (input, transport, buffer) of ``paths`` fitted; inputs are read and checked as compare reads them."""
+    from fabricbench.report import load
+
+    models = []
+    for path in paths:
+        frame, metadata = load._load(path)  # the checked reader compare uses, one input at a time
+        usable = frame[load.comparable(frame) & frame["size_B"].notna() & (frame["src_host"] == "")]
+        label = metadata.get("label") or load._path_name(path)
+        for (transport, buffer), rows in usable.groupby(["transport", "buffer"], sort=False):
+            points = {k: _points(rows, k, statistic) for k in ("latency", "bw")}
+            fits = {k: fit_hockney(*points[k], seed=seed) for k in points}
+            fits = {k: v for k, v in fits.items() if v}
+            alpha, alpha_from = math.nan, "no latency fit"
+            if "latency" in fits:
+                alpha, alpha_from = fits["latency"][0].alpha_us, "latency, first segment"
+            beta, beta_from = math.nan, "no bw or latency fit"
+            if "bw" in fits:
+                beta, beta_from = fits["bw"][-1].beta_GBps, "bw, last segment"
+            elif "latency" in fits:
+                beta, beta_from = fits["latency"][-1].beta_GBps, "latency, last segment"
+            column = STATISTICS[statistic][0]  # allreduce's time per operation, as the latency rows are read
+            measured = rows[(rows["kernel"] == "allreduce") & (rows[column] > 0)]
+            allreduce = [
+                {"ranks": int(r.ranks), "size_B": int(r.size_B), "measured_us": float(getattr(r, column))}
+                for r in measured.itertuples()
+            ]
+            name = f"{label} {transport}" + (f" ({buffer} buffers)" if buffer != "host" else "")
+            models.append(Model(name, transport, fits, alpha, beta, alpha_from, beta_from, allreduce, points))
+    return models
+
+
+def _g(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.4g}"
+
+
+def _time(us: float) -> str:
+    """µs as people read durations: 12.3 us, 4.56 ms, 7.89 s."""
+    if us >= 1e6:
+        return f"{us / 1e6:.4g} s"
+    return f"{us / 1e3:.4g} ms" if us >= 1e3 else f"{us:.4g} us"
+
+
+def _parse_ranks(text: list[str] | None) -> list[int]:
+    if not text:
+        return DEFAULT_RANKS
+    ranks = []
+    for item in text:
+        if not item.isascii() or not item.isdigit() or not 2 <= int(item) <= 10**8:
+            raise UsageError(f"--project-ranks takes whole numbers from 2 to 100000000, got {item!r}")
+        ranks.append(int(item))
+    return sorted(set(ranks))
+
+
+def model(
+    paths: list[str],
+    size: int,
+    ranks_text: list[str] | None,
+    out: str | None,
+    seed: int = 0,
+    statistic: str = "typical",
+) -> int:
+    """Print each series' fits, the projection of allreduce at ``size`` and its error against measured rows."""
+    from fabricbench.report.compare import format_size
+
+    ranks = _parse_ranks(ranks_text)
+    if size <= 0:
+        raise UsageError("--size must be at least 1 byte")
+    models = build_models(paths, seed, statistic)
+    print(
+        f"model: T(n) = alpha + n/beta, least squares on relative error; 95 % intervals from {RESAMPLES} "
+        f"bootstrap resamples (seed {seed}); alpha in us, beta in GB/s (10^9 B/s), n1/2 = alpha*beta in bytes; "
+        f"{statistic} figures: latency {STATISTICS[statistic][0]}, bw {STATISTICS[statistic][1]}"
+    )
+    fit_rows, projection_rows, measured_rows = [], [], []
+    for m in models:
+        print(f"\n{m.name}")
+        if not m.fits:
+            print(f"  no fit: fewer than {MIN_FIT_SIZES} measured sizes of latency or bw")
+        for kernel, segments in m.fits.items():
+            intercept = "alpha" if kernel == "latency" else "gap"  # a stream's intercept is a per-message gap
+            for s in segments:
+                sizes = f"{format_size(s.size_min)}-{format_size(s.size_max)} ({s.sizes} sizes)"
+                print(
+                    f"  {kernel:<8} {sizes:<28} {intercept} {_g(s.alpha_us)} [{_g(s.alpha_lo_us)}, "
+                    f"{_g(s.alpha_hi_us)}]  beta {_g(s.beta_GBps)} [{_g(s.beta_lo_GBps)}, {_g(s.beta_hi_GBps)}]  "
+                    f"n1/2 {_g(s.n_half_B)}  rms {100 * s.rms_rel_err:.2g} %"
+                )
+                fit_rows.append({"series": m.name, "transport": m.transport, "kernel": kernel} | vars(s))
+                fit_rows[-1]["n_half_B"] = s.n_half_B
+        if not m.usable:
+            print(f"  no projection: alpha {_g(m.alpha_us)} ({m.alpha_from}), beta {_g(m.beta_GBps)} ({m.beta_from})")
+            continue
+        n_half = m.alpha_us * m.beta_GBps * 1e3
+        print(
+            f"  model: alpha {_g(m.alpha_us)} us ({m.alpha_from}), beta {_g(m.beta_GBps)} GB/s ({m.beta_from}), "
+            f"n1/2 {_g(n_half)} B"
+        )
+        rows = project(m.alpha_us, m.beta_GBps, size, ranks)
+        projection_rows += [{"series": m.name, "alpha_us": m.alpha_us, "beta_GBps": m.beta_GBps} | r for r in rows]
+        _print_projection(rows, size, ranks, format_size)
+        if m.allreduce:
+            print("  measured allreduce against the model (error = model / measured - 1):")
+            for point in m.allreduce:
+                errors = []
+                for algorithm in ALGORITHMS:
+                    predicted = allreduce_time_us(algorithm, point["ranks"], point["size_B"], m.alpha_us, m.beta_GBps)
+                    error = predicted / point["measured_us"] - 1
+                    errors.append(f"{algorithm} {_time(predicted)} ({100 * error:+.0f} %)")
+                    measured_rows.append(
+                        {"series": m.name, "algorithm": algorithm, **point, "model_us": predicted, "error": error}
+                    )
+                print(
+                    f"    {format_size(point['size_B']):>9} on {point['ranks']} ranks: measured "
+                    f"{_time(point['measured_us'])}; {', '.join(errors)}"
+                )
+    if out:
+        written = _write(out, models, fit_rows, projection_rows, measured_rows, size)
+        print(f"\nwritten: {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def _print_projection(rows: list[dict], size: int, ranks: list[int], format_size) -> None:
+    print(f"  allreduce of {format_size(size)}, projected: time and bus bandwidth (GB/s)")
+    header = "".join(f"{a:>28}" for a in ALGORITHMS)
+    print(f"  {'ranks':>8}{header}")
+    by_key = {(r["algorithm"], r["ranks"]): r for r in rows}
+    for count in ranks:
+        cells = "".join(
+            f"{_time(by_key[a, count]['time_us']):>16} {_g(by_key[a, count]['busbw_GBps']):>10}" + " "
+            for a in ALGORITHMS
+        )
+        print(f"  {count:>8}{cells}")
+
+
+def _write(out: str, models: list[Model], fits: list[dict], projection: list[dict], measured: list[dict], size: int):
+    """model.csv, projection.csv, allreduce_vs_model.csv (when there are measured rows), fit.png, projection.png."""
+    import pandas as pd
+
+    from fabricbench.results import prepare_out_dir
+
+    folder = prepare_out_dir(out)
+    written = []
+    for name, rows in ((MODEL_CSV, fits), (PROJECTION_CSV, projection), (MEASURED_CSV, measured)):
+        if rows:
+            pd.DataFrame(rows).to_csv(folder / name, index=False)
+            written.append(folder / name)
+    if fits:
+        written.append(_fit_plot(models, folder / FIT_PNG))
+    if projection:
+        written.append(_projection_plot(projection, size, folder / PROJECTION_PNG))
+    return written
+
+
+def _figure(panels: int, width: float = 6.4, height: float = 4.6):
+    """A matplotlib figure on the Agg canvas (no display); matplotlib is imported here and nowhere else in model."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width * panels, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots(1, panels, squeeze=False)[0]
+
+
+def _fit_plot(models: list[Model], path):
+    """One panel per series: measured times per message against size, and each fitted segment's line (log-log)."""
+    fitted = [m for m in models if m.fits]
+    figure, axes = _figure(len(fitted))
+    for ax, m in zip(axes, fitted, strict=True):
+        for kernel, marker, what in (("latency", "o", "one-way latency p50"), ("bw", "s", "bw: size / bw")):
+            sizes, times = m.points[kernel]
+            shown = sizes > 0  # a log axis has no 0 B
+            if not shown.any():
+                continue
+            (points,) = ax.plot(sizes[shown], times[shown], marker, fillstyle="none", label=what)
+            for s in m.fits.get(kernel, []):
+                line = np.geomspace(max(s.size_min, 1), max(s.size_max, 1), 50)
+                ax.plot(line, s.time_us(line), "-", color=points.get_color(), alpha=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (B)")
+        ax.set_ylabel("time per message (µs)")
+        ax.set_title(f"{m.name}: Hockney fit α + n/β per segment")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize="small")
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def _projection_plot(rows: list[dict], size: int, path):
+    """Projected allreduce time and bus bandwidth against the rank count: a colour per series, a style per algorithm."""
+    from fabricbench.report.compare import format_size
+
+    figure, (time_ax, busbw_ax) = _figure(2)
+    styles = dict(zip(ALGORITHMS, ("-", "--", ":"), strict=True))
+    series = list(dict.fromkeys(r["series"] for r in rows))
+    for number, name in enumerate(series):
+        for algorithm in ALGORITHMS:
+            mine = [r for r in rows if r["series"] == name and r["algorithm"] == algorithm]
+            ranks = [r["ranks"] for r in mine]
+            label = f"{name}, {algorithm}"
+            style = dict(color=f"C{number}", linestyle=styles[algorithm], label=label)
+            time_ax.plot(ranks, [r["time_us"] / 1e6 for r in mine], **style)
+            busbw_ax.plot(ranks, [r["busbw_GBps"] for r in mine], **style)
+    time_ax.set_yscale("log")
+    time_ax.set_ylabel("allreduce time (s)")
+    busbw_ax.set_ylabel("bus bandwidth (GB/s, GB = 10⁹ B)")
+    for ax in (time_ax, busbw_ax):
+        ax.set_xscale("log", base=10)
+        ax.set_xlabel("ranks")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_title(f"allreduce of {format_size(size)}, projected from α and β")
+    busbw_ax.legend(fontsize="small")
+    figure.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,153 @@
+"""``fabricbench model`` on real runs: a local one with allreduce rows, and a tbf-shaped link between namespaces."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from support import PYTHON, REPO, TESTBED, clean_env, fabricbench, testbed
+
+PREFIX, NET = "fbm", "10.213.11"  # a testbed of this module's own: other modules' may be up meanwhile
+SERVER, PORT = f"{NET}.2", 18760
+# tbf counts whole 1514-byte frames for 1448 bytes of TCP payload (as tests/test_netns.py): at 100 Mbit/s
+# the payload moves at 100e6 * 1448 / 1514 / 8 B/s.
+SHAPED_PAYLOAD_GBps = 100e6 * 1448 / 1514 / 8 / 1e9
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as table:
+        return list(csv.DictReader(table))
+
+
+def test_model_fits_a_local_run_projects_allreduce_and_measures_its_error(tmp_path):
+    run = tmp_path / "run"
+    result = fabricbench(
+        "run", "-t", "mpi", "-k", "latency,bw,allreduce", "-m", "4:64K", "-i", "100", "-x", "5", "--format", "none",
+        "--out", str(run),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "model"
+    # The fastest samples: on a busy 2-core machine two busy-polling ranks share the cores with everything else,
+    # and p50s of shared memory latency were seen at 0.1 to 1 ms, too scattered for any line.
+    result = fabricbench("model", str(run), "--size", "1G", "--statistic", "best", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "model: alpha" in text and "allreduce of 1 GiB, projected" in text and "  100000 " in text
+    assert "measured allreduce against the model" in text and "on 2 ranks: measured" in text
+    written = {p.name for p in out.iterdir()}
+    assert written == {"model.csv", "projection.csv", "allreduce_vs_model.csv", "fit.png", "projection.png"}
+    projection = read_csv(out / "projection.csv")
+    assert {r["algorithm"] for r in projection} == {"ring", "recursive-doubling", "double-binary-tree"}
+    assert {int(r["ranks"]) for r in projection} >= {2, 1024, 65536, 100000}
+    measured = read_csv(out / "allreduce_vs_model.csv")
+    assert len(measured) == 3 * 15  # 4 B to 64 KiB, each against the three algorithms
+
+
+def test_model_refuses_bad_input_in_one_line(tmp_path):
+    result = fabricbench("model", str(tmp_path / "nowhere"))
+    assert result.returncode == 2 and "no such file or directory" in result.stderr
+    result = fabricbench("model", str(tmp_path), "--project-ranks", "1,8")
+    assert result.returncode == 2 and "--project-ranks" in result.stderr and "Traceback" not in result.stderr
+
+
+netns = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"), reason="needs root with iproute2"
+)
+
+
+def bed(*args: str) -> None:
+    testbed(PREFIX, *args)
+
+
+def wait_listening(deadline: float = 30.0) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        listening = subprocess.run(["ip", "netns", "exec", f"{PREFIX}2", "ss", "-ltn"], capture_output=True, text=True)
+        if f":{PORT} " in listening.stdout:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"nothing listens on {SERVER}:{PORT}")
+
+
+@pytest.fixture
+def shaped_link():
+    """Two namespace hosts, every egress shaped to 100 Mbit/s by tbf, and `fabricbench serve` on the second."""
+    bed("up", "2", "--net", NET, "--rate", "100mbit", "--burst", "32kbit", "--latency", "400ms")
+    server = subprocess.Popen(
+        [TESTBED, "exec", f"{PREFIX}2", PYTHON, "-m", "fabricbench", "serve", "--address", SERVER, "--port", str(PORT)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=clean_env(),
+    )
+    try:
+        wait_listening()
+        yield
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+        bed("down")
+
+
+def peer_run(out: Path, *args: str) -> None:
+    """A tcp run from host 1 against the server on host 2: every byte crosses the shaped veth."""
+    command = [PYTHON, "-m", "fabricbench", "run", "--peer", f"{SERVER}:{PORT}", "-t", "tcp", *args]
+    result = subprocess.run(
+        [TESTBED, "exec", f"{PREFIX}1", *command, "--format", "none", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def fits(path: Path) -> dict[tuple[str, str], list[dict]]:
+    found: dict[tuple[str, str], list[dict]] = {}
+    for row in read_csv(path):
+        found.setdefault((row["series"], row["kernel"]), []).append(row)
+    return found
+
+
+@netns
+def test_model_recovers_the_shaped_rate_and_a_latency_runs_alpha(shaped_link, tmp_path):
+    # The modelled run: latency from 1 B (each size about 0.4 s, so thousands of samples where they are cheap),
+    # and a stream from 16 KiB to 1 MiB appended to the same table. Then a separate latency run alike.
+    both, latency = tmp_path / "both", tmp_path / "latency"
+    sweep = ["-k", "latency", "-m", "1:64K", "--max-time", "0.4", "-x", "2"]
+    peer_run(both, *sweep, "--label", "both")
+    peer_run(both, "-k", "bw", "-m", "16K:1M", "-W", "4", "-i", "3", "-x", "1", "--append", "--label", "both")
+    peer_run(latency, *sweep, "--label", "latency")
+    out = tmp_path / "model"
+    result = fabricbench("model", str(both), str(latency), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    print(result.stdout)  # the fits and the projection, for the log
+    found = fits(out / "model.csv")
+    beta = float(found["both tcp", "bw"][-1]["beta_GBps"])  # the stream's rate, from its largest sizes
+    assert beta == pytest.approx(SHAPED_PAYLOAD_GBps, rel=0.10), (beta, SHAPED_PAYLOAD_GBps)
+    # α of the small messages (under tbf's burst), against the separate run's, from the fastest samples: on a busy
+    # 2-core machine the p50 of two runs a minute apart moved from 11.2 to 15.2 us with the load, the minimum not.
+    # Each estimate has its own error, so one point lands outside the other's 95 % interval in about 1 try in 6
+    # with nothing wrong; the two intervals miss each other in about 1 in 150. The test asks the second.
+    best = tmp_path / "best"
+    result = fabricbench("model", str(both), str(latency), "--statistic", "best", "--out", str(best))
+    assert result.returncode == 0, result.stderr
+    found = fits(best / "model.csv")
+    modelled, separate = found["both tcp", "latency"][0], found["latency tcp", "latency"][0]
+    low, high = float(separate["alpha_lo_us"]), float(separate["alpha_hi_us"])
+    assert float(modelled["alpha_lo_us"]) <= high and low <= float(modelled["alpha_hi_us"]), (modelled, separate)
+    print(f"alpha {float(modelled['alpha_us']):.4g} us; the separate run's interval [{low:.4g}, {high:.4g}] us")
+    assert {p.name for p in out.iterdir()} >= {"model.csv", "projection.csv", "fit.png", "projection.png"}
+    # The shipped netns thresholds fail this link by its streams, row by row, and pass its small-message latency.
+    result = fabricbench("check", str(REPO / "examples" / "thresholds" / "netns-testbed.toml"), str(both))
+    assert result.returncode == 1, result.stdout
+    failing = [line.strip() for line in result.stdout.splitlines() if line.startswith("  FAIL")]
+    assert failing and all(line.startswith("FAIL tcp bw ") and "expected >= 50" in line for line in failing)
+    assert "tcp bw 1 MiB: bw_MBps" in result.stdout and "ok   rank 0 to rank N/2 answers" in result.stdout

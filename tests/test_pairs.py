@@ -1,0 +1,143 @@
+"""The all-pairs matrix across four namespace hosts: one shaped pair, or one shaped host, is named.
+
+Four hosts of scripts/netns-testbed.sh on multi-Gbit veths. ``shape-pair`` slows only the traffic
+between two of them (an htb class and a u32 filter on each one's egress send the other's address
+through a tbf); ``shape-link`` slows both directions of one host's link. Every run spans the four
+namespaces under hydra (one rank each), on tcp and on mpi (UCX's tcp over the veths). Needs root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support import NETNS, PYTHON, REPO, TESTBED, clean_env, read_rows, testbed
+
+THRESHOLDS = str(REPO / "examples" / "thresholds" / "netns-testbed.toml")
+PREFIX, NET = "fbp", "10.213.8"
+HOSTS = [f"{PREFIX}{i}" for i in range(1, 5)]
+SHAPED = "100mbit"  # 12.5 MB/s at most, against hundreds to thousands of MB/s on a plain veth
+SHAPE = ["--burst", "32kbit", "--latency", "400ms"]
+# 1 MiB messages, 4 in flight, one warm-up window, then about 0.25 s of windows per pair (--max-time, at most
+# 40): a fast pair gets tens of windows, so a moment of load on this small machine is not a slow link, and a
+# shaped one (0.35 s a window) gets one.
+SWEEP = ["-k", "pairs-bw", "-m", "1M:1M", "-W", "4", "-i", "40", "-x", "1", "--max-time", "0.25", "--timeout", "60"]
+
+pytestmark = NETNS
+
+
+def bed(*args: str) -> str:
+    return testbed(PREFIX, *args)
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    bed("up", "4", "--net", NET)
+    yield HOSTS
+    bed("down")
+
+
+@pytest.fixture
+def slow_pair(hosts):
+    bed("shape-pair", "fbp2", "fbp3", SHAPED, *SHAPE)
+    yield "fbp2", "fbp3"
+    bed("unshape", "all")
+
+
+@pytest.fixture
+def slow_host(hosts):
+    bed("shape-link", "fbp4", SHAPED, *SHAPE)
+    yield "fbp4"
+    bed("unshape", "all")
+
+
+def across_hosts(*args: str) -> subprocess.CompletedProcess:
+    """``fabricbench ARGS`` on one rank per namespace host, started by hydra through the namespace launcher."""
+    command = [TESTBED, "mpiexec", "--prefix", PREFIX, "-n", "4", "-ppn", "1", "-hosts", ",".join(HOSTS)]
+    return subprocess.run(
+        [*command, PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=120, env=clean_env()
+    )
+
+
+def pairs_bw(out: Path, transport: str) -> dict:
+    """A pairs-bw run on ``transport``: the verdict it printed (--json), checked against verdict.json and the rows."""
+    extra = ["--tcp-interface", "veth0"] if transport == "tcp" else []
+    result = across_hosts("run", "-t", transport, *SWEEP, *extra, "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert printed == json.loads((out / "verdict.json").read_text())
+    rows, _ = read_rows(out)
+    assert len(rows) == 12 and (rows.status == "ok").all() and (rows.schedule == "isolated").all()
+    assert set(zip(rows.src_host, rows.dst_host, strict=True)) == {(a, b) for a in HOSTS for b in HOSTS if a != b}
+    return printed
+
+
+def _figures(found: dict, entry: dict) -> str:
+    return f"{entry['value']:.1f} MB/s against the median {entry['median']:.1f} MB/s"
+
+
+@pytest.mark.parametrize("transport", ["tcp", "mpi"])
+def test_a_shaped_pair_is_the_one_slow_link_and_no_host_is_slow(slow_pair, transport, tmp_path):
+    found = pairs_bw(tmp_path / "run", transport)
+    assert found["slow_hosts"] == [], found
+    assert [{link["src_host"], link["dst_host"]} for link in found["slow_links"]] == [set(slow_pair)], found
+    (link,) = found["slow_links"]
+    assert len(link["directions"]) == 2  # shaped both ways, flagged both ways
+    assert link["value"] <= 12.5 and link["median"] > 10 * link["value"], _figures(found, link)
+    print(f"{transport}: slow link {slow_pair}: {_figures(found, link)}")
+
+
+@pytest.mark.parametrize("transport", ["tcp", "mpi"])
+def test_a_shaped_host_is_named_and_not_its_links(slow_host, transport, tmp_path):
+    found = pairs_bw(tmp_path / "run", transport)
+    assert found["slow_links"] == [], found
+    assert [host["host"] for host in found["slow_hosts"]] == [slow_host], found
+    (host,) = found["slow_hosts"]
+    assert (host["slow_links"], host["links"]) == (3, 3)
+    print(f"{transport}: slow host {slow_host}: {_figures(found, host)}")
+
+
+def test_check_passes_the_plain_testbed_and_fails_the_shaped_pair_by_name(hosts, tmp_path):
+    plain = tmp_path / "plain"
+    assert across_hosts("run", "-t", "tcp", *SWEEP, "--tcp-interface", "veth0", "--out", str(plain)).returncode == 0
+    passed = subprocess.run(
+        [PYTHON, "-m", "fabricbench", "check", THRESHOLDS, str(plain)], capture_output=True, text=True, timeout=60
+    )
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    bed("shape-pair", "fbp1", "fbp3", SHAPED, *SHAPE)
+    try:
+        shaped = tmp_path / "shaped"
+        run = across_hosts("run", "-t", "tcp", *SWEEP, "--tcp-interface", "veth0", "--out", str(shaped))
+        assert run.returncode == 0, run.stderr
+    finally:
+        bed("unshape", "all")
+    failed = subprocess.run(
+        [PYTHON, "-m", "fabricbench", "check", THRESHOLDS, str(shaped)], capture_output=True, text=True, timeout=60
+    )
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    failing = [line for line in failed.stdout.splitlines() if "FAIL" in line and "->" in line]
+    assert failing and all({"fbp1", "fbp3"} <= set(line.replace("->", " ").split()) for line in failing), failed.stdout
+
+
+def test_the_heatmap_of_a_shaped_pair(slow_pair, tmp_path):
+    """compare --out draws the matrix: results/examples/netns-pairs-heatmap/ holds one made this way."""
+    run = tmp_path / "run"
+    result = across_hosts("run", "-t", "tcp", *SWEEP, "--tcp-interface", "veth0", "--out", str(run), "--label", "netns")
+    assert result.returncode == 0, result.stderr
+    assert "slow link fbp2 (rank 1) <-> fbp3 (rank 2) (both ways)" in result.stdout
+    drawn = subprocess.run(
+        [PYTHON, "-m", "fabricbench", "compare", str(run), "--out", str(tmp_path / "plots")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert drawn.returncode == 0, drawn.stderr
+    heatmap = tmp_path / "plots" / "heatmap_pairs-bw.png"
+    assert heatmap.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("FABRICBENCH_KEEP_HEATMAP"):  # how the example in results/examples/ was made
+        shutil.copy(heatmap, os.environ["FABRICBENCH_KEEP_HEATMAP"])

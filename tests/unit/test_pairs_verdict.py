@@ -1,0 +1,169 @@
+"""The all-pairs schedules and the slow link / slow host verdict, without a process."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from fabricbench.pairs import DEFAULT_OUTLIER_Z, per_node, phases, round_robin, summary_lines, verdict
+from fabricbench.report import console
+
+
+def _hosts(count: int) -> list[str]:
+    return [f"h{i}" for i in range(count)]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 8])
+def test_round_robin_meets_every_pair_once_in_disjoint_rounds(count):
+    rounds = round_robin(list(range(count)))
+    assert len(rounds) == (count - 1 if count % 2 == 0 else count)
+    met = [pair for pairs in rounds for pair in pairs]
+    assert sorted(met) == list(itertools.combinations(range(count), 2))
+    for pairs in rounds:
+        ranks = [r for pair in pairs for r in pair]
+        assert len(ranks) == len(set(ranks))  # no rank twice in a round: no link shared
+
+
+@pytest.mark.parametrize("schedule", ["isolated", "shift"])
+@pytest.mark.parametrize("participants", [[0, 1], [0, 1, 2], [0, 2, 5, 7], [0, 1, 2, 3, 4]])
+def test_every_ordered_pair_is_measured_once(schedule, participants):
+    steps = phases(schedule, participants)
+    measured = [pair for phase in steps for pair in phase]
+    assert sorted(measured) == sorted(itertools.permutations(participants, 2))
+    for phase in steps:
+        sources = [s for s, _ in phase]
+        destinations = [d for _, d in phase]
+        assert len(sources) == len(set(sources)) and len(destinations) == len(set(destinations))
+        if schedule == "isolated":  # a rank is a source or a destination in a phase, never both
+            assert not set(sources) & set(destinations)
+        else:  # shift: every rank sends and receives in every step
+            assert sorted(sources) == sorted(destinations) == sorted(participants)
+
+
+def test_per_node_takes_the_lowest_rank_of_each_host():
+    assert per_node(["a", "a", "b", "c", "b", "c"]) == [0, 2, 3]
+    assert per_node(["a", "a"]) == [0]
+
+
+def _matrix(count: int, figure, kernel: str = "pairs-bw", **extra) -> list[dict]:
+    """A full matrix of pair rows; ``figure(src, dst)`` gives each pair's value."""
+    metric = "bw_MBps" if kernel == "pairs-bw" else "lat_p50_us"
+    hosts = _hosts(count)
+    return [
+        {
+            "transport": "tcp",
+            "kernel": kernel,
+            "schedule": "isolated",
+            "size_B": 1 << 20,
+            "src_rank": s,
+            "dst_rank": d,
+            "src_host": hosts[s],
+            "dst_host": hosts[d],
+            "status": "ok",
+            "validation": "off",
+            metric: figure(s, d),
+            **extra,
+        }
+        for s, d in itertools.permutations(range(count), 2)
+    ]
+
+
+def _spread(s: int, d: int) -> float:
+    """A healthy fabric's bandwidth: within a few percent of 2000 MB/s."""
+    return 2000.0 * (1 + 0.03 * ((s * 7 + d * 3) % 5 - 2) / 2)
+
+
+def test_one_slow_pair_is_named_and_no_host():
+    rows = _matrix(4, lambda s, d: 12.0 if {s, d} == {1, 2} else _spread(s, d))
+    found = verdict(rows)
+    assert not found["ok"] and found["slow_hosts"] == []
+    (link,) = found["slow_links"]
+    assert (link["src_host"], link["dst_host"]) == ("h1", "h2")
+    assert link["directions"] == [[1, 2], [2, 1]]
+    assert link["value"] == 12.0 and link["ratio"] < 0.01
+    json.dumps(found)  # what verdict.json holds is JSON
+    (line,) = summary_lines(found)[1:]
+    assert "slow link h1 (rank 1) <-> h2 (rank 2) (both ways): 12.0 MB/s against the median" in line
+
+
+def test_a_host_whose_pairs_are_mostly_slow_is_named_instead_of_its_links():
+    rows = _matrix(5, lambda s, d: 40.0 if 3 in (s, d) else _spread(s, d))
+    found = verdict(rows)
+    assert found["slow_links"] == []
+    (host,) = found["slow_hosts"]
+    assert (host["host"], host["slow_links"], host["links"]) == ("h3", 4, 4)
+    assert "slow host h3 (rank 3): 4 of 4 links slow" in summary_lines(found)[1]
+
+
+def test_a_slow_host_holding_half_the_pairs_of_four_is_still_named():
+    # Both directions of every link of host 3: 6 of 12 pairs, where the pairs' own median cannot stand.
+    found = verdict(_matrix(4, lambda s, d: 12.0 if 3 in (s, d) else _spread(s, d)))
+    assert [h["host"] for h in found["slow_hosts"]] == ["h3"] and found["slow_links"] == []
+    assert found["slow_hosts"][0]["slow_links"] == 3
+
+
+def test_one_direction_of_one_host_is_enough_to_name_it():
+    rows = _matrix(4, lambda s, d: 40.0 if s == 0 else _spread(s, d))  # only host 0's egress is slow
+    found = verdict(rows)
+    assert [h["rank"] for h in found["slow_hosts"]] == [0] and found["slow_links"] == []
+
+
+def test_high_latency_is_slow_and_low_latency_is_not():
+    def latency(s: int, d: int) -> float:
+        return 900.0 if {s, d} == {0, 3} else (5.0 if {s, d} == {1, 2} else 60.0 + s + d)
+
+    rows = _matrix(4, latency, "pairs-latency")
+    found = verdict(rows)
+    assert [(link["src_rank"], link["dst_rank"]) for link in found["slow_links"]] == [(0, 3)]
+
+
+def test_a_tight_fabric_flags_nothing_a_few_percent_off():
+    rows = _matrix(6, lambda s, d: 1000.0 if (s, d) != (2, 4) else 860.0)  # MAD 0: only MIN_EFFECT stands
+    assert verdict(rows)["ok"]
+    rows = _matrix(6, lambda s, d: 1000.0 if (s, d) != (2, 4) else 780.0)
+    assert [link["directions"] for link in verdict(rows)["slow_links"]] == [[[2, 4]]]
+
+
+def test_z_moves_the_threshold():
+    def wide(s: int, d: int) -> float:  # a fabric spread over +-20 %, and one pair at 15 %
+        return 150.0 if (s, d) == (0, 1) else 1000.0 * (1 + 0.2 * ((s + 2 * d) % 3 - 1))
+
+    rows = _matrix(5, wide)
+    assert not verdict(rows, z=DEFAULT_OUTLIER_Z)["ok"]
+    assert verdict(rows, z=20)["ok"]
+
+
+def test_too_few_pairs_and_bad_rows_are_not_judged():
+    assert verdict(_matrix(2, lambda s, d: 1.0 if s == 0 else 1000.0))["ok"]
+    rows = _matrix(4, lambda s, d: 5.0 if (s, d) == (0, 1) else 1000.0)
+    rows[0]["status"] = "unsupported: no"
+    rows[1]["validation"] = "fail"
+    assert all(g["pairs"] == 10 for g in verdict(rows)["groups"])
+    assert verdict([{"kernel": "bw", "status": "ok", "bw_MBps": 1.0}])["groups"] == []
+
+
+def test_repeats_count_once_at_their_median():
+    rows = _matrix(4, _spread, repeat=0) + _matrix(4, _spread, repeat=1)
+    rows += _matrix(4, lambda s, d: 10.0 if (s, d) == (0, 1) else _spread(s, d), repeat=2)
+    found = verdict(rows)
+    assert found["ok"] and found["groups"][0]["pairs"] == 12
+
+
+def test_the_console_line_of_a_pair_row_starts_with_its_ranks():
+    row = _matrix(3, _spread)[0] | {"iterations": 3, "bw_peak_MBps": 2100.0, "msgrate_per_s": 8.0}
+    row["lat_p50_us"] = 2000.0
+    header = console.header("tcp", "pairs-bw", 3, "")
+    assert header.splitlines()[1].split()[:4] == ["#", "src", "dst", "size(B)"]
+    assert console.line(row).split()[:3] == ["0", "1", str(1 << 20)]
+
+
+def test_a_noisy_fabric_of_four_names_the_slow_pair_and_no_host():
+    # A busy 2-core testbed: unshaped pairs anywhere from 200 to 500 MB/s, and one pair at 12 MB/s.
+    pairs = itertools.permutations(range(4), 2)
+    noisy = {(s, d): 200.0 + 300.0 * (((s * 5 + d * 11) * 37) % 97) / 96 for s, d in pairs}
+    for lowest_fast in (200.0, 280.0):
+        noisy[(1, 0)] = lowest_fast  # host 1's other links as low as they come
+        found = verdict(_matrix(4, lambda s, d: 12.0 if {s, d} == {1, 2} else noisy[(s, d)]))
+        assert found["slow_hosts"] == [] and [link["directions"] for link in found["slow_links"]] == [[[1, 2], [2, 1]]]
