@@ -139,7 +139,7 @@ NETNS = [
 ]
 
 
-def testbed(prefix: str, *args: str) -> str:
+def run_testbed(prefix: str, *args: str) -> str:
     """Run one testbed command on the testbed named ``prefix``; its stdout. A failure fails the test."""
     result = subprocess.run([TESTBED, *args, "--prefix", prefix], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

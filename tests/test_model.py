@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support import PYTHON, REPO, TESTBED, clean_env, fabricbench, testbed
+from support import PYTHON, REPO, TESTBED, clean_env, fabricbench, run_testbed
 
 PREFIX, NET = "fbm", "10.213.11"  # a testbed of this module's own: other modules' may be up meanwhile
 SERVER, PORT = f"{NET}.2", 18760
@@ -63,7 +63,7 @@ netns = pytest.mark.skipif(
 
 
 def bed(*args: str) -> None:
-    testbed(PREFIX, *args)
+    run_testbed(PREFIX, *args)
 
 
 def wait_listening(deadline: float = 30.0) -> None:

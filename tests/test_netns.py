@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support import NETNS, PYTHON, TESTBED, clean_env, fabricbench, read_rows, testbed
+from support import NETNS, PYTHON, TESTBED, clean_env, fabricbench, read_rows, run_testbed
 
 PREFIX, NET = "fbt", "10.213.7"
 SERVER = f"{NET}.2"
@@ -26,7 +26,7 @@ pytestmark = NETNS
 
 
 def bed(*args: str) -> str:
-    return testbed(PREFIX, *args)
+    return run_testbed(PREFIX, *args)
 
 
 @pytest.fixture(scope="module")

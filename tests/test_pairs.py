@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from support import NETNS, PYTHON, REPO, TESTBED, clean_env, read_rows, testbed
+from support import NETNS, PYTHON, REPO, TESTBED, clean_env, read_rows, run_testbed
 
 THRESHOLDS = str(REPO / "examples" / "thresholds" / "netns-testbed.toml")
 PREFIX, NET = "fbp", "10.213.8"
@@ -32,7 +32,7 @@ pytestmark = NETNS
 
 
 def bed(*args: str) -> str:
-    return testbed(PREFIX, *args)
+    return run_testbed(PREFIX, *args)
 
 
 @pytest.fixture(scope="module")
