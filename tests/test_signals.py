@@ -119,3 +119,45 @@ def test_ctrl_c_under_mpiexec_ends_ranks_inside_the_mpi_c_loop(out):
     rows, meta = read_rows(out)
     assert len(rows) == 0 and meta["complete"] is False and meta["rows"] == 0
     assert meta["transports"]["mpi"]["timed_loop"] == "c loop"
+
+
+# Holds `import numpy` until a signal comes: a real Ctrl-C (SIGINT) lands while fabricbench is still loading.
+_HOLD_NUMPY = """
+import sys, time
+class Hold:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            print("loading numpy", flush=True)
+            time.sleep(60)
+        return None
+sys.meta_path.insert(0, Hold())
+sys.argv = ["fabricbench", "doctor"]
+from fabricbench.__main__ import entry
+raise SystemExit(entry())
+"""
+
+
+@pytest.mark.parametrize(
+    ("rank_env", "code", "said"),
+    [
+        ({}, 130, "fabricbench: interrupted\n"),
+        # A rank of a launched job dies of the signal, so that its launcher ends the other ranks.
+        ({"PMI_RANK": "1"}, -signal.SIGINT, ""),
+    ],
+)
+def test_ctrl_c_while_fabricbench_loads_is_one_line_not_a_traceback(rank_env, code, said):
+    run = subprocess.Popen(
+        [PYTHON, "-c", _HOLD_NUMPY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(rank_env),
+    )
+    try:
+        assert run.stdout.readline() == "loading numpy\n"
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == code
+    assert stderr == said
