@@ -14,6 +14,7 @@ import numpy as np
 # exception is the watchdog's last-resort MPI_Abort, which ends the job anyway.
 THREAD_LEVEL = "serialized"
 IDLE_POLL_S = 0.001  # how often a rank outside a --ranks subset looks whether the subset is done
+FORWARD_GRACE_S = 0.2  # before MPI_Abort, for the launcher to forward what the rank just wrote
 
 
 def load_mpi():
@@ -83,6 +84,9 @@ class MPIControl:
         return [json.loads(out[a:b].tobytes()) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
     def abort(self, code: int) -> None:
+        # The launcher forwards a rank's stderr on its own schedule, and MPI_Abort tears that down: a moment's
+        # grace lets the one line a failing rank has just written reach the terminal (a CI run once lost it).
+        time.sleep(FORWARD_GRACE_S)
         self.comm.Abort(code)
 
     def first(self, count: int) -> MPIControl | None:
