@@ -135,15 +135,20 @@ def test_model_recovers_the_shaped_rate_and_a_latency_runs_alpha(shaped_link, tm
     # α of the small messages (under tbf's burst), against the separate run's, from the fastest samples: on a busy
     # 2-core machine the p50 of two runs a minute apart moved from 11.2 to 15.2 us with the load, the minimum not.
     # Each estimate has its own error, so one point lands outside the other's 95 % interval in about 1 try in 6
-    # with nothing wrong; the two intervals miss each other in about 1 in 150. The test asks the second.
+    # with nothing wrong; the two intervals miss each other in about 1 in 150. But this VM also runs a launch in
+    # one of two speed modes about 1.6 times apart (README, "How close it comes"): a quiet CI run gave
+    # [11.8, 14.4] us against [19.0, 24.7] us. So the intervals' agreement is printed, and the test asks only
+    # that the two runs' alpha agree within a factor of 2.
     best = tmp_path / "best"
     result = fabricbench("model", str(both), str(latency), "--statistic", "best", "--out", str(best))
     assert result.returncode == 0, result.stderr
     found = fits(best / "model.csv")
     modelled, separate = found["both tcp", "latency"][0], found["latency tcp", "latency"][0]
     low, high = float(separate["alpha_lo_us"]), float(separate["alpha_hi_us"])
-    assert float(modelled["alpha_lo_us"]) <= high and low <= float(modelled["alpha_hi_us"]), (modelled, separate)
-    print(f"alpha {float(modelled['alpha_us']):.4g} us; the separate run's interval [{low:.4g}, {high:.4g}] us")
+    overlap = float(modelled["alpha_lo_us"]) <= high and low <= float(modelled["alpha_hi_us"])
+    print(f"alpha {float(modelled['alpha_us']):.4g} us [{modelled['alpha_lo_us']}, {modelled['alpha_hi_us']}];")
+    print(f"the separate run's {float(separate['alpha_us']):.4g} us [{low:.4g}, {high:.4g}]; overlap: {overlap}")
+    assert 0.5 <= float(modelled["alpha_us"]) / float(separate["alpha_us"]) <= 2, (modelled, separate)
     assert {p.name for p in out.iterdir()} >= {"model.csv", "projection.csv", "fit.png", "projection.png"}
     # The shipped netns thresholds fail this link by its streams, row by row, and pass its small-message latency.
     result = fabricbench("check", str(REPO / "examples" / "thresholds" / "netns-testbed.toml"), str(both))

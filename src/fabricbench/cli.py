@@ -272,7 +272,7 @@ def new_run_id() -> str:
 
 
 def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
-    from fabricbench.pairs import DEFAULT_OUTLIER_Z, SCHEDULES
+    from fabricbench.pairs import DEFAULT_OUTLIER_Z, MIN_EFFECT, SCHEDULES
 
     group = run.add_argument_group("all-pairs kernels (pairs-latency, pairs-bw)")
     group.add_argument(
@@ -291,6 +291,14 @@ def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
         help=f"a pair is slow beyond median -/+ Z x 1.4826 x MAD of its log figure (default {DEFAULT_OUTLIER_Z:g})",
     )
     group.add_argument(
+        "--outlier-floor",
+        type=_outlier_floor,
+        default=MIN_EFFECT * 100,
+        metavar="PCT",
+        help=f"nor is a pair slow unless it is PCT %% worse than the median (default {MIN_EFFECT * 100:g}); "
+        "raise it where healthy pairs scatter widely, e.g. many ranks sharing few cores",
+    )
+    group.add_argument(
         "--json", action="store_true", help="print the slow links and hosts as one JSON object (also verdict.json)"
     )
 
@@ -306,6 +314,17 @@ def _outlier_z(text: str) -> float:
     return value
 
 
+def _outlier_floor(text: str) -> float:
+    """--outlier-floor: a plain decimal percentage from 0 to 1000."""
+    try:
+        value = float(text) if text.strip().replace(".", "", 1).isdigit() and text.isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1000:
+        raise UsageError(f"--outlier-floor must be a percentage from 0 to 1000, got {text!r}")
+    return value
+
+
 def _pairs_options(args, steps: list[Step]) -> dict:
     """The all-pairs settings, when the run has an all-pairs kernel; UsageError where they cannot apply."""
     if not any(step.spec.pattern == "matrix" for step in steps):
@@ -316,7 +335,13 @@ def _pairs_options(args, steps: list[Step]) -> dict:
         raise UsageError("the all-pairs kernels have no OSU text layout: use --format table or none")
     if args.peer and (args.schedule != "isolated" or args.per_node):
         raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
-    return {"schedule": args.schedule, "per_node": args.per_node, "outlier_z": args.outlier_z, "json": args.json}
+    return {
+        "schedule": args.schedule,
+        "per_node": args.per_node,
+        "outlier_z": args.outlier_z,
+        "outlier_floor": args.outlier_floor / 100,
+        "json": args.json,
+    }
 
 
 def _percentiles(text: str) -> tuple[float, ...]:

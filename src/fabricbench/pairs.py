@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 SCHEDULES = ("isolated", "shift")
 DEFAULT_OUTLIER_Z = 4.0
 MAD_TO_SIGMA = 1.4826  # MAD times this estimates a normal distribution's standard deviation
-MIN_EFFECT = 0.20  # a pair is never slow for being less than 20 % off the median, however tight the rest are
+MIN_EFFECT = 0.20  # by default (--outlier-floor) a pair is never slow for being less than 20 % off the median
 LEAVE_ONE_OUT_UP_TO = 64  # ranks up to which each host is judged against the pairs without it (_slow_hosts_alone)
 MIN_PAIRS = 3  # fewer directed pairs in a group give no median worth judging against
 VERDICT_NAME = "verdict.json"
@@ -94,7 +94,7 @@ def _ratio(value: float, median: float) -> float:
 
 
 def judge_group(
-    values: dict, worse: str, z: float, reference: Iterable | None = None
+    values: dict, worse: str, z: float, reference: Iterable | None = None, floor: float = MIN_EFFECT
 ) -> tuple[float, float, float, set]:
     """(median, MAD of the logs, threshold, the slow keys) for one group's {key: figure}; the median and MAD are
     taken over the ``reference`` keys (all keys when None or fewer than MIN_PAIRS).
@@ -111,14 +111,14 @@ def judge_group(
     base = kept if len(kept) >= MIN_PAIRS else list(logs.values())
     centre = _median(base)
     mad = _median([abs(v - centre) for v in base])
-    reach = max(z * MAD_TO_SIGMA * mad, math.log1p(MIN_EFFECT))
+    reach = max(z * MAD_TO_SIGMA * mad, math.log1p(floor))
     sign = -1 if worse == "low" else 1
     threshold = math.exp(centre + sign * reach)
     slow = {key for key, v in logs.items() if sign * (v - centre) > reach}
     return math.exp(centre), mad, threshold, slow
 
 
-def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float) -> set[int]:
+def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float, floor: float) -> set[int]:
     """The ranks more than half of whose links are slow against the pairs between the other ranks.
 
     Each rank is held against a reference without its own pairs: in a small
@@ -128,10 +128,11 @@ def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float
     """
     ranks = sorted({rank for pair in values for rank in pair})
     leave_out = len(ranks) <= LEAVE_ONE_OUT_UP_TO
-    overall = set() if leave_out else judge_group(values, worse, z)[3]
+    overall = set() if leave_out else judge_group(values, worse, z, floor=floor)[3]
     slow_ranks = set()
     for rank in ranks:
-        slow = judge_group(values, worse, z, [p for p in values if rank not in p])[3] if leave_out else overall
+        reference = [p for p in values if rank not in p]
+        slow = judge_group(values, worse, z, reference, floor)[3] if leave_out else overall
         links = {frozenset(pair) for pair in values if rank in pair}
         bad = {frozenset(pair) for pair in slow if rank in pair}
         if len(bad) * 2 > len(links):
@@ -143,7 +144,7 @@ def _key(row: dict) -> tuple:
     return (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
 
 
-def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = "") -> dict:
+def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = "", floor: float = MIN_EFFECT) -> dict:
     """The slow links and slow hosts among measured pair rows (dicts with the table's columns).
 
     Rows of another kernel, or not ``ok``, are left out. Repeated rows of one
@@ -170,9 +171,9 @@ def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = ""
     for (transport, kernel, schedule, size), by_pair in sorted(groups.items()):
         metric, worse = METRICS[kernel]
         values = {pair: _median(v) for pair, v in by_pair.items()}
-        slow_ranks = _slow_hosts_alone(values, worse, z)
+        slow_ranks = _slow_hosts_alone(values, worse, z, floor)
         healthy = [pair for pair in values if not set(pair) & slow_ranks]
-        centre, mad, threshold, slow = judge_group(values, worse, z, healthy)
+        centre, mad, threshold, slow = judge_group(values, worse, z, healthy, floor)
         group = _group_verdict(transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks)
         if not math.isnan(centre):  # the figure slow ones are held against: the healthy pairs' median
             group["median"] = centre
@@ -187,7 +188,8 @@ def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = ""
         "version": VERDICT_VERSION,
         "run_id": run_id,
         "outlier_z": z,
-        "rule": f"log figure beyond median -/+ {z:g} x {MAD_TO_SIGMA} x MAD and at least {MIN_EFFECT:.0%} off; "
+        "outlier_floor": floor,
+        "rule": f"log figure beyond median -/+ {z:g} x {MAD_TO_SIGMA} x MAD and at least {floor:.0%} off; "
         "a host when more than half of its links are slow",
         "ok": not slow_links and not slow_hosts,
         "slow_links": slow_links,

@@ -88,6 +88,14 @@ def test_one_slow_pair_is_named_and_no_host():
     assert "slow link h1 (rank 1) <-> h2 (rank 2) (both ways): 12.0 MB/s against the median" in line
 
 
+def test_the_floor_sets_how_far_off_a_pair_must_be_on_a_tight_fabric():
+    # 0.7 of the median: far beyond 4 MADs of a fabric within 3 %, so only the floor decides.
+    rows = _matrix(4, lambda s, d: 0.7 * _spread(s, d) if {s, d} == {1, 2} else _spread(s, d))
+    assert [link["src_host"] for link in verdict(rows)["slow_links"]] == ["h1"]  # default: 20 % off
+    loose = verdict(rows, floor=0.5)
+    assert loose["ok"] and loose["outlier_floor"] == 0.5 and "at least 50% off" in loose["rule"]
+
+
 def test_a_host_whose_pairs_are_mostly_slow_is_named_instead_of_its_links():
     rows = _matrix(5, lambda s, d: 40.0 if 3 in (s, d) else _spread(s, d))
     found = verdict(rows)

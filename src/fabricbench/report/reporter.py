@@ -148,9 +148,15 @@ class Reporter:
     def _pairs_verdict(self) -> None:
         """The all-pairs verdict: verdict.json beside the table, the closing list on the console, or (--json) the
         verdict itself on stdout."""
-        from fabricbench.pairs import DEFAULT_OUTLIER_Z, VERDICT_NAME, summary_lines, verdict
+        from fabricbench.pairs import DEFAULT_OUTLIER_Z, MIN_EFFECT, VERDICT_NAME, summary_lines, verdict
 
-        found = verdict(self.pair_rows, self.plan.pairs.get("outlier_z", DEFAULT_OUTLIER_Z), self.plan.run_id)
+        pairs = self.plan.pairs
+        found = verdict(
+            self.pair_rows,
+            pairs.get("outlier_z", DEFAULT_OUTLIER_Z),
+            self.plan.run_id,
+            pairs.get("outlier_floor", MIN_EFFECT),
+        )
         try:
             write_json(self.out_dir / VERDICT_NAME, found)
         except ResultsError as exc:
