@@ -261,23 +261,15 @@ class NcclCase(Case):
 
             return pingpong
         window = range(self.window)
-        if self.initiator:
+        post, buffer = (comm.send, send) if self.initiator else (comm.recv, recv)
 
-            def send_window():
-                group_start()
-                for _ in window:
-                    comm.send(send, count, dtype, peer, stream_ptr)
-                group_end()
-
-            return send_window
-
-        def recv_window():
+        def one_window():  # the initiator's sends, or the peer's receives, as one NCCL group
             group_start()
             for _ in window:
-                comm.recv(recv, count, dtype, peer, stream_ptr)
+                post(buffer, count, dtype, peer, stream_ptr)
             group_end()
 
-        return recv_window
+        return one_window
 
     def nccl_module(self):
         from cupy.cuda import nccl
