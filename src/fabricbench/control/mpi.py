@@ -85,7 +85,7 @@ class MPIControl:
 
     def abort(self, code: int) -> None:
         # The launcher forwards a rank's stderr on its own schedule, and MPI_Abort tears that down: a moment's
-        # grace lets the one line a failing rank has just written reach the terminal (a CI run once lost it).
+        # grace lets the one line a failing rank has just written reach the terminal.
         time.sleep(FORWARD_GRACE_S)
         self.comm.Abort(code)
 
