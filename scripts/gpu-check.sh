@@ -94,8 +94,12 @@ step "cuda-copy: host<->device (pinned, pageable), device->device"
 try fb run -t cuda-copy -k h2d,d2h,h2d-pageable,d2h-pageable,d2d -m 1K:256M --np 1 -i 20 -x 3 -c --out "$out/cuda-copy"
 gpus=$("$vpy" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
 if [ "$gpus" -gt 1 ]; then
-    step "cuda-copy: peer matrix over $gpus GPUs"
+    step "cuda-copy: peer matrix over $gpus GPUs (a row per ordered pair)"
     try fb run -t cuda-copy -k peer -m 1M:256M --np 1 -i 10 -x 2 -c --out "$out/cuda-peer"
+    try fb compare "$out/cuda-peer" --out "$out/cuda-peer-plots"  # heatmap_peer.png: the NVLink/PCIe matrix
+else
+    step "cuda-copy: peer on one GPU (an unsupported row, by design)"
+    try fb run -t cuda-copy -k peer -m 1M:1M --np 1 -i 10 -x 2 --out "$out/cuda-peer"
 fi
 
 step "mpi --buffer cuda, 2 ranks on one GPU: staged through pinned memory, and CUDA-aware (or unsupported rows)"

@@ -318,12 +318,18 @@ def _rank(text: object) -> str:
 
 
 def is_pair(row: dict) -> bool:
-    """A row of one (source, destination) pair of an all-pairs kernel."""
-    return bool(row.get("src_host")) and bool(row.get("dst_host"))
+    """A row of one (source, destination) pair of ranks of an all-pairs kernel."""
+    return bool(row.get("src_host")) and bool(row.get("dst_host")) and not is_gpu_pair(row)
+
+
+def is_gpu_pair(row: dict) -> bool:
+    """A row of one (source, destination) pair of GPUs in one host (cuda-copy peer)."""
+    return str(row.get("src_gpu", "")) not in ("", "nan", "None")
 
 
 def row_name(row: dict) -> str:
-    """``tcp pairs-bw 1 MiB fbh1 -> fbh3 (ranks 0 -> 2, shift)``: which row, pair and repeat a line is about."""
+    """``tcp pairs-bw 1 MiB fbh1 -> fbh3 (ranks 0 -> 2, shift)``, or ``cuda-copy peer 64 MiB gpu1 GPU 0 -> GPU 1``:
+    which row, pair and repeat a line is about."""
     text = f"{row['transport']} {row['kernel']} {_size_text(row['size_B'])}"
     if row.get("buffer", "host") not in ("host", ""):
         text += f" {row['buffer']} buffers"
@@ -332,6 +338,8 @@ def row_name(row: dict) -> str:
         if row.get("schedule"):
             detail += f", {row['schedule']}"
         text += f" {row['src_host']} -> {row['dst_host']} ({detail})"
+    elif is_gpu_pair(row):
+        text += f" {row.get('src_host', '')} GPU {_rank(row['src_gpu'])} -> GPU {_rank(row.get('dst_gpu'))}"
     if str(row.get("repeat", "0")) not in ("0", "0.0", ""):
         text += f" repeat {_rank(row['repeat'])}"
     return text

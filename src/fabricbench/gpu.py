@@ -142,19 +142,44 @@ def preload_nccl() -> str | None:
     return None
 
 
+def format_uuid(raw: bytes) -> str:
+    """A GPU's 16-byte UUID as nvidia-smi writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."""
+    text = raw.hex()
+    return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
+
+
+def driver_uuid(index: int) -> str | None:
+    """The UUID of CUDA device ``index`` (after CUDA_VISIBLE_DEVICES, as the runtime counts) from the driver's
+    cuDeviceGetUuid; None where the driver does not answer. CuPy's getDeviceProperties()["uuid"] is the C
+    char[16] turned into bytes up to its first zero byte, so it cannot be trusted to hold all 16."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    device, raw = ctypes.c_int(0), ctypes.create_string_buffer(16)
+    get_uuid = getattr(lib, "cuDeviceGetUuid_v2", None) or getattr(lib, "cuDeviceGetUuid", None)
+    if get_uuid is None or lib.cuInit(0) != 0 or lib.cuDeviceGet(ctypes.byref(device), ctypes.c_int(index)) != 0:
+        return None
+    if get_uuid(raw, device) != 0:
+        return None
+    return format_uuid(raw.raw[:16])
+
+
 def device_record(cupy, index: int) -> dict:
     """One GPU's name, PCI bus id, UUID and memory, as metadata and ``doctor`` show them."""
     props = cupy.cuda.runtime.getDeviceProperties(index)
     name = props.get("name", b"")
-    uuid = props.get("uuid", b"")
-    if isinstance(uuid, bytes) and len(uuid) == 16:
-        hexed = uuid.hex()
-        uuid = f"GPU-{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
+    uuid = driver_uuid(index)
+    if uuid is None:  # CuPy's copy: whole only when none of its 16 bytes is zero
+        found = props.get("uuid", b"")
+        uuid = format_uuid(found) if isinstance(found, bytes) and len(found) == 16 else "unknown"
     return {
         "index": index,
         "name": name.decode(errors="replace") if isinstance(name, bytes) else str(name),
         "bus_id": cupy.cuda.Device(index).pci_bus_id,
-        "uuid": uuid.decode(errors="replace") if isinstance(uuid, bytes) else str(uuid or ""),
+        "uuid": uuid,
         "memory_GB": round(props.get("totalGlobalMem", 0) / 1e9, 1),
     }
 

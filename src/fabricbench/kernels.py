@@ -41,7 +41,8 @@ class Kernel:
 
     pattern: ``pair`` uses rank 0 and rank N/2; ``pairs`` uses every rank r < N/2
     with r + N/2; ``all`` is every rank; ``matrix`` meets every ordered pair of ranks in
-    turn, phase by phase (fabricbench.pairs), one row per pair.
+    turn, phase by phase (fabricbench.pairs), one row per pair; ``gpu-pairs`` is every ordered pair of
+    the GPUs on rank 0's host (cuda-copy peer), one row per pair.
     sample: what one entry of the per-iteration time array is: ``rtt`` (a
     round trip, reported halved), ``window`` (W messages and the ack) or ``op``.
     """
@@ -128,7 +129,10 @@ _ALL = [
     *(
         Kernel(name, "bandwidth", "all", "window", 1, 64 * MiB, title, min_ranks=1, osu_datatype="")
         for name, title in COPY_KERNELS.items()
+        if name != "peer"
     ),
+    # Every ordered pair of the GPUs on rank 0's host, one row per pair (src_gpu, dst_gpu): the NVLink/PCIe matrix.
+    Kernel("peer", "bandwidth", "gpu-pairs", "window", 1, 64 * MiB, COPY_KERNELS["peer"], min_ranks=1, osu_datatype=""),
 ]
 KERNELS: dict[str, Kernel] = {k.name: k for k in _ALL}
 

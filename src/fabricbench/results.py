@@ -36,6 +36,8 @@ COLUMNS = [
     "dst_rank",
     "src_host",
     "dst_host",
+    "src_gpu",
+    "dst_gpu",
     "window",
     "iterations",
     "warmup",
@@ -61,11 +63,13 @@ COLUMNS = [
     "note",
 ]
 NUMERIC = {c for c in COLUMNS if c.endswith(("_us", "_MBps", "_GBps", "_per_s"))}
-INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat", "src_rank", "dst_rank"}
+INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
+INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu"}
 # The table's and its metadata's layout; compare migrates older ones (report/load.py).
 # 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
-# 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts.
-SCHEMA_VERSION = 3
+# 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
+# 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU.
+SCHEMA_VERSION = 4
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"

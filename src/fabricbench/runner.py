@@ -8,6 +8,7 @@ the table on disk grows size by size.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import traceback
@@ -149,6 +150,23 @@ def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Wa
     return measured_row(plan, transport.name, kernel, size, case, warmup, samples, gathered, transport.buffer)
 
 
+def measure_routes(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog, failure=None):
+    """A GPU-pair kernel (cuda-copy ``peer``): ``measure`` once per ordered pair of GPUs on rank 0's host, which
+    the transport's ``routes`` lists alike on every rank; rank 0 returns a row per pair, the others []."""
+    rows = []
+    host = socket.gethostname()
+    for src, dst in transport.routes(kernel):
+        transport.route = (src, dst)
+        try:
+            row = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
+        finally:
+            transport.route = None
+        if row is not None:
+            row.update(src_gpu=src, dst_gpu=dst, src_host=host, dst_host=host)
+            rows.append(row)
+    return rows
+
+
 def check(ctrl, case, kernel: Kernel) -> int:
     """One untimed iteration into poisoned buffers, then compare: 1 pass, 0 fail."""
     case.poison()
@@ -188,8 +206,9 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
                     watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
                     row = transport.reference_row(kernel, size)
                     watchdog.disarm()
-                elif kernel.pattern == "matrix":  # one row per ordered pair (fabricbench.matrix); rank 0's list
-                    pair_rows = measure_pairs(ctrl, transport, kernel, size, plan, watchdog, failure)
+                elif kernel.pattern in ("matrix", "gpu-pairs"):  # one row per ordered pair of ranks, or of GPUs
+                    by_pairs = measure_pairs if kernel.pattern == "matrix" else measure_routes
+                    pair_rows = by_pairs(ctrl, transport, kernel, size, plan, watchdog, failure)
                     for pair_row in pair_rows[:-1]:
                         hand_on(pair_row, 0)
                     row = pair_rows[-1] if pair_rows else None

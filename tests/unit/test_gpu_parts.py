@@ -119,3 +119,15 @@ def test_cuda_failure_words(monkeypatch):
     monkeypatch.setattr(gpu, "driver_library", lambda: True)
     assert "older than" in gpu.cuda_failure(RuntimeError("cudaErrorInsufficientDriver: x"))
     assert "no CUDA device" in gpu.cuda_failure(RuntimeError("cudaErrorNoDevice: no CUDA-capable device"))
+
+
+def test_uuid_as_nvidia_smi_writes_it():
+    raw = bytes.fromhex("5a1c3f0e00b24d1e9f6a0c1d2e3f4a5b")
+    assert gpu.format_uuid(raw) == "GPU-5a1c3f0e-00b2-4d1e-9f6a-0c1d2e3f4a5b"
+
+
+def test_no_driver_no_uuid():
+    """This CI host has no libcuda.so.1: the driver's UUID is None, not an exception."""
+    if gpu.driver_library():
+        pytest.skip("this host has an NVIDIA driver")
+    assert gpu.driver_uuid(0) is None

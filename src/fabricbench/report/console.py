@@ -19,6 +19,8 @@ def _layout(kernel_name: str) -> list[tuple[str, str, int]]:
     lead = [("size(B)", "size_B", 10), ("iters", "iterations", 7)]
     if kernel.pattern == "matrix":  # an all-pairs row: its source and destination rank first
         lead = [("src", "src_rank", 5), ("dst", "dst_rank", 5), *lead]
+    elif kernel.pattern == "gpu-pairs":  # a GPU pair's row: its source and destination GPU first
+        lead = [("src GPU", "src_gpu", 8), ("dst GPU", "dst_gpu", 8), *lead]
     tail = [("valid", "validation", 6)]
     if kernel.windowed:
         body = [
@@ -64,7 +66,7 @@ def line(row: dict) -> str:
     out = []
     for _, column, width in _layout(row["kernel"]):
         value = row.get(column)
-        if column in ("size_B", "iterations", "src_rank", "dst_rank"):
+        if column in ("size_B", "iterations", "src_rank", "dst_rank", "src_gpu", "dst_gpu"):
             out.append(f"{value:>{width}d}")
         elif column == "validation":
             out.append(f"{value:>{width}}")

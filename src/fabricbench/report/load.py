@@ -25,7 +25,8 @@ from fabricbench.results import CSV_NAME, META_NAME, NUMERIC, PARQUET_NAME, SCHE
 
 REQUIRED = ["transport", "kernel", "size_B", "status"]
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
-# schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then).
+# schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
+# GPU-pair columns (no GPU pair rows then).
 OPTIONAL = {
     "run_id": "",
     "label": "",
@@ -39,6 +40,8 @@ OPTIONAL = {
     "dst_rank": "",
     "src_host": "",
     "dst_host": "",
+    "src_gpu": "",
+    "dst_gpu": "",
 }
 # Metadata fields the report reads that must be strings (and "hosts", a list of strings).
 STRING_FIELDS = ("label", "run_id", "mpi_vendor")
@@ -100,7 +103,7 @@ def migrate(frame: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, dict]:
 
     Schema 1 is every table written before ``schema_version`` existed: its
     metadata called the OS release ``kernel`` (the name of a row column).
-    Rows of schema 1 and 2 may lack the OPTIONAL columns. The returned metadata says under
+    Rows of schema 1 to 3 may lack the OPTIONAL columns. The returned metadata says under
     MIGRATED what was done; a current table comes back unchanged. Metadata of
     the wrong shape or of a newer schema raises a UsageError.
     """
@@ -267,8 +270,8 @@ def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str
         series.append(Series(letter, unique, path, run_id, transport, buffer, metadata))
         rows = by_rank_count(rows)
         measured = rows[comparable(rows)]
-        # An all-pairs kernel has a row per (source, destination) at each size: those are not repeats.
-        unique_by = [*KEY, "repeat", "src_rank", "dst_rank"]
+        # An all-pairs kernel has a row per (source, destination) rank or GPU at each size: those are not repeats.
+        unique_by = [*KEY, "repeat", "src_rank", "dst_rank", "src_gpu", "dst_gpu"]
         repeated = measured.duplicated(unique_by, keep="last").reindex(rows.index, fill_value=False)
         if repeated.any():
             notes.append(f"{letter} holds {int(repeated.sum())} repeated (kernel, size) rows; the last of each is used")

@@ -186,18 +186,22 @@ def write_scaling_plot(series: list[Series], tidy: pd.DataFrame, out: Path) -> P
 
 
 # The all-pairs heatmaps: the colour map per judged figure, dark where a pair is slow in both.
-HEATMAP_COLOURS = {"bw_MBps": "viridis", "lat_p50_us": "viridis_r"}
+HEATMAP_COLOURS = {"bw_MBps": "viridis", "lat_p50_us": "viridis_r", "bw_GBps": "viridis"}
 HEATMAP_LABELS = {"bw_MBps": "bandwidth (MB/s)", "lat_p50_us": "one-way latency p50 (µs)"}
+HEATMAP_LABELS["bw_GBps"] = "copy bandwidth (GB/s, GB = 10⁹ B)"  # GPU pairs: hundreds of GB/s over NVLink
 ANNOTATED_UP_TO = 16  # ranks on an axis up to which every cell shows its figure
 
 
 def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
     """One PNG per all-pairs kernel (``heatmap_pairs-bw.png``): a panel per (series, transport, schedule, size),
-    sources down and destinations across, named by host and rank; slow pairs (fabricbench.pairs) boxed in red."""
+    sources down and destinations across, named by host and rank; slow pairs (fabricbench.pairs) boxed in red.
+    GPU pairs (cuda-copy ``peer``) get ``heatmap_peer.png``: a panel per (series, host, size), GPU by GPU."""
     from fabricbench.pairs import METRICS
 
     written = []
     rows = pairs[comparable(pairs)].copy()
+    gpu_rows = rows[rows["src_gpu"] != ""].copy()
+    rows = rows[rows["src_rank"] != ""]
     rows["src"] = pd.to_numeric(rows["src_rank"]).astype(int)
     rows["dst"] = pd.to_numeric(rows["dst_rank"]).astype(int)
     for kernel, of_kernel in rows.groupby("kernel", sort=False):
@@ -208,18 +212,40 @@ def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
         fig, axes = _grid(len(groups), 5.4)
         for ax, ((series, transport, schedule, size), group) in zip(axes, groups, strict=False):
             _heatmap(fig, ax, group, metric)
+            _box_slow_pairs(ax, group)
             ax.set_title(f"{series}: {transport} {kernel}, {schedule}, {format_size(size)}", fontsize="medium")
         fig.suptitle("fabricbench all-pairs matrix: source (rows) to destination (columns)", fontsize="large")
         path = out / f"heatmap_{kernel}.png"
         fig.savefig(path, dpi=90)
         written.append(path)
+    if len(gpu_rows):
+        written.append(_gpu_heatmaps(gpu_rows, out))
     return written
 
 
-def _heatmap(fig, ax, group: pd.DataFrame, metric: str) -> None:
-    """One matrix: the median over repeats of each (source, destination), the diagonal left empty."""
-    from fabricbench.pairs import verdict
+def _gpu_heatmaps(rows: pd.DataFrame, out: Path) -> Path:
+    """The NVLink/PCIe matrix: copy bandwidth between every ordered pair of one host's GPUs."""
+    rows["src"] = pd.to_numeric(rows["src_gpu"]).astype(int)
+    rows["dst"] = pd.to_numeric(rows["dst_gpu"]).astype(int)
+    groups = list(rows.groupby(["series", "transport", "kernel", "src_host", "size_B"], sort=False))
+    fig, axes = _grid(len(groups), 5.4)
+    for ax, ((series, transport, kernel, host, size), group) in zip(axes, groups, strict=False):
+        named = group.assign(
+            src_host=[f"GPU {g}" for g in group["src"]],
+            dst_host=[f"GPU {g}" for g in group["dst"]],
+            bw_GBps=group["bw_MBps"] / 1000,
+        )
+        _heatmap(fig, ax, named, "bw_GBps", numbered=False)
+        ax.set_title(f"{series}: {transport} {kernel} on {host}, {format_size(size)}", fontsize="medium")
+    fig.suptitle("fabricbench GPU-pair copies: source (rows) to destination", fontsize="large")
+    path = out / "heatmap_peer.png"
+    fig.savefig(path, dpi=90)
+    return path
 
+
+def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -> None:
+    """One matrix: the median over repeats of each (source, destination), the diagonal left empty; the axes name
+    each ``src``/``dst`` by its host column, with the number in brackets when ``numbered``."""
     values = group.groupby(["src", "dst"])[metric].median()
     ranks = sorted(set(group["src"]) | set(group["dst"]))
     hosts = {int(r): h for r, h in zip(group["src"], group["src_host"], strict=True)}
@@ -230,7 +256,7 @@ def _heatmap(fig, ax, group: pd.DataFrame, metric: str) -> None:
         matrix[place[src], place[dst]] = value
     image = ax.imshow(matrix, cmap=HEATMAP_COLOURS[metric], aspect="equal")
     fig.colorbar(image, ax=ax, shrink=0.8, label=HEATMAP_LABELS[metric])
-    labels = [f"{hosts.get(r, '')} ({r})" if hosts.get(r) else str(r) for r in ranks]
+    labels = [f"{hosts[r]} ({r})" if hosts.get(r) and numbered else hosts.get(r) or str(r) for r in ranks]
     ax.set_xticks(range(len(ranks)), labels, rotation=45, ha="right", fontsize="small")
     ax.set_yticks(range(len(ranks)), labels, fontsize="small")
     ax.set_xlabel("destination")
@@ -240,13 +266,22 @@ def _heatmap(fig, ax, group: pd.DataFrame, metric: str) -> None:
         middle = float(np.median(finite)) if len(finite) else 0.0
         for (i, j), value in np.ndenumerate(matrix):
             if np.isfinite(value):
-                dark = value < middle if metric == "bw_MBps" else value > middle
+                dark = value < middle if metric.startswith("bw_") else value > middle
                 text = f"{value:.3g}"
                 ax.text(j, i, text, ha="center", va="center", fontsize="x-small", color="white" if dark else "black")
+
+
+def _box_slow_pairs(ax, group: pd.DataFrame) -> None:
+    """Red boxes round the pairs fabricbench.pairs' verdict calls slow, and every pair of a slow host."""
+    from fabricbench.pairs import verdict
+
+    ranks = sorted(set(group["src"]) | set(group["dst"]))
+    place = {rank: i for i, rank in enumerate(ranks)}
+    pairs = set(zip(group["src"], group["dst"], strict=True))
     found = verdict(group.assign(src_rank=group["src"], dst_rank=group["dst"]).to_dict("records"))
     slow = {tuple(d) for link in found["slow_links"] for d in link["directions"]}
     slow_hosts = {host["rank"] for host in found["slow_hosts"]}
-    slow |= {(s, d) for s, d in values.index if s in slow_hosts or d in slow_hosts}
+    slow |= {(s, d) for s, d in pairs if s in slow_hosts or d in slow_hosts}
     for src, dst in slow:
         if src in place and dst in place:
             corner = (place[dst] - 0.5, place[src] - 0.5)

@@ -4,9 +4,10 @@
   (``cudaMemcpyAsync``); ``h2d-pageable`` / ``d2h-pageable`` from ordinary
   (pageable) host memory, which the driver stages itself.
 - ``d2d``: a copy within one GPU's memory.
-- ``peer``: ``cudaMemcpyPeerAsync`` between every ordered pair of visible
-  GPUs; the row's bandwidth is the slowest pair's and its note holds the
-  whole matrix (GB/s, src->dst). It needs two GPUs.
+- ``peer``: ``cudaMemcpyPeerAsync`` between every ordered pair of the GPUs
+  visible to rank 0, one row per pair (``src_gpu``, ``dst_gpu``), which
+  ``compare --out`` draws as a heatmap: the NVLink/PCIe matrix. It needs
+  two GPUs; rank 0 says how many it sees, so every rank runs the same routes.
 
 Every copy is timed with CUDA events on one stream (``cuda_timing``); a row's
 bw_MBps is bytes copied per second with MB = 10^6. Only rank 0 copies, so a
@@ -21,12 +22,27 @@ import numpy as np
 
 from fabricbench import gpu
 from fabricbench.buffers import pattern
-from fabricbench.errors import Unsupported
+from fabricbench.errors import PeerError, Unsupported
 from fabricbench.kernels import COPY_KERNELS, Kernel
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.cuda_timing import EventTimer, sample_name
 
 SEED = 7  # the copied pattern's seed
+MAX_GPUS = 1024  # GPUs a host may report: far above any one host's, so a bad count from the network is refused
+
+
+def gpu_routes(count: int) -> list[tuple[int, int]]:
+    """Every ordered pair (source, destination) of ``count`` GPUs, source-major, as nvbandwidth's matrix."""
+    return [(src, dst) for src in range(count) for dst in range(count) if src != dst]
+
+
+def peer_gpu_count(ctrl, mine: int | None) -> int:
+    """Rank 0's visible GPU count on every rank (it crossed the network: checked)."""
+    data = ctrl.bcast_bytes(str(mine).encode() if ctrl.rank == 0 else None)
+    text = data.decode("ascii", errors="replace")
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_GPUS:
+        raise PeerError(f"rank 0 sent a bad GPU count {text[:20]!r}")
+    return int(text)
 
 
 class CopyCase(Case):
@@ -128,57 +144,74 @@ class CopyCase(Case):
 
 
 class PeerCase(Case):
-    """``cudaMemcpyPeerAsync`` over every ordered pair of visible GPUs; each sample is the slowest pair's copy."""
+    """``cudaMemcpyPeerAsync`` from GPU ``src`` to GPU ``dst`` on rank 0's host, on a stream of the source GPU:
+    one route of the ``peer`` matrix, timed as any other copy (warm-up, iterations, -c) by ``runner.measure``."""
 
-    def __init__(self, transport: CudaCopyTransport, kernel: Kernel, size: int):
+    def __init__(self, transport: CudaCopyTransport, kernel: Kernel, size: int, route: tuple[int, int]):
         super().__init__()
         cupy = self.cupy = transport.cupy
         self.initiator = transport.ctrl.rank == 0
         self.window = 1
-        self.size = size
-        self.timing = transport.timing
-        self.method = "cudaMemcpyPeerAsync, events"
-        self.row_fields = {"sample": "op (slowest pair, loop mean)"}
-        count = cupy.cuda.runtime.getDeviceCount()
-        if count < 2:
-            raise Unsupported(f"peer copies need two GPUs; {count} visible")
-        self.buffers = {}
-        self.routes: list[tuple[int, int]] = []
+        self.src_gpu, self.dst_gpu = route
+        self.row_fields = {"sample": sample_name("op", transport.timing)}
+        self.source = self.destination = None
         if not self.initiator:
+            self.method = "cudaMemcpyPeerAsync, events"
+            self.timer = EventTimer(cupy, transport.stream, lambda: None, transport.timing, False)
             return
-        for index in range(count):
-            with cupy.cuda.Device(index):
-                self.buffers[index] = cupy.asarray(pattern(size, SEED + index))
-                for other in range(count):
-                    if other != index and cupy.cuda.runtime.deviceCanAccessPeer(index, other):
-                        with contextlib.suppress(cupy.cuda.runtime.CUDARuntimeError):  # already enabled
-                            cupy.cuda.runtime.deviceEnablePeerAccess(other)
-        self.routes = [(src, dst) for src in range(count) for dst in range(count) if src != dst]
+        runtime = cupy.cuda.runtime
+        src, dst = route
+        # Without peer access the driver stages the copy through host memory: the row says which it measured.
+        direct = bool(runtime.deviceCanAccessPeer(src, dst))
+        with cupy.cuda.Device(dst):
+            self.destination = cupy.full(size, 0xFE, dtype=cupy.uint8)
+        with cupy.cuda.Device(src):
+            if direct:
+                with contextlib.suppress(runtime.CUDARuntimeError):  # cudaErrorPeerAccessAlreadyEnabled
+                    runtime.deviceEnablePeerAccess(dst)
+            self.source = cupy.asarray(pattern(size, SEED + src))
+            self.stream = cupy.cuda.Stream(non_blocking=True)  # the source GPU's: its events time the copy
+            src_ptr, dst_ptr, stream_ptr = self.source.data.ptr, self.destination.data.ptr, self.stream.ptr
+
+            def launch():
+                runtime.memcpyPeerAsync(dst_ptr, dst, src_ptr, src, size, stream_ptr)
+
+            self.timer = EventTimer(cupy, self.stream, launch, transport.timing, transport.graph)
+        access = "peer access" if direct else "no peer access: staged through the host by the driver"
+        self.method = f"cudaMemcpyPeerAsync, events{', cuda graph' if transport.graph else ''}, {access}"
+        self.size = size
+        runtime.deviceSynchronize()
 
     def run(self, iterations: int, times: memoryview) -> None:
-        if not self.initiator or iterations <= 0:
+        if not self.initiator:
             return
-        cupy, runtime, size = self.cupy, self.cupy.cuda.runtime, self.size
-        slowest, matrix = 0.0, []
-        for src, dst in self.routes:
-            with cupy.cuda.Device(src):
-                stream = cupy.cuda.Stream(non_blocking=True)
-                start, end = cupy.cuda.Event(), cupy.cuda.Event()
-                src_ptr, dst_ptr = self.buffers[src].data.ptr, self.buffers[dst].data.ptr
-                start.record(stream)
-                for _ in range(iterations):
-                    runtime.memcpyPeerAsync(dst_ptr, dst, src_ptr, src, size, stream.ptr)
-                end.record(stream)
-                end.synchronize()
-                per_copy_ns = cupy.cuda.get_elapsed_time(start, end) * 1e6 / iterations
-            slowest = max(slowest, per_copy_ns)
-            matrix.append(f"{src}->{dst} {size / per_copy_ns:.1f}")
-        for i in range(iterations):
-            times[i] = int(slowest)
-        self.row_fields["note"] = "GB/s " + ", ".join(matrix)
+        with self.cupy.cuda.Device(self.src_gpu):  # events and graphs belong to the source GPU, as its stream
+            self.timer.run(iterations, times)
+
+    def poison(self) -> None:
+        if self.initiator:
+            with self.cupy.cuda.Device(self.dst_gpu):
+                self.destination[...] = 0xFE
+                self.cupy.cuda.runtime.deviceSynchronize()
+
+    @property
+    def received(self):
+        if not self.initiator:
+            return EMPTY
+        with self.cupy.cuda.Device(self.src_gpu):
+            self.stream.synchronize()
+        return self.cupy.asnumpy(self.destination)
+
+    @received.setter
+    def received(self, value) -> None:  # Case.__init__ sets it; the destination GPU's buffer is what is checked
+        pass
+
+    def expected(self) -> np.ndarray:
+        return pattern(self.size, SEED + self.src_gpu) if self.initiator else EMPTY
 
     def close(self) -> None:
-        self.buffers = {}
+        self.timer.close()
+        self.source = self.destination = None
 
 
 class CudaCopyTransport(Transport):
@@ -206,10 +239,20 @@ class CudaCopyTransport(Transport):
         self.binding = gpu.Binding(ctrl, options.get("gpu_map"))
         self.cupy = self.binding.cupy
         self.stream = self.cupy.cuda.Stream(non_blocking=True)
+        self.gpus = peer_gpu_count(ctrl, self.cupy.cuda.runtime.getDeviceCount() if ctrl.rank == 0 else None)
+        self.route: tuple[int, int] | None = None  # the peer route runner.measure_routes is timing
+
+    def routes(self, kernel: Kernel) -> list[tuple[int, int]]:
+        """The ordered GPU pairs the peer kernel copies between, alike on every rank; Unsupported under two."""
+        if self.gpus < 2:
+            raise Unsupported(f"peer copies need two GPUs; rank 0 sees {self.gpus}")
+        return gpu_routes(self.gpus)
 
     def case(self, kernel: Kernel, size: int) -> Case:
         if kernel.name == "peer":
-            return PeerCase(self, kernel, size)
+            if self.route is None:
+                raise Unsupported("peer copies run per GPU pair (runner.measure_routes)")
+            return PeerCase(self, kernel, size, self.route)
         return CopyCase(self, kernel, size)
 
     def metadata(self) -> dict:
