@@ -103,8 +103,9 @@ else
 fi
 
 step "mpi --buffer cuda, 2 ranks on one GPU: staged through pinned memory, and CUDA-aware (or unsupported rows)"
-try fb run -t mpi -k latency,bw,bibw --buffer cuda --method staged -m 1:4M -i 50 -x 5 -c --out "$out/mpi-cuda-staged"
-try fb run -t mpi -k latency,bw --buffer cuda --method blocking -m 1:4M -i 50 -x 5 -c --out "$out/mpi-cuda-direct"
+mpi_cuda=latency,bw,bibw,allreduce,allgather,alltoall,bcast,reduce,reduce_scatter,barrier
+try fb run -t mpi -k "$mpi_cuda" --buffer cuda --method staged -m 4:4M -i 50 -x 5 -c --out "$out/mpi-cuda-staged"
+try fb run -t mpi -k "$mpi_cuda" --buffer cuda --method blocking -m 4:4M -i 50 -x 5 -c --out "$out/mpi-cuda-direct"
 
 step "ratio: fabricbench nccl allreduce against a minimal cupy.cuda.nccl loop (events)"
 try fb run -t nccl -k allreduce -m 64M:256M --np 1 -i 50 -x 10 --format none --out "$out/ratio-large"

@@ -60,9 +60,34 @@ def test_each_gpu_transport_refuses(transport, tmp_path):
 
 
 @no_gpu
-def test_mpi_cuda_buffers_refuse(tmp_path):
-    result = fabricbench("run", "-t", "mpi", "-k", "latency", "--buffer", "cuda", "--out", str(tmp_path / "o"))
-    _one_line_refusal(result, "mpi --buffer cuda:")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-t", "mpi", "-k", "latency"],
+        ["-t", "mpi", "-k", "allreduce"],  # the collectives on GPU buffers need CuPy and a GPU as well
+        ["-t", "mpi", "-k", "bcast,reduce,barrier", "--method", "staged"],
+        ["-t", "mpi,mpi-rma", "-k", "allreduce,put"],  # mpi's line stops the run; mpi-rma asks for no GPU
+    ],
+)
+def test_mpi_cuda_buffers_refuse(args, tmp_path):
+    out = tmp_path / "o"
+    _one_line_refusal(fabricbench("run", *args, "--buffer", "cuda", "--out", str(out)), "mpi --buffer cuda:")
+    assert not out.exists()
+
+
+def test_mpi_rma_says_unsupported_for_cuda_buffers_on_any_host(tmp_path):
+    """mpi-rma's windows are host memory: with --buffer cuda every kernel's row says so, with or without a GPU
+    (its preflight asks for none), and nothing is measured in host memory in their place."""
+    out = tmp_path / "o"
+    result = fabricbench(
+        "run", "-t", "mpi-rma", "--buffer", "cuda", "-m", "8:8", "-i", "5", "-x", "1", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    rows = _table(out)
+    assert sorted(r["kernel"] for r in rows) == ["get", "get-bw", "put", "put-bw"]
+    reason = "unsupported: mpi-rma runs host windows only; --buffer cuda is for -t mpi"
+    assert all(r["status"] == reason and r["validation"] == "off" and r["buffer"] == "cuda" for r in rows), rows
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -147,6 +172,15 @@ def test_cupy_without_a_driver_names_the_driver():
         env=env,
     )
     _one_line_refusal(result, "cuda-copy:", "driver")
+    for kernels in ("latency", "allreduce,bcast"):  # mpi --buffer cuda, point-to-point and collectives alike
+        result = subprocess.run(
+            [CUPY_PYTHON, "-m", "fabricbench", "run", "-t", "mpi", "-k", kernels, "--buffer", "cuda", "--out", "/x/y"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        _one_line_refusal(result, "mpi --buffer cuda:", "driver")
 
 
 # ----- on a GPU host (scripts/gpu-check.sh runs these) -----
@@ -186,21 +220,57 @@ def test_cuda_copy_host_and_device(tmp_path):
     assert all(r["status"] == "ok" and r["validation"] == "pass" and float(r["bw_MBps"]) > 0 for r in rows)
 
 
+MPI_CUDA_KERNELS = "latency,bw,allreduce,allgather,alltoall,bcast,reduce,reduce_scatter"
+
+
+@needs_gpu
+def test_cuda_copy_peer_matrix_or_its_unsupported_row(tmp_path):
+    """A row per ordered GPU pair, each validated; with one GPU, one unsupported row that says why."""
+    out = tmp_path / "o"
+    result = fabricbench(
+        "run", "-t", "cuda-copy", "-k", "peer", "--np", "1", "-m", "1M:1M", "-i", "10", "-x", "2", "-c",
+        "--out", str(out), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = _table(out)
+    if DEVICES < 2:
+        assert [r["status"] for r in rows] == ["unsupported: peer copies need two GPUs; rank 0 sees 1"]
+        return
+    pairs = {(int(r["src_gpu"]), int(r["dst_gpu"])) for r in rows}
+    assert pairs == {(s, d) for s in range(DEVICES) for d in range(DEVICES) if s != d}
+    assert all(r["status"] == "ok" and r["validation"] == "pass" and float(r["bw_MBps"]) > 0 for r in rows)
+
+
 @needs_gpu
 def test_mpi_cuda_buffers_staged_and_unsupported(tmp_path):
     for method, ok in (("staged", True), ("blocking", None)):
         out = tmp_path / method
         result = fabricbench(
-            "run", "-t", "mpi", "-k", "latency,bw", "--buffer", "cuda", "--method", method, "-m", "8:64K",
+            "run", "-t", "mpi", "-k", MPI_CUDA_KERNELS, "--buffer", "cuda", "--method", method, "-m", "8:64K",
             "-i", "20", "-x", "2", "-c", "--out", str(out), timeout=300,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         rows = _table(out)
+        assert {r["kernel"] for r in rows} == set(MPI_CUDA_KERNELS.split(","))
+        measured = [r for r in rows if r["status"] == "ok"]
         assert all(r["buffer"] == "cuda" for r in rows)
+        assert all(r["validation"] == "pass" for r in measured), measured
         if ok:
-            assert all(r["validation"] == "pass" and "staged" in r["method"] for r in rows)
+            assert len(measured) == len(rows) and all("staged through pinned host memory" in r["method"] for r in rows)
         else:  # the wheel's MPICH is not CUDA-aware; a CUDA-aware one passes
             assert all(r["status"] == "ok" or "MPI is not CUDA-aware" in r["status"] for r in rows)
+            assert all("CUDA-aware" in r["method"] for r in measured)
+
+
+@needs_gpu
+def test_mpi_cuda_barrier_runs_on_any_mpi(tmp_path):
+    """A barrier moves no buffer: with --buffer cuda it runs the host loop, CUDA-aware MPI or not."""
+    result = fabricbench(
+        "run", "-t", "mpi", "-k", "barrier", "--buffer", "cuda", "--method", "blocking", "-i", "20", "-x", "2",
+        "--out", str(tmp_path / "o"), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [r["status"] for r in _table(tmp_path / "o")] == ["ok"]
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ def test_shim_bandwidth_window_and_validation(shims, tmp_path):
 @pytest.mark.parametrize(
     ("name", "args", "problem"),
     [
-        ("osu_latency", ["-m", "8", "-d", "cuda", "D", "D"], "-d cuda: fabricbench has no GPU buffers yet"),
+        ("osu_latency", ["-m", "8", "-d", "rocm", "D", "D"], "-d rocm: fabricbench's GPU buffers are CUDA's only"),
         ("osu_allreduce", ["-m", "8", "-T", "mpi_char"], "allreduce moves MPI_FLOAT only"),  # refused by rank 0's plan
         ("osu_bw", ["-m", "8", "-z"], "tail columns (-z) for bw"),
         ("osu_latency", ["-m", "8", "-G"], "cannot honour option -G"),

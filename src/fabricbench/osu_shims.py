@@ -13,13 +13,19 @@ What each OSU option becomes:
 - ``-f``: ``--osu-full`` (a collective's Min/Max/Iterations columns);
 - ``-z [LIST]``: ``--osu-percentiles LIST`` (OSU's default 50,90,99);
 - ``-T TYPE``: ``--osu-datatype TYPE``, accepted only where it names the type fabricbench moves;
-- ``-d cpu``: host buffers, fabricbench's only kind; another device is refused until GPU buffers exist;
-- the ``H|D|M H|D|M`` buffer positionals of a point-to-point test: a CPU build of OSU 7.4 reads them
-  only when built with an accelerator, and otherwise ignores them, so ``D D`` (which ReFrame's
-  hpctestlib always passes) runs host buffers there as here. ``-d cuda D D`` is refused with ``-d``;
+- ``-d cpu``: host buffers;
+- ``-d cuda``: CuPy GPU buffers, ``--buffer cuda`` (mpi's ``-d cuda``): a collective's every buffer, as
+  OSU puts them; a point-to-point test's where its buffer positionals say so, as a CUDA build of OSU 7.4
+  reads them: ``D D`` both on the GPU, ``H H`` both in host memory. fabricbench puts both ends in one
+  place, so a mixed pair (``H D``) and managed memory (``M``) are refused, and so is ``-d cuda`` with no
+  pair (OSU would then use host memory, which is not what ``-d cuda`` is usually written for). The
+  one-sided tests refuse ``-d cuda``: mpi-rma's windows are host memory;
+- the ``H|D|M H|D|M`` buffer positionals without ``-d cuda``: a CPU build of OSU 7.4 reads them only
+  when built with an accelerator, and otherwise ignores them, so ``D D`` (which ReFrame's hpctestlib
+  always passes) runs host buffers there as here;
 - ``-w allocate`` and ``-s flush`` (one-sided): the window and synchronisation fabricbench uses.
 
-Anything else OSU has (``-d cuda``, ``-w create``, ``-T mpi_int`` on a float reduction, an option this
+Anything else OSU has (``-d rocm``, ``-w create``, ``-T mpi_int`` on a float reduction, an option this
 benchmark does not list) is refused in one line naming it, exit 2: never a silent change of meaning.
 """
 
@@ -64,7 +70,7 @@ OPTIONS = {
         Option("f", "full", "", "Min, Max and Iterations columns"),
         Option("z", "tail-lat", "optional", "[LIST]  tail latency columns, e.g. 50,90,99 (default)"),
         Option("T", "type", "required", "TYPE  datatype: the one fabricbench moves for this benchmark"),
-        Option("d", "accelerator", "required", "TYPE  buffers: cpu (GPU buffers: not yet)"),
+        Option("d", "accelerator", "required", "TYPE  buffers: cpu, or cuda (CuPy GPU memory: --buffer cuda)"),
         Option("w", "win-option", "required", "OPTION  window creation: allocate"),
         Option("s", "sync-option", "required", "OPTION  synchronisation: flush"),
         Option("h", "help", "", "this help"),
@@ -124,6 +130,7 @@ class Request:
     bench: Benchmark
     values: dict  # letter -> value ("" for a flag given)
     action: str = "run"  # "run", "help" or "version"
+    buffer: str = "host"  # fabricbench's --buffer: "host" or "cuda" (-d cuda)
 
 
 def parse(name: str, argv: list[str]) -> Request:
@@ -179,7 +186,7 @@ def parse(name: str, argv: list[str]) -> Request:
         return Request(bench, values, "version")
     _check_positionals(bench, positionals)
     _check_values(bench, values)
-    return Request(bench, values)
+    return Request(bench, values, buffer=_buffer(bench, values.get("d"), positionals))
 
 
 def _check_positionals(bench: Benchmark, positionals: list[str]) -> None:
@@ -195,14 +202,36 @@ def _check_positionals(bench: Benchmark, positionals: list[str]) -> None:
 
 def _check_values(bench: Benchmark, values: dict) -> None:
     device = values.get("d")
-    if device is not None and device != "cpu":
+    if device is not None and device not in ("cpu", "cuda"):
         if device in DEVICES:
-            raise UsageError(f"{bench.name}: -d {device}: fabricbench has no GPU buffers yet (only -d cpu)")
+            raise UsageError(f"{bench.name}: -d {device}: fabricbench's GPU buffers are CUDA's only (-d cuda)")
         raise UsageError(f"{bench.name}: -d {device!r}: not a buffer kind (cpu, or one of {', '.join(DEVICES)})")
     for letter, (only, what) in ONLY_VALUE.items():
         if letter in values and values[letter] != only:
             given = values[letter]
             raise UsageError(f"{bench.name}: -{letter} {given}: fabricbench uses {what} only (-{letter} {only})")
+
+
+def _buffer(bench: Benchmark, device: str | None, positionals: list[str]) -> str:
+    """fabricbench's --buffer for OSU's -d and buffer positionals (both already checked one by one)."""
+    if device != "cuda":
+        return "host"  # -d cpu, or no -d: the positionals are ignored, as a CPU build of OSU ignores them
+    if bench.transport == "mpi-rma":
+        raise UsageError(f"{bench.name}: -d cuda: fabricbench's one-sided windows are host memory only")
+    if not bench.buffers:
+        return "cuda"  # a collective: OSU puts every buffer on the GPU
+    if not positionals:
+        raise UsageError(
+            f"{bench.name}: -d cuda without buffer locations means H H (host memory) to OSU: "
+            "give D D for GPU buffers, or H H"
+        )
+    if "M" in positionals:
+        raise UsageError(f"{bench.name}: -d cuda {' '.join(positionals)}: fabricbench has no managed (M) buffers")
+    if positionals[0] != positionals[1]:
+        raise UsageError(
+            f"{bench.name}: -d cuda {' '.join(positionals)}: fabricbench puts both buffers in one place (D D or H H)"
+        )
+    return "cuda" if positionals[0] == "D" else "host"
 
 
 def results_dir(name: str, now: datetime.datetime | None = None) -> str:
@@ -227,6 +256,8 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
         argv += ["--osu-percentiles", values["z"] or DEFAULT_PERCENTILES]
     if "T" in values:
         argv += ["--osu-datatype", values["T"]]
+    if request.buffer != "host":
+        argv += ["--buffer", request.buffer]
     return [*argv, "--out", out_dir]
 
 
@@ -244,8 +275,11 @@ def usage(bench: Benchmark) -> str:
         option = OPTIONS[letter]
         value, _, text = option.help.partition("  ") if option.value else ("", "", option.help)
         lines.append(f"  -{letter}, --{option.long} {value}".ljust(38) + text)
-    if bench.buffers:
+    if bench.buffers and bench.transport == "mpi-rma":
         lines.append("Buffer locations are read as a CPU build of OSU reads them: host memory.")
+    elif bench.buffers:
+        lines.append("Buffer locations: with -d cuda, D D puts both in GPU memory and H H both in host memory;")
+        lines.append("without it they are read as a CPU build of OSU reads them: host memory.")
     return "\n".join(lines)
 
 

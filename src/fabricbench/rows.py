@@ -33,8 +33,10 @@ def base_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int,
     }
 
 
-def unsupported_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int, reason: str) -> dict:
-    row = base_row(plan, transport, kernel, size, ranks)
+def unsupported_row(
+    plan, transport: str, kernel: Kernel, size: int | None, ranks: int, reason: str, buffer: str = "host"
+) -> dict:
+    row = base_row(plan, transport, kernel, size, ranks, buffer)
     row.update(status=f"unsupported: {reason}", validation="off")
     return row
 

@@ -192,12 +192,14 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
 
     reason = transport.unsupported(kernel)
     if reason:
-        hand_on(unsupported_row(plan, step.transport, kernel, None, ctrl.size, reason), len(step.sizes))
+        hand_on(
+            unsupported_row(plan, step.transport, kernel, None, ctrl.size, reason, transport.buffer), len(step.sizes)
+        )
         return
     for size in step.sizes:
         if size % kernel.elem_bytes:
             why = f"size is not a multiple of the {kernel.elem_bytes}-byte element"
-            row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, why)
+            row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, why, transport.buffer)
         else:
             try:
                 failure = reporter.failure if reporter else None
@@ -216,7 +218,7 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
                     row = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
             except Unsupported as exc:  # raised by case() on every rank alike, before any traffic
                 watchdog.disarm()
-                row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc))
+                row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc), transport.buffer)
         hand_on(row)
 
 

@@ -25,6 +25,15 @@ def test_reframes_point_to_point_line_runs_host_buffers_with_validation():
     assert _run("osu_bw", "-m 4194304 -x 10 -i 1000 -c D D")[4:5] == ["bw"]
 
 
+def test_reframes_gpu_lines_run_cuda_buffers():
+    # hpctestlib with device_buffers = 'cuda': `-d cuda` after -c, and D D on the point-to-point tests.
+    assert _run("osu_latency", "-m 8 -x 10 -i 1000 -c -d cuda D D") == [
+        *("run", "-t", "mpi", "-k", "latency", "--format", "osu", "--label", "osu_latency"),
+        *("-m", "8", "-i", "1000", "-x", "10", "-c", "--buffer", "cuda", "--out", "OUT"),
+    ]
+    assert _run("osu_allreduce", "-m 8 -x 10 -i 1000 -c -d cuda")[-4:] == ["--buffer", "cuda", "--out", "OUT"]
+
+
 def test_reframes_collective_line():
     argv = _run("osu_alltoall", "-m 8 -x 10 -i 1000 -c")
     assert argv[:5] == ["run", "-t", "mpi", "-k", "alltoall"] and "-c" in argv and "--osu-full" not in argv
@@ -44,6 +53,17 @@ def test_reframes_collective_line():
         ("osu_latency", "-m4:64 -i100", ["-m", "4:64", "-i", "100"]),
         ("osu_allreduce", "-cf", ["-c", "--osu-full"]),  # clustered flags, as getopt takes them
         ("osu_latency", "-d cpu H H", []),
+        ("osu_latency", "-d cpu D D", []),  # positionals without -d cuda: host, as a CPU build of OSU
+        ("osu_latency", "D D", []),
+        ("osu_latency", "-d cuda D D", ["--buffer", "cuda"]),
+        ("osu_latency", "-d cuda H H", []),  # OSU's -d cuda H H: both buffers in host memory
+        ("osu_bw", "-dcuda D D", ["--buffer", "cuda"]),
+        ("osu_bibw", "--accelerator=cuda D D", ["--buffer", "cuda"]),
+        ("osu_mbw_mr", "-d cuda D D", ["--buffer", "cuda"]),
+        ("osu_multi_lat", "-d cuda D D", ["--buffer", "cuda"]),
+        ("osu_allreduce", "-d cuda", ["--buffer", "cuda"]),  # a collective: every buffer on the GPU
+        ("osu_reduce_scatter", "-d cuda", ["--buffer", "cuda"]),
+        ("osu_barrier", "-d cuda", ["--buffer", "cuda"]),
         ("osu_put_latency", "-w allocate -s flush", []),
     ],
 )
@@ -56,9 +76,17 @@ def test_each_osu_option_becomes_its_run_option(name, line, expected):
 @pytest.mark.parametrize(
     ("name", "line", "problem"),
     [
-        ("osu_latency", "-d cuda D D", "-d cuda: fabricbench has no GPU buffers yet"),
-        ("osu_latency", "-d managed", "-d managed: fabricbench has no GPU buffers yet"),
+        ("osu_latency", "-d rocm D D", "-d rocm: fabricbench's GPU buffers are CUDA's only"),
+        ("osu_allreduce", "-d rocm", "-d rocm: fabricbench's GPU buffers are CUDA's only"),
+        ("osu_latency", "-d openacc D D", "-d openacc: fabricbench's GPU buffers are CUDA's only"),
+        ("osu_latency", "-d managed", "-d managed: fabricbench's GPU buffers are CUDA's only"),
         ("osu_latency", "-d tpu", "-d 'tpu': not a buffer kind"),
+        ("osu_latency", "-d cuda", "-d cuda without buffer locations means H H"),
+        ("osu_bw", "-d cuda H D", "-d cuda H D: fabricbench puts both buffers in one place"),
+        ("osu_latency", "-d cuda M M", "-d cuda M M: fabricbench has no managed"),
+        ("osu_put_latency", "-d cuda D D", "-d cuda: fabricbench's one-sided windows are host memory only"),
+        ("osu_get_bw", "-d cuda", "-d cuda: fabricbench's one-sided windows are host memory only"),
+        ("osu_allreduce", "-d cuda D D", "unexpected argument 'D'"),
         ("osu_latency", "-f", "cannot honour option -f"),  # OSU's osu_latency has no -f
         ("osu_latency", "-W 8", "cannot honour option -W"),
         ("osu_latency", "-G", "cannot honour option -G"),

@@ -1,4 +1,4 @@
-"""Transport ``mpi``: two-sided MPI on numpy host buffers.
+"""Transport ``mpi``: two-sided MPI on numpy host buffers (CuPy device buffers with ``--buffer cuda``).
 
 The loops follow OSU's (osu_latency, osu_bw, osu_bibw, osu_mbw_mr,
 osu_multi_lat and the collectives) so that the numbers compare. Two things
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -490,7 +491,8 @@ class MPITransport(Transport):
         group.add_argument(
             "--buffer",
             choices=["host", "cuda"],
-            help="mpi: where the messages live: host memory (default), or CuPy GPU memory (OSU's -d cuda)",
+            help="mpi: where the messages live: host memory (default), or CuPy GPU memory (OSU's -d cuda); "
+            "mpi-rma has host windows only (its rows say unsupported with cuda)",
         )
 
     @classmethod
@@ -551,10 +553,11 @@ class MPITransport(Transport):
     def case(self, kernel: Kernel, size: int) -> Case:
         if self.cuda is not None:
             staged = self.method == "staged"
-            if not staged and not self.cuda_aware:
-                raise Unsupported("MPI is not CUDA-aware (--method staged copies through host memory)")
-            if kernel.collective:
-                raise Unsupported("--buffer cuda runs the point-to-point kernels; collectives on GPUs: -t nccl")
+            route = cuda_route(kernel, staged, self.cuda_aware)
+            if route == "no buffers":  # barrier: nothing on the GPU, so the host loop, on any MPI
+                return Collective(self.comm, kernel, size, False, self.cloop)
+            if route == "collective":
+                return CudaCollective(self.comm, kernel, size, self.cuda, staged)
             return CudaPointToPoint(self.comm, kernel, size, self.window, self.cuda, staged)
         if kernel.collective:
             persistent = self.method == "persistent"
@@ -570,7 +573,7 @@ class MPITransport(Transport):
         """One phase of an all-pairs kernel: latency's or bw's loop (C where it is built) with the phase's peer,
         or mpiGraph's send-and-receive step when this rank is both a source and a destination (shift)."""
         if self.cuda is not None:
-            raise Unsupported("--buffer cuda runs the point-to-point kernels, not the all-pairs matrix")
+            raise Unsupported("--buffer cuda runs the point-to-point and collective kernels, not the all-pairs matrix")
         if send_to is not None and recv_from is not None:
             return Shift(self.comm, kernel, size, self.window, send_to, recv_from)
         if send_to is None and recv_from is None:
@@ -636,6 +639,17 @@ def cuda_aware_mpi() -> tuple[bool, str]:
         if hasattr(lib, "MPIX_Query_cuda_support"):
             return bool(lib.MPIX_Query_cuda_support()), "MPIX_Query_cuda_support"
     return False, "the library has no CUDA query (MPIX_GPU_query_support, MPIX_Query_cuda_support)"
+
+
+def cuda_route(kernel: Kernel, staged: bool, cuda_aware: bool) -> str:
+    """Which case runs ``kernel`` on ``--buffer cuda``: "no buffers" (a collective that moves no data, barrier:
+    the host loop), "collective" (CudaCollective) or "point-to-point" (CudaPointToPoint); Unsupported when the
+    calls would hand device memory to an MPI that is not CUDA-aware."""
+    if kernel.collective and kernel.collective_spec.element is None:
+        return "no buffers"
+    if not staged and not cuda_aware:
+        raise Unsupported("MPI is not CUDA-aware (--method staged copies through host memory)")
+    return "collective" if kernel.collective else "point-to-point"
 
 
 class CudaPointToPoint(Case):
@@ -745,4 +759,109 @@ class CudaPointToPoint(Case):
 
     def close(self) -> None:
         self.send = self.recv = None
+        self._pinned = []
+
+
+def collective_roles(bufs, rank: int) -> tuple[bool, bool, bool]:
+    """What one rank's buffers of a collective (the spec's CollectiveBuffers) do on the GPU: (shared, sends,
+    receives). shared: one buffer is both sent and received (bcast: the root's data, the others' result);
+    sends: the call reads this rank's data (staged: copied device to host before it); receives: the call writes
+    a result this rank checks (staged: copied host to device after it): not a reduce's other ranks, nor the
+    root of a bcast."""
+    shared = bufs.recv is bufs.send
+    sends = rank == ROOT if shared else True
+    return shared, sends, bufs.received.size > 0
+
+
+class CudaCollective(Case):
+    """OSU's collectives with ``-d cuda`` (osu_allreduce -d cuda and the rest) on CuPy device buffers, through
+    mpi4py: one MPI call per sample, timed alone, then an untimed barrier, as in Collective's Python loop.
+
+    The spec's written host buffers go to the GPU once, the send data and the receive buffer in its poisoned
+    state, and each sample makes the same call as on the host (MPI_CALLS). CUDA-aware: the current stream is
+    synchronised, then MPI is handed the device arrays. Staged (``--method staged``): what this rank sends is
+    copied device to pinned host memory, the call runs on the host buffers, and what it received is copied
+    back host to device. The synchronisation and the copies are in the time, as in CudaPointToPoint.
+    """
+
+    def __init__(self, comm, kernel: Kernel, size: int, cupy, staged: bool):
+        super().__init__()
+        self.initiator = True
+        self.cupy, self.staged = cupy, staged
+        self.method = "python loop, blocking, " + ("staged through pinned host memory" if staged else "CUDA-aware")
+        spec = kernel.collective_spec
+        rank = comm.Get_rank()
+        self.bufs = bufs = spec.buffers(size, comm.Get_size(), rank)
+        shared, sends, self.receives = collective_roles(bufs, rank)
+        self.send = cupy.asarray(bufs.send)
+        self.recv = self.send if shared else cupy.asarray(bufs.recv)  # poisoned, as the spec wrote it
+        self.barrier = comm.Barrier
+        self._pinned: list = []
+        self.host_recv = self.copy_in = self.copy_out = None
+        if staged:
+            host_send = self._pinned_like(bufs.send)
+            self.host_recv = host_send if shared else self._pinned_like(bufs.recv)
+            calls_on = SimpleNamespace(send=host_send, recv=self.host_recv, count=bufs.count)
+            # memcpy's arguments (dst, src, bytes, kind), or None where this rank has nothing to copy that way.
+            if sends and self.send.nbytes:
+                self.copy_in = (host_send.ctypes.data, self.send.data.ptr, self.send.nbytes, DEVICE_TO_HOST)
+            if self.receives and self.recv.nbytes:
+                self.copy_out = (self.recv.data.ptr, self.host_recv.ctypes.data, self.recv.nbytes, HOST_TO_DEVICE)
+        else:
+            calls_on = SimpleNamespace(send=self.send, recv=self.recv, count=bufs.count)
+        name, args = MPI_CALLS[kernel.name](comm, calls_on, MPI.FLOAT if spec.element == FLOAT32 else MPI.BYTE)
+        self.operation = partial(getattr(comm, name), *args)
+        cupy.cuda.runtime.deviceSynchronize()  # asarray's copies to the GPU are done before any call reads them
+
+    def _pinned_like(self, host: np.ndarray) -> np.ndarray:
+        """A pinned host array of ``host``'s length and type, unwritten: a copy or the MPI call fills it first."""
+        memory = self.cupy.cuda.alloc_pinned_memory(max(host.nbytes, 1))
+        self._pinned.append(memory)
+        return np.frombuffer(memory, host.dtype, count=host.size)
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        operation, barrier, clock = self.operation, self.barrier, time.perf_counter_ns
+        if self.staged:
+            memcpy, copy_in, copy_out = self.cupy.cuda.runtime.memcpy, self.copy_in, self.copy_out
+            for i in range(iterations):
+                begin = clock()
+                if copy_in:
+                    memcpy(*copy_in)
+                operation()
+                if copy_out:
+                    memcpy(*copy_out)
+                times[i] = clock() - begin
+                barrier()
+            return
+        synchronize = self.cupy.cuda.get_current_stream().synchronize
+        for i in range(iterations):
+            begin = clock()
+            synchronize()
+            operation()
+            times[i] = clock() - begin
+            barrier()
+
+    def poison(self) -> None:
+        if not self.receives:
+            return  # a bcast root's one buffer is its data, and a reduce's other ranks receive nothing
+        self.recv.view(self.cupy.uint8).fill(POISON_BYTE)
+        if self.host_recv is not None:  # staged: a result must cross the host buffer again to pass
+            self.host_recv.view(np.uint8)[:] = POISON_BYTE
+        self.cupy.cuda.runtime.deviceSynchronize()
+
+    @property
+    def received(self):
+        if not self.receives:
+            return EMPTY
+        return self.cupy.asnumpy(self.recv).view(np.uint8)
+
+    @received.setter
+    def received(self, value) -> None:  # Case.__init__ sets it; the device buffer is what is checked
+        pass
+
+    def expected(self):
+        return self.bufs.expected()
+
+    def close(self) -> None:
+        self.operation = self.send = self.recv = self.host_recv = self.copy_in = self.copy_out = None
         self._pinned = []

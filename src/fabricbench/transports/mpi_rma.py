@@ -3,6 +3,10 @@
 The window comes from ``MPI_Win_allocate`` and synchronisation is passive
 target lock/flush, OSU's defaults. Rank 0 is the origin and rank N/2 the
 target; the target does nothing while it is timed, which is the point of RMA.
+
+The windows are host memory only: with ``--buffer cuda`` (which the mpi options
+carry for both transports) every kernel's row says unsupported, and the
+GPU is never opened, so the run's other transports still run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,15 @@ from fabricbench.transports.mpi_cloop import CLoop
 
 ORIGIN_SEED = 101
 TARGET_SEED = 202
+
+
+def buffer_unsupported(options: dict) -> str | None:
+    """Why mpi-rma cannot run with these mpi options (Plan.transport_options["mpi"]), or None: its windows
+    are host memory (MPI_Win_allocate), and it never puts a message in GPU memory in their place."""
+    buffer = options.get("buffer", "host")
+    if buffer != "host":
+        return f"mpi-rma runs host windows only; --buffer {buffer} is for -t mpi"
+    return None
 
 
 class OneSided(Case):
@@ -108,8 +121,13 @@ class MPIRMATransport(Transport):
     needs_launcher = True
     osu_name = "MPI"
     options_key = MPITransport.options_key  # the same MPI, loop and library as the mpi transport
-    preflight = MPITransport.preflight
     doctor = MPITransport.doctor
+
+    @classmethod
+    def preflight(cls, options: dict, ranks: int) -> None:
+        """mpi's checks less the GPU's: with --buffer cuda these kernels say unsupported and open no GPU, so a
+        host without one must not be told to install CuPy for them."""
+        MPITransport.preflight({key: value for key, value in options.items() if key != "buffer"}, ranks)
 
     @classmethod
     def osu_header_lines(cls, kernel: Kernel) -> list[str]:
@@ -121,11 +139,17 @@ class MPIRMATransport(Transport):
         import_mpi()
         self.comm = ctrl.comm.Dup()
         self.window = plan.window
+        options = plan.transport_options.get(self.options_key, {})
+        self.buffer_reason = buffer_unsupported(options)
+        self.buffer = options.get("buffer", "host")  # the rows say what was asked for, beside why it was not run
         try:
-            self.cloop = open_loop(self.comm, plan.transport_options.get(self.options_key, {}))
+            self.cloop = open_loop(self.comm, options)
         except BaseException:
             self.comm.Free()
             raise
+
+    def unsupported(self, kernel: Kernel) -> str | None:
+        return super().unsupported(kernel) or self.buffer_reason
 
     def case(self, kernel: Kernel, size: int) -> Case:
         return OneSided(self.comm, kernel, size, self.window, self.cloop)
