@@ -305,6 +305,20 @@ def test_osu_datatype_line_names_minus_T_in_osus_capitals():
     assert "# Datatype: MPI_FLOAT." in lines
 
 
+def test_osu_header_of_cuda_buffers_is_osus_minus_d_cuda():
+    on_gpu = osu.Columns(device="cuda")
+    latency = osu.header("mpi", "latency", 64, 1, on_gpu).splitlines()
+    assert latency[1:3] == [
+        "# OSU MPI-CUDA Latency Test v7.4",
+        "# Send Buffer on DEVICE (D) and Receive Buffer on DEVICE (D)",
+    ]
+    allreduce = osu.header("mpi", "allreduce", 64, 1, on_gpu).splitlines()
+    assert allreduce[1] == "# OSU MPI-CUDA Allreduce Latency Test v7.4"
+    assert not any("Buffer on" in line for line in allreduce)  # OSU names buffer locations for point-to-point only
+    put = osu.header("mpi-rma", "put", 64, 1, on_gpu).splitlines()
+    assert put[1] == "# OSU MPI_Put Latency Test v7.4"  # mpi-rma's windows stay in host memory
+
+
 def test_osu_columns_a_kernel_cannot_fill_are_refused():
     from fabricbench.errors import UsageError
     from fabricbench.kernels import get_kernel

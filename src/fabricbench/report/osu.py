@@ -37,6 +37,7 @@ class Columns:
     full: bool = False
     percentiles: tuple[float, ...] = ()
     datatype: str = ""
+    device: str = ""  # "cuda" with mpi --buffer cuda (OSU's -d cuda): the MPI-CUDA title and buffer line
 
     @classmethod
     def from_plan(cls, plan) -> Columns:
@@ -46,6 +47,7 @@ class Columns:
             full=bool(osu.get("full")),
             percentiles=tuple(osu.get("percentiles") or ()),
             datatype=osu.get("datatype") or "",
+            device="cuda" if plan.transport_options.get("mpi", {}).get("buffer") == "cuda" else "",
         )
 
 
@@ -83,11 +85,14 @@ def check_columns(kernel: Kernel, columns: Columns) -> None:
 
 def header(transport: str, kernel_name: str, window: int, pairs: int, columns: Columns = Columns()) -> str:
     kernel = get_kernel(kernel_name)
+    on_gpu = columns.device == "cuda" and transport == "mpi"  # mpi-rma's windows stay in host memory
     lines = [
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        title(transport, kernel_name),
+        title(transport, kernel_name, "CUDA" if on_gpu else ""),
         *transport_class(transport).osu_header_lines(kernel),
     ]
+    if on_gpu and kernel.pattern in ("pair", "pairs"):  # OSU names a point-to-point test's buffer locations
+        lines.append("# Send Buffer on DEVICE (D) and Receive Buffer on DEVICE (D)")
     if _message_rate(kernel):
         lines.append(f"# [ pairs: {pairs} ] [ window size: {window} ]")
     if kernel.osu_datatype:
@@ -96,10 +101,12 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     return "\n".join(lines)
 
 
-def title(transport: str, kernel_name: str) -> str:
-    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``."""
+def title(transport: str, kernel_name: str, device: str = "") -> str:
+    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``."""
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
+    if device:
+        library = f"{library}-{device}"
     return f"# OSU {get_kernel(kernel_name).osu_title.format(lib=library)} {OSU_VERSION}"
 
 
