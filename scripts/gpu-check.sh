@@ -10,7 +10,8 @@
 #   - nccl on 1 rank: every collective, with validation, loop and per-iteration timing, in place, graphs;
 #   - mpi --buffer cuda on 2 ranks, staged through pinned memory (and CUDA-aware, or its unsupported rows);
 #   - cuda-copy: h2d, d2h (pinned and pageable), d2d, and peer where two GPUs are visible;
-#   - a minimal cupy.cuda.nccl allreduce loop timed with events, and fabricbench's ratio to it.
+#   - benchmarks/nccl_overhead.py: fabricbench's nccl allreduce against a minimal cupy.cuda.nccl loop timed with
+#     events (paired, shuffled reps), the ratios in RESULTS_DIR/ratios/ratios.json.
 # Everything (tables, metadata, log, ratios) lands in RESULTS_DIR (default: $OUT, else gpu-check-DATE).
 set -euo pipefail
 
@@ -74,7 +75,8 @@ fb doctor --json >"$out/doctor.json" || true
 if "$vpy" -c "import pytest" 2>/dev/null; then
     step "tests/test_gpu.py"
     cd "$repo"
-    try "$vpy" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/unit/test_gpu_parts.py
+    try "$vpy" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/unit/test_gpu_parts.py \
+        tests/unit/test_gpu_pairs.py tests/unit/test_mpi_cuda.py
     cd - >/dev/null
 fi
 
@@ -107,71 +109,8 @@ mpi_cuda=latency,bw,bibw,allreduce,allgather,alltoall,bcast,reduce,reduce_scatte
 try fb run -t mpi -k "$mpi_cuda" --buffer cuda --method staged -m 4:4M -i 50 -x 5 -c --out "$out/mpi-cuda-staged"
 try fb run -t mpi -k "$mpi_cuda" --buffer cuda --method blocking -m 4:4M -i 50 -x 5 -c --out "$out/mpi-cuda-direct"
 
-step "ratio: fabricbench nccl allreduce against a minimal cupy.cuda.nccl loop (events)"
-try fb run -t nccl -k allreduce -m 64M:256M --np 1 -i 50 -x 10 --format none --out "$out/ratio-large"
-try fb run -t nccl -k allreduce -m 8:8 --np 1 -i 2000 -x 200 --cuda-graph --format none --out "$out/ratio-small"
-try "$vpy" - "$out" <<'PY'
-"""A minimal 1-rank NCCL allreduce loop, timed as nccl-tests times it, against fabricbench's rows."""
-import csv
-import json
-import sys
-
-import cupy
-from cupy.cuda import nccl
-
-from fabricbench.gpu import preload_nccl
-
-preload_nccl()
-out = sys.argv[1]
-comm = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)
-stream = cupy.cuda.Stream(non_blocking=True)
-
-
-def minimal_us(nbytes, iterations, warmup, graph):
-    count = nbytes // 4
-    send, recv = cupy.ones(count, cupy.float32), cupy.empty(count, cupy.float32)
-    run = lambda: comm.allReduce(send.data.ptr, recv.data.ptr, count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
-    with stream:
-        if graph:
-            for n in (warmup, iterations):
-                stream.begin_capture()
-                for _ in range(n):
-                    run()
-                g = stream.end_capture()
-                if n == warmup:
-                    g.launch(stream)
-            launch = lambda: g.launch(stream)
-        else:
-            for _ in range(warmup):
-                run()
-            launch = lambda: [run() for _ in range(iterations)]
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(stream)
-        launch()
-        end.record(stream)
-        end.synchronize()
-    return cupy.cuda.get_elapsed_time(start, end) * 1e3 / iterations
-
-
-def fabricbench_us(folder):
-    with open(f"{out}/{folder}/results.csv", newline="") as f:
-        return {int(r["size_B"]): float(r["lat_mean_us"]) for r in csv.DictReader(f) if r["status"] == "ok"}
-
-
-ratios = {}
-for size, us in fabricbench_us("ratio-large").items():
-    mine = minimal_us(size, 50, 10, False)
-    # One rank: busbw is 0 by nccl-tests' formula, so compare algbw (S / t): fabricbench over minimal.
-    ratios[f"algbw {size >> 20} MiB"] = {"fabricbench_us": us, "minimal_us": mine, "ratio": mine / us}
-for size, us in fabricbench_us("ratio-small").items():
-    mine = minimal_us(size, 2000, 200, True)
-    ratios[f"time {size} B, graphs"] = {"fabricbench_us": us, "minimal_us": mine, "ratio": us / mine}
-for name, found in ratios.items():
-    print(f"{name}: fabricbench {found['fabricbench_us']:.2f} us, minimal {found['minimal_us']:.2f} us, "
-          f"ratio {found['ratio']:.3f}")
-with open(f"{out}/ratios.json", "w") as f:
-    json.dump(ratios, f, indent=2)
-PY
+step "ratio: fabricbench nccl allreduce against a minimal cupy.cuda.nccl loop (events), paired reps"
+try "$vpy" "$repo/benchmarks/nccl_overhead.py" --python "$vpy" --out "$out/ratios"
 
 rm -rf "$venv"
 echo

@@ -183,6 +183,33 @@ def test_cupy_without_a_driver_names_the_driver():
         _one_line_refusal(result, "mpi --buffer cuda:", "driver")
 
 
+@pytest.mark.skipif(not CUPY_PYTHON, reason="FABRICBENCH_TEST_CUPY_PYTHON names no python with CuPy")
+@no_gpu
+def test_cupy_nccl_takes_the_unique_id_as_the_control_plane_carries_it():
+    """The NCCL wheel loads by its path, and the id rank 0 makes, once through the broadcast's JSON, is one
+    NcclCommunicator accepts: without a GPU it then fails on CUDA, never on the id's type."""
+    site = subprocess.run(
+        [PYTHON, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True
+    ).stdout.strip()
+    code = (
+        "from fabricbench import gpu\n"
+        "from fabricbench.transports.nccl import decode_unique_id, encode_unique_id\n"
+        "nccl = gpu.open_nccl()\n"
+        "uid = decode_unique_id(encode_unique_id(nccl.get_unique_id()))\n"
+        "print(gpu.nccl_version_text(nccl.get_version()))\n"
+        "try:\n"
+        "    nccl.NcclCommunicator(1, uid, 0)\n"
+        "except nccl.NcclError as exc:\n"
+        "    print('NcclError', exc)\n"
+    )
+    env = clean_env({"PYTHONPATH": os.pathsep.join([str(REPO / "src"), site])})
+    done = subprocess.run([CUPY_PYTHON, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    version, failure = done.stdout.strip().splitlines()
+    assert version.startswith("2.") and version.count(".") == 2
+    assert failure.startswith("NcclError") and "cuda" in failure.lower(), failure
+
+
 # ----- on a GPU host (scripts/gpu-check.sh runs these) -----
 
 
