@@ -211,8 +211,7 @@ def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
         groups = list(of_kernel.groupby(["series", "transport", "schedule", "size_B"], sort=False))
         fig, axes = _grid(len(groups), 5.4)
         for ax, ((series, transport, schedule, size), group) in zip(axes, groups, strict=False):
-            _heatmap(fig, ax, group, metric)
-            _box_slow_pairs(ax, group)
+            _box_slow_pairs(ax, group, _heatmap(fig, ax, group, metric))
             ax.set_title(f"{series}: {transport} {kernel}, {schedule}, {format_size(size)}", fontsize="medium")
         fig.suptitle("fabricbench all-pairs matrix: source (rows) to destination (columns)", fontsize="large")
         path = out / f"heatmap_{kernel}.png"
@@ -243,9 +242,10 @@ def _gpu_heatmaps(rows: pd.DataFrame, out: Path) -> Path:
     return path
 
 
-def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -> None:
+def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -> dict:
     """One matrix: the median over repeats of each (source, destination), the diagonal left empty; the axes name
-    each ``src``/``dst`` by its host column, with the number in brackets when ``numbered``."""
+    each ``src``/``dst`` by its host column, with the number in brackets when ``numbered``. Returns each
+    source's or destination's place on the axes."""
     values = group.groupby(["src", "dst"])[metric].median()
     ranks = sorted(set(group["src"]) | set(group["dst"]))
     hosts = {int(r): h for r, h in zip(group["src"], group["src_host"], strict=True)}
@@ -269,14 +269,14 @@ def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -
                 dark = value < middle if metric.startswith("bw_") else value > middle
                 text = f"{value:.3g}"
                 ax.text(j, i, text, ha="center", va="center", fontsize="x-small", color="white" if dark else "black")
+    return place
 
 
-def _box_slow_pairs(ax, group: pd.DataFrame) -> None:
-    """Red boxes round the pairs fabricbench.pairs' verdict calls slow, and every pair of a slow host."""
+def _box_slow_pairs(ax, group: pd.DataFrame, place: dict) -> None:
+    """Red boxes round the pairs fabricbench.pairs' verdict calls slow, and every pair of a slow host; ``place``:
+    each rank's place on the axes, as _heatmap drew them."""
     from fabricbench.pairs import verdict
 
-    ranks = sorted(set(group["src"]) | set(group["dst"]))
-    place = {rank: i for i, rank in enumerate(ranks)}
     pairs = set(zip(group["src"], group["dst"], strict=True))
     found = verdict(group.assign(src_rank=group["src"], dst_rank=group["dst"]).to_dict("records"))
     slow = {tuple(d) for link in found["slow_links"] for d in link["directions"]}
