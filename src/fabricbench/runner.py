@@ -25,6 +25,7 @@ from fabricbench.rows import measured_row, rank_summary, unsupported_row
 from fabricbench.transports import open_transport
 
 CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check
+LINK_HOOK = "FABRICBENCH_TEST_LINK_MBPS"  # test hook: every case's link_MBps, as a NIC would report it
 
 
 ABORT_GRACE_S = 10.0  # how long the watchdog's abort may take before the rank just exits
@@ -123,6 +124,8 @@ def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Wa
     watchdog.arm(plan.timeout, what, watchdog.guess(plan, kernel, size, ctrl.size, probe), guessed=True)
     case = transport.case(kernel, size)
     try:
+        if LINK_HOOK in os.environ:
+            case.link_MBps, case.link_label = float(os.environ[LINK_HOOK]), LINK_HOOK
         times = np.zeros(max(iterations, probe, 1), dtype=np.int64)
         view = memoryview(times)
         stop_if_failed(ctrl, failure)  # the size's first barrier

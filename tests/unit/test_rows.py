@@ -14,7 +14,7 @@ import pytest
 
 from fabricbench.kernels import get_kernel
 from fabricbench.plan import Plan
-from fabricbench.rows import measured_row, rank_summary, unsupported_row
+from fabricbench.rows import measured_row, rank_summary, refuse_impossible, unsupported_row
 from fabricbench.stats import across_ranks, bandwidth_MBps, latency_stats, stability_note
 
 PLAN = Plan(steps=[], run_id="run-1", label="fabric-a")
@@ -26,8 +26,9 @@ def ns(*values) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-def case(method: str = "persistent", pairs: int = 1, window: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(method=method, pairs=pairs, window=window)
+def case(method: str = "persistent", pairs: int = 1, window: int = 0, **link) -> SimpleNamespace:
+    """``link``: link_MBps, link_label, window_holds_transit, as a transport sets them."""
+    return SimpleNamespace(method=method, pairs=pairs, window=window, **link)
 
 
 def row_for(kernel: str, size: int, samples_ns: np.ndarray, summaries: list, **fields) -> dict:
@@ -172,6 +173,96 @@ def test_a_drifting_run_carries_a_note():
     rtt = np.concatenate([np.full(500, 2000), np.full(500, 6000)]).astype(np.int64)
     summaries = [rank_summary(True, 1000, rtt, -1), rank_summary(False, 1000, NO_SAMPLES, -1)]
     assert row_for("latency", 8, rtt, summaries)["note"].startswith("unstable: ")
+
+
+# --- figures no link could carry ------------------------------------------------------------------------------------
+
+SOFTROCE = "rxe0 port 1, 10 Gb/s"
+BURST = ns(91_000, *[4_000_000] * 9)  # 64 x 64 KiB windows: one reaped in a 91 µs burst, nine at 4 ms
+
+
+def bw_row(kernel: str, samples: np.ndarray, size: int = 65536, **link) -> dict:
+    summaries = [rank_summary(True, len(samples), samples, 1), rank_summary(False, len(samples), NO_SAMPLES, 1)]
+    return row_for(kernel, size, samples, summaries, window=64, **link)
+
+
+def test_a_peak_above_what_the_link_reports_is_refused_and_the_note_says_why():
+    row = bw_row("bw", BURST, link_MBps=1250.0, link_label=SOFTROCE)
+    # 64 x 65536 B in 91 µs would be 46 091 MB/s over a 10 Gb/s link.
+    assert math.isnan(row["bw_peak_MBps"])
+    assert row["note"] == (
+        "bw_peak_MBps 46091 refused: above the 1250 MB/s the link reports (rxe0 port 1, 10 Gb/s); "
+        "a window sample shorter than its bytes allow"
+    )
+    # The rest of the row stands: the average over all ten windows is possible, the window's time is what it was.
+    assert row["bw_MBps"] == pytest.approx(64 * 65536 * 10 / 36.091e-3 / 1e6)  # 1162 MB/s
+    assert row["msgrate_per_s"] > 0 and row["lat_min_us"] == 91.0 and row["validation"] == "pass"
+    assert (row["status"], row["iterations"]) == ("ok", 10)
+
+
+def test_a_possible_row_is_untouched():
+    steady = np.full(10, 4_000_000, dtype=np.int64)  # 4 MB in 4 ms: 1049 MB/s on a 1250 MB/s link
+    row = bw_row("bw", steady, link_MBps=1250.0, link_label=SOFTROCE)
+    same = bw_row("bw", steady)  # as with no link rate at all
+    assert row.keys() == same.keys()
+    assert all(row[k] == same[k] or (math.isnan(row[k]) and math.isnan(same[k])) for k in same)
+    assert row["note"] == "" and row["bw_peak_MBps"] == pytest.approx(64 * 65536 / 4e-3 / 1e6)
+
+
+def test_bibw_may_carry_both_directions_of_the_link():
+    windows = np.full(10, 5_000_000, dtype=np.int64)  # 2 x 64 x 64 KiB in 5 ms: 1678 MB/s
+    kept = bw_row("bibw", windows, link_MBps=1250.0)
+    assert kept["note"] == "" and kept["bw_MBps"] == pytest.approx(2 * 64 * 65536 / 5e-3 / 1e6)
+    refused = bw_row("bibw", windows, link_MBps=800.0, link_label="eth2, 6400 Mb/s")
+    assert math.isnan(refused["bw_MBps"]) and math.isnan(refused["msgrate_per_s"]) and refused["lat_p50_us"] == 5000
+    assert refused["note"] == (
+        "bw_peak_MBps 1678 refused: above the 1600 MB/s of 2 directions at the 800 MB/s the link reports "
+        "(eth2, 6400 Mb/s); a window sample shorter than its bytes allow; "
+        "bw_MBps 1678 (msgrate_per_s with it) refused: above the 1600 MB/s of 2 directions at the 800 MB/s the "
+        "link reports (eth2, 6400 Mb/s); windows timed shorter than their bytes allow"
+    )
+
+
+def test_the_sum_over_pairs_may_carry_a_link_per_pair_but_a_pairs_peak_only_its_own():
+    windows = np.full(10, 1_000_000, dtype=np.int64)  # 64 000 B a window in 1 ms: 64 MB/s each pair
+    summaries = [rank_summary(True, 10, windows, -1)] * 2 + [rank_summary(False, 10, NO_SAMPLES, -1)] * 2
+    row = row_for("msgrate", 1000, windows, summaries, pairs=2, window=64, link_MBps=40.0)
+    assert math.isnan(row["bw_peak_MBps"]) and row["note"].startswith("bw_peak_MBps 64 refused: above the 40 MB/s")
+    assert math.isnan(row["bw_MBps"])
+    assert "; bw_MBps 128 (msgrate_per_s with it) refused: above the 80 MB/s of 2 pairs at the 40 MB/s" in row["note"]
+    within = row_for("msgrate", 1000, windows, summaries, pairs=2, window=64, link_MBps=70.0)
+    assert within["bw_MBps"] == pytest.approx(128.0) and within["note"] == ""
+
+
+def test_a_window_timed_at_no_time_is_refused_on_any_link():
+    row = bw_row("bw", ns(0, 4_000_000, 4_000_000))
+    assert math.isnan(row["bw_peak_MBps"])
+    assert row["note"] == "bw_peak_MBps inf refused: not a possible rate (a window timed at 0 ns or less)"
+    assert row["bw_MBps"] > 0  # the total time is not zero
+    backwards = bw_row("bw", ns(-5, 4_000_000))  # a clock read the wrong way round
+    assert math.isnan(backwards["bw_peak_MBps"])
+    assert backwards["note"].startswith("bw_peak_MBps -838860800 refused: not a possible rate")
+    empty = bw_row("bw", ns(1000, 2000), size=0)  # zero bytes at 0 MB/s is a true figure
+    assert (empty["bw_MBps"], empty["bw_peak_MBps"], empty["note"]) == (0.0, 0.0, "")
+
+
+def test_a_window_that_does_not_hold_its_transit_gives_no_peak():
+    row = bw_row("bibw", BURST, window_holds_transit=False)
+    assert math.isnan(row["bw_peak_MBps"]) and row["bw_MBps"] > 0 and row["note"] == ""
+
+
+def test_a_refusal_joins_the_stability_note():
+    row = {"bw_MBps": 10.0, "bw_peak_MBps": 30.0, "msgrate_per_s": 5.0, "note": "unstable: block medians vary by 12%"}
+    refuse_impossible(row, 1, 1, 20.0)
+    assert row["note"] == (
+        "unstable: block medians vary by 12%; "
+        "bw_peak_MBps 30 refused: above the 20 MB/s the link reports; a window sample shorter than its bytes allow"
+    )
+    assert row["bw_MBps"] == 10.0 and row["msgrate_per_s"] == 5.0
+    unknown = {"bw_MBps": 10.0, "bw_peak_MBps": 30.0, "note": ""}
+    for link in (None, 0.0, math.nan):
+        refuse_impossible(unknown, 1, 1, link)
+        assert unknown == {"bw_MBps": 10.0, "bw_peak_MBps": 30.0, "note": ""}
 
 
 # --- stats --------------------------------------------------------------------------------------------------------

@@ -29,6 +29,15 @@ class Case:
     method: str = ""  # how the loop is built; recorded in the row
     window: int = 0  # messages per timed iteration for windowed kernels
     pairs: int = 1
+    # The most one direction of the link this case's bytes cross can carry, MB/s (10^6 B/s), only where the
+    # hardware reports a real rate (an HCA port's speed × width, a NIC's speed); None when unknown or virtual
+    # (loopback, veth, SoftRoCE). A windowed row's figure above it is refused (rows.refuse_impossible).
+    link_MBps: float | None = None
+    link_label: str = ""  # what reported link_MBps, for the row's note: "mlx5_0 port 1, 4X HDR", "eth2, 25000 Mb/s"
+    # Whether one window sample holds the whole transit of its bytes (every one sent after the sample began and
+    # known received before it ended), so that its bytes over the shortest sample are a rate the link carried:
+    # the row's bw_peak_MBps. osu_bw's window and ack do; osu_bibw's two unsynchronised windows do not.
+    window_holds_transit: bool = True
 
     def __init__(self) -> None:
         self.received: np.ndarray = EMPTY  # uint8 view of what this rank received
