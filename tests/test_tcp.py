@@ -8,10 +8,8 @@ the wire). Every subprocess has a timeout, so a hang fails the test.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +30,7 @@ from fabricbench.control.rendezvous import (
 from fabricbench.errors import PeerError
 from fabricbench.plan import Plan, Step
 from support import (
+    BIN,
     PYTHON,
     Server,
     clean_env,
@@ -117,10 +116,6 @@ def test_busy_data_port_ends_every_rank_with_one_line(out):
 
 
 def test_c_and_python_loops_validate_and_each_row_says_which_ran(tmp_path):
-    from fabricbench.transports.tcp import c_loop_built
-
-    # The build is optional so that an install without a compiler still works; here it must have happened.
-    assert c_loop_built(), "fabricbench._tcploop was not built: no C compiler or Python headers at install?"
     for loop in ("c", "python"):
         out = tmp_path / loop
         args = ["-t", "tcp", "-k", "latency,bw,msgrate,bibw", "-m", "1:1M", "-c", "--tcp-loop", loop]
@@ -132,26 +127,62 @@ def test_c_and_python_loops_validate_and_each_row_says_which_ran(tmp_path):
         methods = measured.groupby("kernel").method.agg(set).to_dict()
         timed = f"{loop} loop"
         assert methods == {"latency": {timed}, "bw": {timed}, "msgrate": {timed}, "bibw": {"python loop"}}
-        assert meta["transports"]["tcp"]["tcp_c_loop"] is (loop == "c")
+        found = meta["transports"]["tcp"]
+        assert found["tcp_c_loop"] is (loop == "c") and found["timed_loop"] == timed
+        if loop == "c":  # built on first use (or found in the cache) by fabricbench.cbuild
+            assert Path(found["c_loop_library"]).is_file() and found["c_loop_compiler"]
+        else:
+            assert found["c_loop_unavailable"] == "not asked for"
         series = measured[measured.kernel == "bw"].set_index("size_B").bw_MBps
         assert series[1 << 20] > 100 * series[1]
 
 
-def test_an_install_without_the_c_loop_falls_back_to_python_and_refuses_c(tmp_path):
-    """As if installed without a compiler: the same package, minus the built extension."""
-    installed = Path(importlib.util.find_spec("fabricbench").origin).parent
-    copy = tmp_path / "site" / "fabricbench"
-    shutil.copytree(installed, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    env = {"PYTHONPATH": str(copy.parent)}
+def _notices(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("fabricbench: notice:")]
+
+
+@pytest.mark.parametrize(
+    "without,said",
+    [
+        ({"PATH": str(BIN)}, "no C compiler found (install gcc, or set CC)"),  # no cc, gcc or clang on PATH
+        ({"CC": "/nonexistent/cc"}, "cannot run /nonexistent/cc: No such file or directory (set CC to a C compiler)"),
+    ],
+)
+def test_without_a_compiler_tcp_falls_back_with_one_notice_and_refuses_loop_c(tmp_path, without, said):
+    env = without | {"FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")}  # an empty cache: a build is needed
     out = tmp_path / "run"
-    result = fabricbench("run", "-t", "tcp", "-k", "latency,bw", "-m", "64:128", "--out", str(out), *QUICK, env=env)
+    args = ["-t", "tcp", "-k", "latency,bw", "-m", "64:128", "-c", "--out", str(out), *QUICK]
+    result = fabricbench("run", *args, env=env)
     assert result.returncode == 0, result.stderr
+    assert _notices(result.stderr) == [f"fabricbench: notice: tcp kernels are timed in Python (python loop): {said}"]
+    assert "Traceback" not in result.stderr
     rows, meta = read_rows(out)
-    assert (rows.method == "python loop").all() and meta["transports"]["tcp"]["tcp_c_loop"] is False
-    assert str(copy) in meta["command_line"][0]  # the copy ran, not the installed package
-    refused = fabricbench("run", "-t", "tcp", "-k", "latency", "--tcp-loop", "c", "--out", str(out), env=env)
-    assert refused.returncode == 2
-    one_error_line(refused.stderr, "--loop c: this install has no tcp C loop")
+    found = meta["transports"]["tcp"]
+    assert (rows.method == "python loop").all() and (rows.validation == "pass").all()
+    assert found["tcp_c_loop"] is False and found["timed_loop"] == "python loop" and found["c_loop_unavailable"] == said
+    refused_out = tmp_path / "refused"
+    refused = fabricbench("run", "-t", "tcp", "-k", "latency", "--loop", "c", "--out", str(refused_out), env=env)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    one_error_line(refused.stderr, f"--loop c: {said}")
+    assert not refused_out.exists()
+
+
+def test_a_server_without_a_compiler_refuses_loop_c_and_times_auto_in_python(tmp_path):
+    served = Server(env={"CC": "/nonexistent/cc", "FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        refused = _peer_run(served.port, tmp_path / "c", "-k", "latency", "-m", "8", "--loop", "c", *QUICK)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        one_error_line(refused.stderr, "--loop c: on rank 1: cannot run /nonexistent/cc")
+        result = _peer_run(served.port, tmp_path / "auto", "-k", "latency", "-m", "8:64", "-c", *QUICK)
+        assert result.returncode == 0, result.stderr
+        [notice] = _notices(result.stderr)
+        assert notice.endswith(
+            "(python loop): on rank 1: cannot run /nonexistent/cc: No such file or directory (set CC to a C compiler)"
+        )
+        rows, _ = read_rows(tmp_path / "auto")
+        assert (rows.method == "python loop").all() and (rows.validation == "pass").all()
+    finally:
+        served.stop()
 
 
 @pytest.mark.parametrize("kernel", ["latency", "bw"])

@@ -22,6 +22,11 @@ def aligned(nbytes: int, dtype: str = "u1") -> np.ndarray:
     return raw[offset : offset + nbytes].view(dtype)[: nbytes // itemsize]
 
 
+def times_address(times: memoryview) -> int:
+    """Where the runner's int64 sample array starts, for a C loop."""
+    return np.frombuffer(times, dtype=np.int64).ctypes.data
+
+
 def pattern(nbytes: int, seed: int) -> np.ndarray:
     """Bytes 1..251 that differ per seed (rank, direction), never 0 and never POISON."""
     return ((np.arange(nbytes, dtype=np.int64) + 31 * seed) % 251 + 1).astype(np.uint8)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
+from fabricbench import cbuild
 from fabricbench.transports import mpi_cloop
 
 
@@ -46,10 +49,22 @@ def test_path_then_crays_cc_then_nothing(monkeypatch, tmp_path):
 
 def test_the_cache_lives_under_the_users_cache_unless_told(monkeypatch, tmp_path):
     monkeypatch.delenv("FABRICBENCH_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cbuild.cache_dir("mpiloop") == tmp_path / "home" / ".cache" / "fabricbench" / "mpiloop"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert mpi_cloop._cache_dir() == tmp_path / "xdg" / "fabricbench" / "mpiloop"
+    assert cbuild.cache_dir("mpiloop") == tmp_path / "xdg" / "fabricbench" / "mpiloop"
     monkeypatch.setenv("FABRICBENCH_CACHE_DIR", str(tmp_path / "mine"))
-    assert mpi_cloop._cache_dir() == tmp_path / "mine" / "mpiloop"
+    assert cbuild.cache_dir("mpiloop") == tmp_path / "mine" / "mpiloop"
+
+
+def test_no_wrapper_is_one_line_before_any_build(monkeypatch, tmp_path):
+    monkeypatch.delenv("MPICC", raising=False)
+    monkeypatch.delenv("CRAYPE_VERSION", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "no-venv"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(mpi_cloop.CLoopUnavailable, match=r"^no MPI compiler wrapper found \(set MPICC"):
+        mpi_cloop.load("MPICH Version: 5.0.2")
 
 
 def test_the_c_source_ships_beside_the_module():

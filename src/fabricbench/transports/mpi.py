@@ -31,7 +31,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from fabricbench.buffers import POISON as POISON_BYTE
-from fabricbench.buffers import filled, pattern, poisoned
+from fabricbench.buffers import filled, pattern, poisoned, times_address
 from fabricbench.collectives import FLOAT32, ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.kernels import Kernel, peer_of
@@ -71,11 +71,6 @@ def library_version() -> str:
     if not found.available:
         raise UsageError(found.reason)
     return found.details["library"]
-
-
-def times_address(times: memoryview) -> int:
-    """Where the runner's int64 sample array starts, for the C loop."""
-    return np.frombuffer(times, dtype=np.int64).ctypes.data
 
 
 def check(code: int, what: str) -> None:
@@ -212,6 +207,7 @@ class Window(_PointToPoint):
         super().__init__(comm, kernel, size, method, cloop, role)
         self.window = window
         self.both_ways = kernel.directions == 2
+        self.window_holds_transit = not self.both_ways  # the peer's next window may land before our stamp
         self.ack = poisoned(1)
         if not self.active:
             return

@@ -6,9 +6,10 @@ The links (one TCP connection per needed pair of ranks) come from
 as osu_latency and osu_bw make one MPI call, and finish a partial transfer off
 the fast path.
 
-The latency, bw and msgrate loops run in C (``_tcploop``, the same system
-calls with the GIL released) when the extension was built: the interpreter's
-cost per message is not the network's, and a TCP baseline must not carry it.
+The latency, bw and msgrate loops run in C (``_tcploop.c``, the same system
+calls with the GIL released), a Python extension that ``cbuild`` builds on
+first use: the interpreter's cost per message is not the network's, and a TCP
+baseline must not carry it. Every rank takes the C loop or none does.
 The C streaming window waits in poll() between non-blocking calls, as iperf3
 does, within the same socket timeouts. ``--loop python`` times the same
 pattern in Python instead, for a like-for-like look beside mpi4py; the row's
@@ -25,29 +26,105 @@ pattern in Python instead, for a like-for-like look beside mpi4py; the row's
 from __future__ import annotations
 
 import argparse
+import shlex
 import socket
+import sys
+import sysconfig
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
+from fabricbench import cbuild
 from fabricbench.argtypes import port_number
 from fabricbench.buffers import aligned, filled, pattern, poisoned
+from fabricbench.cbuild import CLoopUnavailable
 from fabricbench.collectives import ROOT
+from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
-from fabricbench.transports.tcp_link import ANY, WAITALL, Duplex, check_local_address, finish_recv, open_links
-
-try:
-    from fabricbench import _tcploop
-except ImportError:  # installed without a C compiler: the Python loops time everything
-    _tcploop = None
+from fabricbench.transports.tcp_link import (
+    ANY,
+    NO_RATE,
+    WAITALL,
+    Duplex,
+    check_local_address,
+    finish_recv,
+    link_rates,
+    open_links,
+)
 
 LOOPS = {"auto": 0, "c": 1, "python": 2}  # --loop, and its code in the peer handshake
-NO_C_LOOP = "this install has no tcp C loop (it was built without a C compiler)"
+SOURCE = Path(__file__).parents[1] / "_tcploop.c"
+MODULE = "fabricbench._tcploop"
+PYTHON_HEADERS = "Debian/Ubuntu: apt-get install python3-dev; RHEL/Fedora: dnf install python3-devel"
+
+
+@dataclass(frozen=True)
+class CLoop:
+    """The loaded extension, the file it came from and the compiler that built it (metadata and ``doctor``)."""
+
+    module: ModuleType
+    path: str
+    compiler: str  # the command
+    compiler_version: str  # the first line of its --version
+
+
+_LOADED: list[CLoop] = []  # this process's C loop once loaded: preflight, doctor and the transport share it
+_LOOP_NOTICE: list[str] = []  # the fallback notice, printed once per process
+
+
+def load_c_loop() -> CLoop:
+    """The C loops built for this Python, from the cache or compiled now. Raises CLoopUnavailable."""
+    if not _LOADED:
+        compiler = cbuild.find_compiler()
+        include = sysconfig.get_paths()["include"]
+        recipe = cbuild.Recipe(
+            name="tcploop",
+            source=SOURCE,
+            compiler=compiler,
+            # Python.h, and the extension's ABI: a build for one interpreter never loads into another.
+            compile_flags=(f"-I{include}",),
+            suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so",
+            key_parts=(sys.version, sysconfig.get_config_var("SOABI") or "", include),
+            missing_hint=PYTHON_HEADERS,
+        )
+        module, path = cbuild.load_extension(recipe, MODULE)
+        _LOADED.append(CLoop(module, str(path), shlex.join(compiler), cbuild.compiler_identity(compiler)))
+    return _LOADED[0]
+
+
+def open_c_loop(ctrl, choice: str) -> tuple[CLoop | None, str]:
+    """The C loop on every rank, or on none, and why not: the ranks agree, so no row mixes loops.
+
+    ``--loop c`` was checked by preflight on this host; should another rank fail to load it, every rank
+    stops with UsageError. ``auto`` falls back to the Python loop with one notice.
+    """
+    if choice == "python":
+        return None, "not asked for"
+    try:
+        cloop, why = load_c_loop(), ""
+    except CLoopUnavailable as exc:
+        cloop, why = None, str(exc)
+    table = allgather_json(ctrl, {"c_loop_unavailable": why}, "tcp loop table")
+    reasons = [record.get("c_loop_unavailable") for record in table]
+    failed = [(rank, str(said)) for rank, said in enumerate(reasons) if said]
+    if not failed:
+        return cloop, ""
+    rank, said = failed[0]
+    why = said if rank == ctrl.rank else f"on rank {rank}: {said}"
+    if choice == "c":
+        raise UsageError(f"--loop c: {why}")
+    if ctrl.rank == 0 and not _LOOP_NOTICE:
+        _LOOP_NOTICE.append(why)
+        print(f"fabricbench: notice: tcp kernels are timed in Python (python loop): {why}", file=sys.stderr, flush=True)
+    return None, why
 
 
 class _TCPCase(Case):
@@ -82,14 +159,10 @@ def _send_seed(rank: int) -> int:
     return rank + 1
 
 
-def c_loop_built() -> bool:
-    return _tcploop is not None
-
-
 class _PointToPoint(_TCPCase):
     """This rank's partner, role and written buffers; ranks outside the pattern sit out."""
 
-    loop = None  # the C loops (_tcploop) when they time this case, else None
+    loop = None  # the C loops' module when they time this case, else None
     both_ways = False
 
     def __init__(self, links: dict, rank: int, ranks: int, kernel: Kernel, size: int, timeout: float, role=None):
@@ -107,8 +180,8 @@ class _PointToPoint(_TCPCase):
             self.fd = self.sock.fileno()
             self.received = self.recv_buf
 
-    def use_c_loop(self) -> None:
-        self.loop, self.method = _tcploop, "c loop"
+    def use_c_loop(self, module: ModuleType) -> None:
+        self.loop, self.method = module, "c loop"
 
     def expected(self):
         return pattern(len(self.received), _send_seed(self.peer))
@@ -154,6 +227,7 @@ class Window(_PointToPoint):
         super().__init__(links, rank, ranks, kernel, size, timeout, role)
         self.window = window
         self.both_ways = kernel.directions == 2
+        self.window_holds_transit = not self.both_ways  # the peer's next window may land before our stamp
         self.ack = memoryview(filled(1, 0))
         self.ack_in = memoryview(poisoned(1))
         if self.active and self.initiator and not self.both_ways:
@@ -400,9 +474,13 @@ class TCPTransport(Transport):
 
     @classmethod
     def preflight(cls, options: dict, ranks: int) -> None:
-        """What this host can tell before any rank starts: the C loop, the port range, the address, the interface."""
-        if options.get("loop") == "c" and not c_loop_built():
-            raise UsageError(f"--loop c: {NO_C_LOOP}")
+        """What this host can tell before any rank starts: the C loop (built now for ``--loop c``), the port range,
+        the address, the interface."""
+        if options.get("loop") == "c":
+            try:
+                load_c_loop()
+            except CLoopUnavailable as exc:
+                raise UsageError(f"--loop c: {exc}") from None
         port = options.get("port")
         if port and port + ranks - 1 > 65535:
             raise UsageError(
@@ -420,13 +498,17 @@ class TCPTransport(Transport):
         loop = {code: name for name, code in LOOPS.items()}.get(reader.u8())
         if loop is None:
             raise ProtocolError("bad tcp loop setting")
-        if loop == "c" and not c_loop_built():
-            raise ProtocolError("--loop c: this server's install has no tcp C loop")
+        # Whether this host can build the C loop for --loop c is the session's to find (open_c_loop), not the
+        # handshake's: a compile would stall serve's other handshakes.
         return options | {"loop": loop} if loop != "auto" else options
 
     @classmethod
     def doctor(cls) -> Diagnosis:
-        loop = "c loop (fabricbench._tcploop)" if c_loop_built() else f"python loop only: {NO_C_LOOP}"
+        try:
+            cloop = load_c_loop()
+            loop = f"c loop, built with {cloop.compiler} ({cloop.path})"
+        except CLoopUnavailable as exc:
+            loop = f"python loop only: {exc}"
         return Diagnosis(True, details={"timed loop": loop})
 
     def __init__(self, ctrl, plan):
@@ -434,13 +516,12 @@ class TCPTransport(Transport):
         self.timeout = plan.timeout
         self.window = plan.window
         options = plan.transport_options.get(self.options_key, {})
-        # "auto" (the default) takes the C loops where this rank's install has them.
-        if options.get("loop") == "c" and not c_loop_built():  # rank 0 checked its own install, not this one
-            raise UsageError(f"--loop c: the install on {socket.gethostname()} has no tcp C loop")
-        self.c_loop = options.get("loop", "auto") != "python" and c_loop_built()
+        # "auto" (the default) takes the C loops where every rank has them.
+        self.cloop, self.why = open_c_loop(ctrl, options.get("loop", "auto"))
         # The all-pairs kernels need a link to every rank; the others, a partner and ring neighbours.
         everyone = any(s.transport == self.name and s.spec.pattern == "matrix" for s in plan.steps)
         self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout, everyone)
+        self.link_rates = link_rates(self.links)  # {peer: (MB/s or None, what reported it)}
 
     def case(self, kernel: Kernel, size: int) -> Case:
         ctrl = self.ctrl
@@ -450,10 +531,11 @@ class TCPTransport(Transport):
             raise Unsupported("a TCP byte stream carries no zero-byte messages")
         if kernel.windowed:
             case = Window(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, self.window)
+            case.link_MBps, case.link_label = self.link_rates.get(case.peer, NO_RATE)
         else:
             case = PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout)
-        if self.c_loop and not case.both_ways:  # bibw's duplex loop stays in Python
-            case.use_c_loop()
+        if self.cloop and not case.both_ways:  # bibw's duplex loop stays in Python
+            case.use_c_loop(self.cloop.module)
         return case
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
@@ -471,13 +553,22 @@ class TCPTransport(Transport):
             case = Window(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, self.window, role)
         else:
             case = PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, role)
-        if self.c_loop:
-            case.use_c_loop()
+        if self.cloop:
+            case.use_c_loop(self.cloop.module)
         return case
 
     def metadata(self) -> dict:
         sock = next(iter(self.links.values()), None)
-        meta = {"tcp_bind_address": self.bind or ANY, "tcp_nodelay": True, "tcp_c_loop": self.c_loop}
+        meta = {"tcp_bind_address": self.bind or ANY, "tcp_nodelay": True, "tcp_c_loop": self.cloop is not None}
+        if self.cloop:
+            meta |= {
+                "timed_loop": "c loop",
+                "c_loop_compiler": self.cloop.compiler,
+                "c_loop_compiler_version": self.cloop.compiler_version,
+                "c_loop_library": self.cloop.path,
+            }
+        else:
+            meta |= {"timed_loop": "python loop", "c_loop_unavailable": self.why}
         if sock:
             meta["tcp_so_sndbuf"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
             meta["tcp_so_rcvbuf"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)

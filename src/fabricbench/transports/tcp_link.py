@@ -18,6 +18,7 @@ import os
 import select
 import socket
 import struct
+from pathlib import Path
 
 from fabricbench.argtypes import host_name
 from fabricbench.control import allgather_json
@@ -39,6 +40,13 @@ READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
 WRITABLE = select.POLLOUT | select.POLLERR | select.POLLHUP
 SIOCGIFADDR = 0x8915
 ANY = "0.0.0.0"
+NET_CLASS = "/sys/class/net"
+PROC_ROUTE = "/proc/net/route"
+RTF_UP = 0x1
+# Paravirtual NICs report the speed their hypervisor was given, not what a wire carries: two guests on one host
+# pass it by far. Their rate is not trusted.
+PARAVIRTUAL_DRIVERS = frozenset({"virtio_net", "vmxnet3", "hv_netvsc", "vif"})
+NO_RATE: tuple[float | None, str] = (None, "")  # a link whose rate is unknown, and nothing to name
 
 
 def interface_address(name: str) -> str:
@@ -63,6 +71,91 @@ def check_local_address(options: dict) -> None:
         listen(address, 0).close()
     except UsageError as exc:
         raise UsageError(f"--tcp-address {address} is not an address of this host: {exc}") from None
+
+
+def nic_rate_MBps(interface: str, net_class: str | Path = NET_CLASS) -> float | None:
+    """The most one direction of a real NIC carries, MB/s (10^6 B/s), from the Mb/s its driver reports in sysfs;
+    None for a virtual interface (lo, veth, bridge, bond, tun: no ``device`` behind it), a paravirtual one, or a
+    speed the driver does not know (-1)."""
+    base = Path(net_class) / interface
+    device, driver = base / "device", base / "device" / "driver"
+    if not device.exists() or (driver.exists() and driver.resolve().name in PARAVIRTUAL_DRIVERS):
+        return None
+    try:
+        mbits = int((base / "speed").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return mbits / 8 if mbits > 0 else None
+
+
+def route_interface(address: str, routes: str) -> str | None:
+    """The interface the main IPv4 routing table (``routes``: /proc/net/route's text) sends ADDRESS through: the
+    longest prefix that holds it, then the lowest metric."""
+    target = struct.unpack("=I", socket.inet_aton(address))[0]  # the table's words are addresses in memory order
+    best, chosen = None, None
+    for line in routes.splitlines()[1:]:
+        fields = line.split()
+        try:
+            name, destination, flags, metric, mask = fields[0], *(int(fields[i], 16) for i in (1, 3, 6, 7))
+        except (IndexError, ValueError):
+            continue
+        if flags & RTF_UP and target & mask == destination:
+            rank = (mask.bit_count(), -metric)
+            if best is None or rank > best:
+                best, chosen = rank, name
+    return chosen
+
+
+def _is_local(address: str) -> bool:
+    """Whether ADDRESS is one of this host's (in this network namespace): a bind to it succeeds."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def _interface_with(address: str) -> str | None:
+    """The interface whose (primary) IPv4 address is ADDRESS."""
+    for _, name in socket.if_nameindex():
+        try:
+            if interface_address(name) == address:
+                return name
+        except UsageError:  # no IPv4 address
+            continue
+    return None
+
+
+def link_rate(
+    sock: socket.socket, net_class: str | Path = NET_CLASS, proc_route: str = PROC_ROUTE
+) -> tuple[float | None, str]:
+    """(MB/s, what reported it) for the NIC a connected socket's bytes cross, or NO_RATE.
+
+    Only a real NIC's reported speed is trusted, and only when the bytes surely cross it: the peer is not on
+    this host (the kernel loops those bytes back whatever address they carry), the interface holding our
+    address is the one the routing table sends them through, and sysfs shows that interface (same index) and
+    not one of another network namespace's.
+    """
+    try:
+        local, peer = sock.getsockname()[0], sock.getpeername()[0]
+        routes = Path(proc_route).read_text()
+        if sock.family != socket.AF_INET or _is_local(peer):
+            return NO_RATE
+        name = _interface_with(local)
+        if name is None or route_interface(peer, routes) != name:
+            return NO_RATE
+        if int((Path(net_class) / name / "ifindex").read_text()) != socket.if_nametoindex(name):
+            return NO_RATE
+    except (OSError, ValueError):
+        return NO_RATE
+    rate = nic_rate_MBps(name, net_class)
+    return (rate, f"{name}, {rate * 8:g} Mb/s") if rate else NO_RATE
+
+
+def link_rates(links: dict[int, socket.socket]) -> dict[int, tuple[float | None, str]]:
+    """link_rate for each peer's link."""
+    return {peer: link_rate(sock) for peer, sock in links.items()}
 
 
 def _net_namespace() -> int:

@@ -1,0 +1,284 @@
+"""The one builder of fabricbench's C loops: compile a C source against a library on first use, cache it, load it.
+
+Every timed loop in C (the MPI loops, the tcp loops, the verbs loops) must match what this host has: the MPI that
+mpi4py loaded, this Python's ABI, the installed libibverbs. So each is compiled at run time, not at install time,
+and cached per user by everything the build depends on (the source, the compiler and its identity, the flags and
+the library's version), so a new library, compiler or fabricbench builds anew and every later run loads the same
+file. Ranks on one host build once, under a lock. Whatever goes wrong is one line in ``CLoopUnavailable``, and the
+caller falls back to its Python loop or stops.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import fcntl
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+BUILD_TIMEOUT_S = 120
+QUERY_TIMEOUT_S = 30  # --version, -show: answered at once, or the tool is stuck
+OUTPUT_CHARS = 240
+COMPILERS = ("cc", "gcc", "clang")
+NO_COMPILER = "no C compiler found (install gcc, or set CC)"
+
+# A header the compiler cannot find: gcc's and clang's wordings (the compiler runs with LC_ALL=C).
+_MISSING_HEADER = (
+    re.compile(r"fatal error: ([^\s:]+): No such file or directory"),
+    re.compile(r"fatal error: '([^']+)' file not found"),
+)
+
+Loaded = TypeVar("Loaded")
+
+
+class CLoopUnavailable(Exception):
+    """The C loop cannot be built or loaded here; the message is one line: why, and the fix."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What to build and what the build depends on.
+
+    The command is ``compiler -O2 -shared -fPIC *compile_flags -o OUT source *link_flags``; the built file is
+    ``<cache>/<name>/<name>-<key><suffix>``.
+    """
+
+    name: str  # the cache subfolder and the file-name prefix
+    source: Path
+    compiler: list[str] | None  # find_compiler()'s answer, or an MPI wrapper; None: there is none
+    link_flags: tuple[str, ...] = ()  # after the source: libraries to link
+    key_parts: tuple[str, ...] = ()  # what else the build depends on, e.g. the library's version and file
+    missing_hint: str = ""  # how to install what provides a missing header
+    compile_flags: tuple[str, ...] = ()  # before the output, e.g. an include directory
+    suffix: str = ".so"
+    identity: str | None = None  # what identifies the compiler; None: the first line of its --version
+    compiler_hint: str = "set CC to a C compiler"  # the fix when the compiler cannot be run
+
+
+def find_compiler() -> list[str] | None:
+    """The C compiler: $CC (split with shlex, may carry flags), else cc, gcc or clang on PATH; None if none."""
+    if command := shlex.split(os.environ.get("CC", "")):
+        return command
+    for name in COMPILERS:
+        if found := shutil.which(name):
+            return [found]
+    return None
+
+
+def cache_dir(name: str) -> Path:
+    """Per user and across runs, where other tools keep their caches: one build serves every later run."""
+    if root := os.environ.get("FABRICBENCH_CACHE_DIR"):
+        return Path(root, name)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "fabricbench", name)
+
+
+def _run(command: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a compiler or wrapper in a process group of its own, in the C locale; on timeout kill the whole group:
+    a wrapper that is a script leaves its compiler running when it is killed alone, and that compiler would write
+    its output after it was cleaned away. Raises OSError and subprocess.TimeoutExpired."""
+    process = subprocess.Popen(
+        list(command),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=os.environ | {"LC_ALL": "C"},  # messages in the words missing_header() reads
+    )
+    with process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def tool_output(command: Sequence[str]) -> str | None:
+    """What a query such as ``cc --version`` prints, or None when it cannot run, fails or hangs."""
+    try:
+        done = _run(command, QUERY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def compiler_identity(compiler: Sequence[str]) -> str:
+    """The first line of ``compiler --version`` ("" when it does not answer), asked once per process."""
+    return _identity(tuple(compiler))
+
+
+@functools.cache
+def _identity(compiler: tuple[str, ...]) -> str:
+    said = tool_output([*compiler, "--version"]) or ""
+    return said.strip().partition("\n")[0]
+
+
+def cache_key(recipe: Recipe) -> str:
+    """sha256 of everything the build depends on: a new source, compiler, flag or library gets a new build.
+    Raises CLoopUnavailable when the source cannot be read."""
+    try:
+        digest = hashlib.sha256(recipe.source.read_bytes())
+    except OSError as exc:
+        raise CLoopUnavailable(f"cannot read {recipe.source}: {exc.strerror or exc}") from exc
+    compiler = recipe.compiler or []
+    identity = recipe.identity if recipe.identity is not None else compiler_identity(compiler)
+    fixed = (shlex.join(compiler), identity, shlex.join(recipe.compile_flags), shlex.join(recipe.link_flags))
+    for part in (*fixed, recipe.suffix, *recipe.key_parts):
+        digest.update(b"\0" + part.encode())
+    return digest.hexdigest()
+
+
+def missing_header(output: str) -> str | None:
+    """The header a failed compile could not find, from gcc's or clang's message; None for any other failure."""
+    for pattern in _MISSING_HEADER:
+        if found := pattern.search(output):
+            return found.group(1)
+    return None
+
+
+def _one_line(text: str) -> str:
+    """A tool's complaint as one line: its lines with words in them (Open MPI frames its messages in rules of
+    dashes), joined, and cut after OUTPUT_CHARS."""
+    said = " ".join(line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)) or "no output"
+    return said if len(said) <= OUTPUT_CHARS else said[: OUTPUT_CHARS - 3] + "..."
+
+
+def _compile(recipe: Recipe, compiler: list[str], output: Path) -> None:
+    flags = ["-O2", "-shared", "-fPIC", *recipe.compile_flags]
+    command = [*compiler, *flags, "-o", str(output), str(recipe.source), *recipe.link_flags]
+    name = Path(compiler[0]).name
+    try:
+        done = _run(command, BUILD_TIMEOUT_S)
+    except OSError as exc:
+        raise CLoopUnavailable(f"cannot run {compiler[0]}: {exc.strerror or exc} ({recipe.compiler_hint})") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise CLoopUnavailable(f"{name} did not finish within {BUILD_TIMEOUT_S} s") from exc
+    if done.returncode == 0:
+        return
+    said = done.stderr or done.stdout
+    if header := missing_header(said):
+        hint = f" ({recipe.missing_hint})" if recipe.missing_hint else ""
+        raise CLoopUnavailable(f"cannot build the {recipe.name} C loop: {header} not found{hint}")
+    raise CLoopUnavailable(f"{name} failed: {_one_line(said)}")
+
+
+def _build(recipe: Recipe, compiler: list[str], target: Path) -> None:
+    """Compile into `target` through a temporary name and os.replace: a rank that finds the file finds it whole."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        _compile(recipe, compiler, partial)
+        os.replace(partial, target)
+    except OSError as exc:
+        raise CLoopUnavailable(f"cannot write {target}: {exc.strerror or exc}") from exc
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+# What an opener raises for a file that is not a build of this recipe (another machine's, stale, truncated).
+_NOT_OURS = (OSError, AttributeError, ImportError)
+
+
+def _open_or_build(recipe: Recipe, compiler: list[str], path: Path, opener: Callable[[Path], Loaded]) -> Loaded:
+    """The build at `path`, built first if missing; one that does not load is rebuilt once."""
+    if not path.exists():
+        _build(recipe, compiler, path)
+    try:
+        return opener(path)
+    except _NOT_OURS:
+        _build(recipe, compiler, path)
+    try:
+        return opener(path)
+    except _NOT_OURS as exc:
+        path.unlink(missing_ok=True)  # the next run then builds afresh
+        said = _one_line(str(exc))
+        raise CLoopUnavailable(f"the library {Path(compiler[0]).name} built does not load: {said}") from exc
+
+
+@contextmanager
+def _locked_cache(name: str) -> Iterator[Path | None]:
+    """The recipe's cache directory under an exclusive lock, so that the ranks on one host build once and the
+    others wait and load that build; None when the directory cannot be created or written."""
+    directory = cache_dir(name)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = os.open(directory / ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError:
+        yield None
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield directory if os.access(directory, os.W_OK) else None
+    finally:
+        os.close(lock)  # which releases the lock
+
+
+def _load(recipe: Recipe, opener: Callable[[Path], Loaded]) -> tuple[Loaded, Path]:
+    """The recipe's build opened: from the cache when one exists, else built now. Raises CLoopUnavailable."""
+    if not recipe.compiler:
+        raise CLoopUnavailable(NO_COMPILER)
+    compiler = recipe.compiler
+    name = f"{recipe.name}-{cache_key(recipe)[:16]}{recipe.suffix}"
+    with _locked_cache(recipe.name) as directory:
+        if directory is not None:
+            path = directory / name
+            return _open_or_build(recipe, compiler, path, opener), path
+    # An unwritable cache: a build of this process's own, removed again if it fails.
+    private = Path(tempfile.mkdtemp(prefix=f"fabricbench-{recipe.name}-"))
+    path = private / name
+    try:
+        return _open_or_build(recipe, compiler, path, opener), path
+    except CLoopUnavailable:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+
+
+def load_library(recipe: Recipe, signatures: dict[str, tuple[list[Any], Any]]) -> tuple[ctypes.CDLL, Path]:
+    """The recipe built as a plain shared library and opened with ctypes, each function in `signatures`
+    (name -> (argtypes, restype)) typed; and the built file. Raises CLoopUnavailable."""
+
+    def opener(path: Path) -> ctypes.CDLL:
+        lib = ctypes.CDLL(str(path))
+        try:
+            for function_name, (argtypes, restype) in signatures.items():
+                function = getattr(lib, function_name)
+                function.argtypes, function.restype = argtypes, restype
+        except AttributeError:
+            # Unloaded, or the dynamic loader would hand this one back for a rebuilt file at the same path.
+            _ctypes.dlclose(lib._handle)
+            raise
+        return lib
+
+    return _load(recipe, opener)
+
+
+def load_extension(recipe: Recipe, module_name: str) -> tuple[ModuleType, Path]:
+    """The recipe built as a Python extension module and imported as `module_name` (also entered in
+    sys.modules); and the built file. The recipe gives Python's include directory and extension suffix.
+    Raises CLoopUnavailable."""
+
+    def opener(path: Path) -> ModuleType:
+        loader = importlib.machinery.ExtensionFileLoader(module_name, str(path))
+        spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        sys.modules[module_name] = module
+        return module
+
+    return _load(recipe, opener)
