@@ -15,6 +15,8 @@ from fabricbench.errors import UsageError
 KiB = 1024
 MiB = 1024 * KiB
 LARGE_MESSAGE = 8 * KiB  # OSU switches to the "large" iteration counts above this
+ATOMIC_BYTES = 8  # the one operand size of RDMA atomics
+ATOMIC_KERNELS = ("fop", "cas", "fop-rate", "cas-rate")
 
 # (iterations small, iterations large, warm-up small, warm-up large), from OSU 7.4
 OSU_DEFAULTS = {
@@ -118,6 +120,49 @@ _ALL = [
     *(_collective(spec) for spec in COLLECTIVES.values()),
     Kernel("put", "latency", "pair", "op", 1, 4 * MiB, "{lib}_Put Latency Test"),
     Kernel("get", "latency", "pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test"),
+    # 8-byte remote atomics (verbs: IBV_WR_ATOMIC_FETCH_AND_ADD / _CMP_AND_SWP; OSU's osu_fop_latency and
+    # osu_cas_latency, perftest's ib_atomic_lat and ib_atomic_bw): one operation and its fetched value, a full
+    # round trip; or a window of them, a message rate.
+    Kernel(
+        "fop",
+        "latency",
+        "pair",
+        "op",
+        ATOMIC_BYTES,
+        ATOMIC_BYTES,
+        "{lib}_Fetch_and_op latency Test",
+        osu_datatype="MPI_LONG_LONG",
+    ),
+    Kernel(
+        "cas",
+        "latency",
+        "pair",
+        "op",
+        ATOMIC_BYTES,
+        ATOMIC_BYTES,
+        "{lib}_Compare_and_swap latency Test",
+        osu_datatype="MPI_LONG_LONG",
+    ),
+    Kernel(
+        "fop-rate",
+        "bandwidth",
+        "pair",
+        "window",
+        ATOMIC_BYTES,
+        ATOMIC_BYTES,
+        "{lib} Fetch_and_op Rate Test",
+        osu_datatype="MPI_LONG_LONG",
+    ),
+    Kernel(
+        "cas-rate",
+        "bandwidth",
+        "pair",
+        "window",
+        ATOMIC_BYTES,
+        ATOMIC_BYTES,
+        "{lib} Compare_and_swap Rate Test",
+        osu_datatype="MPI_LONG_LONG",
+    ),
     Kernel("put-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test"),
     Kernel("get-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test"),
     # Every ordered pair of ranks (or hosts, --per-node), phase by phase as --schedule says: latency's and bw's loops

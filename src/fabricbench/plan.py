@@ -136,6 +136,8 @@ def kernel_sizes(kernel: Kernel, size_range: tuple[int, int] | None) -> list[int
     """The sizes a kernel sweeps: its OSU default, or -m's (from the default's start when -m gives no minimum)."""
     if not kernel.moves_data:
         return [0]
+    if kernel.min_size == kernel.max_size:  # one operand size (RDMA atomics): -m does not apply
+        return [kernel.min_size]
     if size_range is None:
         return sizes_between(kernel.min_size, kernel.max_size)
     lo, hi = size_range

@@ -21,6 +21,7 @@ TRANSPORTS = {
     "verbs": ("fabricbench.transports.verbs", "VerbsTransport"),
     "verbs-send": ("fabricbench.transports.verbs", "VerbsSendTransport"),
     "perftest": ("fabricbench.transports.perftest", "PerftestTransport"),
+    "perftest-send": ("fabricbench.transports.perftest", "PerftestSendTransport"),
     "nccl": ("fabricbench.transports.nccl", "NCCLTransport"),
     "cuda-copy": ("fabricbench.transports.cuda_copy", "CudaCopyTransport"),
 }

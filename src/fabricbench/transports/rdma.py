@@ -31,6 +31,8 @@ INSTALL_HINT = (
     "RHEL/Fedora: dnf install python3-pyverbs rdma-core libibverbs"
 )
 MAX_WINDOW = 65536  # work requests in flight that a peer client may ask for
+QP_TYPES = ("rc", "uc", "ud")  # --qp-type, in the order of their code in the peer handshake
+UD_GRH_BYTES = 40  # a UD receive buffer holds the packet's global route header before the payload
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}  # enum ibv_mtu
 GID_TYPES = {0: "IB", 1: "RoCE v1", 2: "RoCE v2"}  # enum ibv_gid_type (the extended GID query)
 LINK_LAYERS = {0: "unspecified", 1: "InfiniBand", 2: "Ethernet"}
@@ -94,6 +96,26 @@ def add_arguments(parser, role: str) -> None:
         type=whole_number("--cq-mod"),
         help="bandwidth kernels signal every Nth work request; N divides --window (default: a quarter of it)",
     )
+    group.add_argument(
+        "--qp-type",
+        choices=QP_TYPES,
+        default="rc",
+        help="queue pair type, as perftest's -c: rc (default), uc (WRITEs and SENDs, unacknowledged), "
+        "ud (SENDs of at most the path MTU, a 40-byte GRH before each in the receive buffer); C loop only",
+    )
+    group.add_argument(
+        "--post-list",
+        type=whole_number("--post-list"),
+        default=1,
+        help="bandwidth kernels post N work requests per ibv_post_send call, as perftest's -l; N divides --window "
+        "(default 1)",
+    )
+    group.add_argument(
+        "--events",
+        action="store_true",
+        help="wait for completions on a completion channel (ibv_get_cq_event) instead of busy-polling the CQ, "
+        "as perftest's -e; C loop only",
+    )
 
 
 def options(args, role: str) -> dict:
@@ -107,7 +129,10 @@ def options(args, role: str) -> dict:
     }
     if role == "run":
         check_cq_mod(args.cq_mod, args.window)
-        given["cq_mod"] = args.cq_mod
+        check_post_list(args.post_list, args.window)
+        given.update(cq_mod=args.cq_mod, qp_type=args.qp_type, post_list=args.post_list, events=args.events)
+        if args.loop != "auto":
+            given["loop"] = args.loop
     return {key: value for key, value in given.items() if value is not None}
 
 
@@ -115,6 +140,12 @@ def check_cq_mod(cq_mod: int | None, window: int) -> None:
     """Chains of cq_mod work requests must fill the window exactly."""
     if cq_mod and window % cq_mod:
         raise UsageError(f"--cq-mod {cq_mod} must divide the window of {window} WRs (-W)")
+
+
+def check_post_list(post_list: int | None, window: int) -> None:
+    """A window is posted in calls of post_list work requests each."""
+    if post_list and window % post_list:
+        raise UsageError(f"--post-list {post_list} must divide the window of {window} WRs (-W)")
 
 
 def default_cq_mod(window: int) -> int:
