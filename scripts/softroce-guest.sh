@@ -57,7 +57,8 @@ cd "$FABRICBENCH_REPO" || fail "repository $FABRICBENCH_REPO is not visible in t
 
 guest_tmp=$(mktemp -d /tmp/fabricbench.XXXXXX)
 mkdir -p "$guest_tmp/home"
-export TMPDIR=$guest_tmp HOME=$guest_tmp/home XDG_CACHE_HOME=$guest_tmp/home/.cache
+# XDG_CACHE_HOME: where softroce-vm.sh built the C loops on the host (a --rwdir), so the ranks load them.
+export TMPDIR=$guest_tmp HOME=$guest_tmp/home XDG_CACHE_HOME=${FABRICBENCH_VM_CACHE_HOME:-$guest_tmp/home/.cache}
 export VIRTUAL_ENV=$FABRICBENCH_GUEST_VENV PATH=$FABRICBENCH_GUEST_VENV/bin:$PATH
 export PYTHONDONTWRITEBYTECODE=1
 # Any pytest run: no .pytest_cache in the read-only repository.

@@ -39,6 +39,7 @@ vng_version=1.42
 apt_packages=(
     qemu-system-x86 python3-venv python3-pyverbs ibverbs-utils ibverbs-providers
     rdma-core rdmacm-utils perftest iproute2 kmod
+    libibverbs-dev gcc libc6-dev # the verbs C loop is compiled against the host's libibverbs on first use
     busybox-static # virtme-ng builds an initramfs with it (Debian's kernel needs modules to mount 9p)
 )
 guest_pip_packages=(numpy mpi4py mpich pytest)
@@ -180,6 +181,25 @@ ensure_guest_venv() {
     fi
 }
 
+# Builds the C loops (MPI, tcp, verbs) on the host, into a cache the guest may
+# write: compiling them under emulation takes minutes, natively about a second.
+# The guest shares the host's compiler, libraries and headers, so the cache
+# keys match there and the ranks load these builds.
+ensure_c_loops() {
+    c_loop_cache=$cache/xdg-cache # the guest's XDG_CACHE_HOME: tests drop FABRICBENCH_CACHE_DIR, not this
+    mkdir -p "$c_loop_cache"
+    [[ -x $guest_venv/bin/python ]] || return 0
+    env -u FABRICBENCH_CACHE_DIR XDG_CACHE_HOME="$c_loop_cache" "$guest_venv/bin/python" - >&2 <<'PY' ||
+from fabricbench.transports import mpi, tcp, verbs_cloop
+for name, build in (("mpi", lambda: mpi.load(mpi.library_version())), ("tcp", tcp.load_c_loop), ("verbs", verbs_cloop.load)):
+    try:
+        build()
+    except Exception as exc:  # the guest then builds (or falls back) itself
+        print(f"softroce-vm.sh: the {name} C loop was not prebuilt: {exc}")
+PY
+        log "warning: prebuilding the C loops failed"
+}
+
 # --- the run -----------------------------------------------------------------
 
 # Writes the file the guest executes: the settings and COMMAND, shell-quoted.
@@ -195,6 +215,7 @@ write_launcher() {
         printf 'export FABRICBENCH_REPO=%q\n' "$repo"
         printf 'export FABRICBENCH_GUEST_VENV=%q\n' "$guest_venv"
         printf 'export FABRICBENCH_VM_SCRATCH=%q\n' "$scratch"
+        printf 'export FABRICBENCH_VM_CACHE_HOME=%q\n' "$c_loop_cache"
         printf 'exec bash %q --' "$script_dir/softroce-guest.sh"
         printf ' %q' "$@"
         echo
@@ -225,6 +246,7 @@ run_vm() {
         --cpus "$vm_cpus" --memory "$vm_memory"
         --append "modprobe.blacklist=$boot_blacklist"
         --rwdir "$scratch"
+        --rwdir "$c_loop_cache"
     )
     [[ -n ${FABRICBENCH_VM_RWDIR:-} ]] && vng_args+=(--rwdir "$FABRICBENCH_VM_RWDIR")
     vng_args+=(--exec "bash $(printf '%q' "$scratch/launch.sh")")
@@ -291,6 +313,7 @@ main() {
     ensure_kernel
     ensure_vng
     ensure_guest_venv
+    ensure_c_loops
     flock -u 9
     log "setup: $(elapsed "$t0") s (kernel $kernel_image, guest venv $guest_venv)"
     ((setup_only)) && exit 0

@@ -56,7 +56,27 @@ def test_the_clients_tcp_loop_reaches_the_server(loop):
 def test_the_clients_cq_mod_reaches_the_server_and_its_device_stays_the_servers():
     plan = _plan(steps=[Step("verbs", "bw", [8])], transport_options={"verbs": {"cq_mod": 8, "device": "mlx5_9"}})
     decoded, _, _ = decode_hello(encode_hello(plan, None), SERVER)
-    assert decoded.transport_options["verbs"] == {"device": "rxe0", "cq_mod": 8}
+    assert decoded.transport_options["verbs"] == {
+        "device": "rxe0",
+        "cq_mod": 8,
+        "qp_type": "rc",
+        "post_list": 1,
+        "events": False,
+    }
+
+
+def test_the_clients_queue_pair_and_loop_settings_reach_the_server():
+    chosen = {"qp_type": "ud", "post_list": 4, "events": True, "loop": "c"}
+    plan = _plan(steps=[Step("verbs-send", "bw", [8])], transport_options={"verbs": chosen})
+    decoded, _, _ = decode_hello(encode_hello(plan, None), SERVER)
+    assert decoded.transport_options["verbs"] == {"device": "rxe0"} | chosen
+
+
+def test_a_bad_verbs_queue_pair_type_is_refused():
+    payload = bytearray(encode_hello(_plan(steps=[Step("verbs", "bw", [8])]), None))
+    payload[-7] = 7  # the verbs section ends: cq_mod u32, qp type u8, post list u32, events u8, loop u8
+    with pytest.raises(ProtocolError, match="bad verbs queue-pair or loop settings"):
+        decode_hello(payload, SERVER)
 
 
 def test_only_the_transports_in_the_plan_send_a_section():

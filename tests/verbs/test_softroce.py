@@ -41,48 +41,80 @@ def _error_lines(stderr: str) -> list[str]:
 
 
 def test_every_kernel_moves_intact_data_and_perftest_rows_sit_beside_it(out):
+    atomics = {"fop", "cas", "fop-rate", "cas-rate"}
     result = mpiexec(
-        2, "run", "-t", "verbs,verbs-send,perftest", "-k", "latency,bw,bibw,get", "-m", "4K:8K",
-        "-i", "10", "-x", "2", "-W", "16", "-c", "--timeout", "300", "--out", str(out), "--format", "none",
-        timeout=RUN_TIMEOUT,
+        2, "run", "-t", "verbs,verbs-send,perftest,perftest-send",
+        "-k", "latency,bw,bibw,get,fop,cas,fop-rate,cas-rate", "-m", "4K:8K", "-i", "10", "-x", "2", "-W", "16",
+        "-c", "--timeout", "300", "--out", str(out), "--format", "none", timeout=RUN_TIMEOUT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows, meta = read_rows(out)
     measured = rows[rows.status == "ok"]
     kernels = {"latency", "bw", "bibw", "get"}
     expected = {("verbs", k) for k in kernels} | {("verbs-send", k) for k in kernels - {"get"}}
-    expected |= {("perftest", k) for k in kernels}
-    assert set(zip(measured.transport, measured.kernel, strict=True)) == expected
-    assert len(measured) == 2 * len(expected) and set(measured.size_B) == {4096, 8192}
-    # 8 KiB is two 4 KiB packets: the last-byte spin and validation see a multi-packet WRITE.
-    ours = measured[measured.transport != "perftest"]
+    expected |= {("perftest", k) for k in kernels} | {("perftest-send", k) for k in kernels - {"get"}}
+    sized = measured[~measured.kernel.isin(atomics)]
+    assert set(zip(sized.transport, sized.kernel, strict=True)) == expected
+    assert len(sized) == 2 * len(expected) and set(sized.size_B) == {4096, 8192}
+    # The atomics' one size is 8 B, whatever -m says; perftest's ib_atomic_* rows sit beside them.
+    fetched = measured[measured.kernel.isin(atomics)]
+    assert set(zip(fetched.transport, fetched.kernel, fetched.size_B, strict=True)) == {
+        (t, k, 8) for t in ("verbs", "perftest") for k in atomics
+    }
+    # 8 KiB is two 4 KiB packets: the last-byte spin and validation see a multi-packet WRITE. An atomic's
+    # validation checks the value it fetched: the target's count before the operation.
+    reference = measured.transport.str.startswith("perftest")
+    ours = measured[~reference]
     assert (ours.validation == "pass").all()
-    assert (measured[measured.transport == "perftest"].validation == "off").all()
+    assert ours.method.str.startswith("c loop, ").all(), set(ours.method)
+    assert (measured[reference].validation == "off").all()
     unsupported = rows[rows.status != "ok"]
-    assert list(zip(unsupported.transport, unsupported.kernel, strict=True)) == [("verbs-send", "get")]
+    assert set(zip(unsupported.transport, unsupported.kernel, strict=True)) == {
+        (t, k) for t in ("verbs-send", "perftest-send") for k in atomics | {"get"}
+    }
+    # Under emulation perftest's estimate of its clock may fail (it warns, then prints inf and 0.00): those rows
+    # carry no figures and say so; the other rows are checked below.
+    clock_failed = measured.note.str.startswith("no figures: perftest's CPU clock", na=False)
+    assert measured[clock_failed].lat_p50_us.isna().all() and measured[clock_failed].bw_MBps.isna().all()
+    assert not clock_failed.all()
+    measured = measured[~clock_failed]
+    rates = _rows_by(ours, "verbs", "fop-rate")
+    assert (rates.msgrate_per_s > 0).all() and (rates.window == 16).all()
 
     latency = measured[measured.kernel.isin(["latency", "get"])]
     assert (latency.lat_p50_us > 0).all() and (latency.lat_min_us <= latency.lat_p50_us).all()
     streams = measured[measured.kernel.isin(["bw", "bibw"])]
     assert (streams.bw_MBps > 0).all() and (streams.msgrate_per_s > 0).all()
-    assert (streams.bw_peak_MBps >= streams.bw_MBps * 0.999).all()
+    # A drained one-way window holds its bytes' transit, so its peak is a rate; a bibw window need not hold the
+    # peer's, so fabricbench gives it none (perftest still prints its own).
+    perftest_rows = streams.transport.str.startswith("perftest")
+    one_way = streams[(streams.kernel == "bw") | perftest_rows]
+    assert (one_way.bw_peak_MBps >= one_way.bw_MBps * 0.999).all()
+    assert streams[(streams.kernel == "bibw") & ~perftest_rows].bw_peak_MBps.isna().all()
     assert (streams.window == 16).all()
 
     def method(transport, kernel):
         return set(measured[(measured.transport == transport) & (measured.kernel == kernel)].method)
 
     yielding = ", yield" if len(os.sched_getaffinity(0)) < 2 else ""  # --spin auto: 2 ranks on fewer CPUs
-    assert method("verbs", "latency") == {f"write{yielding}"}
-    assert method("verbs", "get") == {f"read{yielding}"}
-    assert method("verbs-send", "bw") == {f"send, signal 1/4{yielding}"}
-    assert method("perftest", "latency") == {"ib_write_lat, inline 0[B]"}
-    assert method("perftest", "bibw") == {"ib_write_bw -b -t 16 -Q 4, inline 0[B]"}
+    assert method("verbs", "latency") == {f"c loop, write{yielding}"}
+    assert method("verbs", "get") == {f"c loop, read{yielding}"}
+    assert method("verbs-send", "bw") == {f"c loop, send, signal 1/4{yielding}"}
+    assert method("perftest", "latency") <= {"ib_write_lat, inline 0[B]"}
+    assert method("perftest", "bibw") <= {"ib_write_bw -b -t 16 -Q 4, inline 0[B]"}
+    assert method("perftest", "fop") <= {"ib_atomic_lat -A FETCH_AND_ADD"}
+    assert method("perftest", "cas-rate") <= {"ib_atomic_bw -A CMP_AND_SWAP -t 16 -Q 4"}
+    assert method("perftest-send", "bw") <= {"ib_send_bw -t 16 -Q 4, inline 0[B]"}  # rxe: perftest knows no inline
+    assert method("verbs", "fop") == {f"c loop, fop{yielding}"}
+    assert method("verbs", "cas-rate") == {f"c loop, cas, signal 1/4{yielding}"}
 
     device = meta["transports"]["verbs"]
     assert device["device"].startswith("rxe") and device["link_layer"] == "Ethernet"
     assert device["gid_type"] == "RoCE v2" and ":ffff:" in device["gid"]  # perftest's pick: IPv4-mapped
     assert device["grh"] is True and device["path_mtu_B"] == device["active_mtu_B"]
     assert meta["transports"]["perftest"]["tools"]["ib_write_lat"]
+    assert device["timed_loop"] == "c loop" and device["provider"] == "rxe"
+    assert device["libibverbs"].startswith("libibverbs ") and device["c_loop_library"].endswith(".so")
 
 
 def test_bad_rkey_is_a_clear_error_and_keeps_the_rows(out):
@@ -195,7 +227,7 @@ def test_killed_peer_without_mpi_is_a_clear_error_and_keeps_the_rows(out, tmp_pa
     assert (rows.status == "ok").all() and (rows.validation == "pass").all()
     # Small messages go inline (the default asks for 220 B, rxe grants it), larger ones by DMA.
     inline = min(220, meta["transports"]["verbs"]["max_inline_B"])
-    assert inline > 0 and rows[rows.size_B <= inline].method.str.startswith("write inline").all()
+    assert inline > 0 and rows[rows.size_B <= inline].method.str.startswith("c loop, write inline").all()
     assert not rows[rows.size_B > inline].method.str.contains("inline").any()
 
 
@@ -212,3 +244,44 @@ def test_doctor_lists_the_rxe_device_with_its_active_port():
     assert port["active_mtu_B"] in (1024, 2048, 4096) and "RoCE v2" in port["gid"], port
     table = subprocess.run([PYTHON, "-m", "fabricbench", "doctor"], capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert table.returncode == 0 and "rxe0" in table.stdout, table.stdout
+
+
+def _rows_by(rows, transport: str, kernel: str):
+    return rows[(rows.transport == transport) & (rows.kernel == kernel)]
+
+
+def test_perftest_rows_on_ud_with_events_and_a_post_list(out):
+    """-c UD -e -l 4: SEND runs up to the path MTU; what perftest refuses is an unsupported row in its words."""
+    result = mpiexec(
+        2, "run", "-t", "perftest,perftest-send", "-k", "latency,bw,fop", "-m", "4K:8K", "--qp-type", "ud",
+        "--events", "--post-list", "4", "-i", "10", "-W", "16", "--timeout", "300", "--out", str(out),
+        "--format", "none", timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows, meta = read_rows(out)
+    mtu = meta["transports"]["perftest-send"]["path_mtu_B"]
+    assert mtu == 4096  # rxe0 on lo
+    measured = rows[rows.status == "ok"]
+    assert set(zip(measured.transport, measured.kernel, measured.size_B, strict=True)) == {
+        ("perftest-send", "latency", 4096),
+        ("perftest-send", "bw", 4096),
+    }
+    timed = measured[~measured.note.str.startswith("no figures")]  # perftest's clock estimate failed: no figures
+    assert (_rows_by(timed, "perftest-send", "latency").lat_p50_us > 0).all()
+    assert (_rows_by(timed, "perftest-send", "bw").bw_MBps > 0).all()
+    assert set(measured.method) == {
+        "ib_send_lat -c UD -e, inline 0[B]",
+        "ib_send_bw -c UD -t 16 -Q 4 -l 4 -e, inline 0[B]",
+    }
+
+    refused = dict(zip(zip(rows.transport, rows.kernel, rows.size_B, strict=True), rows.status, strict=True))
+    words = "UD connection only possible in SEND verb"
+    for kernel, tool in (("latency", "ib_write_lat"), ("bw", "ib_write_bw")):
+        for size in (4096, 8192):
+            assert refused["perftest", kernel, size] == f"unsupported: perftest refuses {tool} -c UD: {words}"
+    assert refused["perftest", "fop", 8] == f"unsupported: perftest refuses ib_atomic_lat -c UD: {words}"
+    for kernel, tool in (("latency", "ib_send_lat"), ("bw", "ib_send_bw")):
+        assert refused["perftest-send", kernel, 8192] == (
+            f"unsupported: perftest refuses {tool} -c UD -s 8192: Max message size in UD cannot be greater than MTU "
+            f"({mtu} B)"
+        )

@@ -35,6 +35,7 @@ HOP_LIMIT = 255  # perftest's; the kernel's default of 1 stops at the first rout
 MAX_READS = 16  # outstanding RDMA READs asked for (capped by both devices)
 MARKERS = 250  # values of a flag or last byte: 1..250, never 0 and never POISON
 PASSIVE_POLL_S = 0.0002  # how often an idle WRITE target or READ source looks at the end-of-run flag
+ATOMIC_OFFSET = 8  # the atomics' 8-byte target, this far into the flag page (_verbsloop.c's ATOMIC_OFFSET)
 
 
 def device_names(verbs) -> list[str]:
@@ -156,24 +157,21 @@ class Completions:
         return poll
 
 
-class Link:
-    """This rank's end of an RC queue pair: device, port, GID, registered memory, CQs and the QP.
+class Port:
+    """The device, port and GID this rank uses, chosen through pyverbs as perftest chooses them.
 
-    The registered memory has two halves of ``region`` bytes: the first is
-    what this rank sends (and what the peer may READ), the second is where
-    the peer's WRITEs and SENDs land. A page after them carries the end-of-run
-    flag: a rank whose CPU takes no part in a transfer (a WRITE's target, a
-    READ's source) sleep-polls it instead of returning to the control plane at
-    once, where an MPI barrier would busy-poll and take the CPU the transfer
-    needs when ranks share CPUs.
+    The C loop's queue pair (verbs_cloop.CLink) opens the device again in C and
+    needs only the choice; the pyverbs loop's Link builds on the context opened
+    here. Everything opened is closed by ``close``, on every path out,
+    including a failure half-way through opening.
     """
 
-    def __init__(self, verbs, settings: dict, region: int, send_depth: int, recv_depth: int):
+    def __init__(self, verbs, settings: dict):
         self.v = verbs
         self._opened: list = []  # pyverbs objects, in the order they were created
-        self.memory = np.empty(0, dtype=np.uint8)
         try:
-            self._open(settings, region, send_depth, recv_depth)
+            self._open_port(settings.get("device"), settings.get("port"))
+            self._choose_gid(settings.get("gid_index"))
         except BaseException:
             self.close()
             raise
@@ -181,31 +179,6 @@ class Link:
     def _keep(self, obj):
         self._opened.append(obj)
         return obj
-
-    def _open(self, settings: dict, region: int, send_depth: int, recv_depth: int) -> None:
-        v, e = self.v, self.v.e
-        self._open_port(settings.get("device"), settings.get("port"))
-        self._choose_gid(settings.get("gid_index"))
-        self.pd = self._keep(v.PD(self.context))
-        self.region = -(-max(region, 1) // PAGE) * PAGE
-        self.memory = aligned(2 * self.region + PAGE)
-        self.memory[:] = 0  # touched before registration, so every page is backed
-        self.send_region = self.memory[: self.region]
-        self.recv_region = self.memory[self.region : 2 * self.region]
-        self.flags = memoryview(self.memory[2 * self.region :])  # [0]: written by the peer, [1]: what we write
-        self.runs_signalled = self.runs_seen = 0
-        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
-        self.mr = self._keep(v.MR(self.pd, self.memory.nbytes, access, address=self.memory.ctypes.data))
-        depth_limit = self.device_attr.max_cqe
-        self.send_cq = Completions(v, self.context, min(send_depth + 1, depth_limit))
-        self._keep(self.send_cq.cq)
-        self.recv_cq = Completions(v, self.context, min(recv_depth + 1, depth_limit))
-        self._keep(self.recv_cq.cq)
-        self.qp = self._create_qp(send_depth, recv_depth, settings.get("inline", 220))
-        self.psn = secrets.randbelow(1 << 24)
-        self.rd_atomic = max(1, min(MAX_READS, self.device_attr.max_qp_rd_atom, self.device_attr.max_qp_init_rd_atom))
-        self.path_mtu = self.port_attr.active_mtu
-        self.reads = self.rd_atomic
 
     def _open_port(self, device: str | None, port: int | None) -> None:
         """perftest's choice: the named device or the first one, on the named port or its first active one."""
@@ -255,6 +228,90 @@ class Link:
                 raise UsageError(f"GID index {index} of {self.device} port {self.port} is empty") from None
             self.gid_index, self.gid, gid_type = index, gid_bytes(entry.gid_str()), entry.gid_type
         self.gid_type = GID_TYPES.get(gid_type, str(gid_type))
+
+    def _allocate(self, region: int) -> None:
+        """The memory both loops register: a send half and a receive half of ``region`` bytes (whole pages), then
+        the flag page: [0] written by the peer, [1] what this rank writes, [8:16] the atomics' target."""
+        self.region = -(-max(region, 1) // PAGE) * PAGE
+        self.memory = aligned(2 * self.region + PAGE)
+        self.memory[:] = 0  # touched before registration, so every page is backed
+        self.send_region = self.memory[: self.region]
+        self.recv_region = self.memory[self.region : 2 * self.region]
+        self.flags = memoryview(self.memory[2 * self.region :])
+        self.atomic_target = self.memory[2 * self.region + ATOMIC_OFFSET : 2 * self.region + ATOMIC_OFFSET + 8]
+        self.runs_signalled = self.runs_seen = 0
+
+    def wait_done(self) -> None:
+        """Sleep-poll until the peer signals the end of this run: nothing here is timed, so give the CPU away."""
+        self.runs_seen = marker = self.runs_seen % MARKERS + 1
+        flags = self.flags
+        while flags[0] != marker:
+            time.sleep(PASSIVE_POLL_S)
+
+    def port_metadata(self) -> dict:
+        """The device, port and addressing, as ``metadata.json`` records them."""
+        attr, port = self.device_attr, self.port_attr
+        return {
+            "device": self.device,
+            "firmware": attr.fw_version,
+            "port": self.port,
+            "link_layer": self.link_layer,
+            "active_mtu_B": MTU_BYTES.get(port.active_mtu),
+            "active_speed": _describe("speed_to_str", port.active_speed),
+            "active_width": _describe("width_to_str", port.active_width),
+            "lid": port.lid,
+            "gid_index": self.gid_index,
+            "gid": gid_text(self.gid),
+            "gid_type": self.gid_type,
+            "grh": self.use_grh,
+            "hop_limit": HOP_LIMIT if self.use_grh else None,
+        }
+
+    def close(self) -> None:
+        """Destroy what was opened, newest first; safe to call twice."""
+        while self._opened:
+            obj = self._opened.pop()
+            with contextlib.suppress(Exception):  # one failed destroy must not keep the rest
+                obj.close()
+
+
+class Link(Port):
+    """This rank's end of an RC queue pair through pyverbs: registered memory, CQs and the QP on a chosen Port.
+
+    The registered memory has two halves of ``region`` bytes: the first is
+    what this rank sends (and what the peer may READ), the second is where
+    the peer's WRITEs and SENDs land. A page after them carries the end-of-run
+    flag: a rank whose CPU takes no part in a transfer (a WRITE's target, a
+    READ's source) sleep-polls it instead of returning to the control plane at
+    once, where an MPI barrier would busy-poll and take the CPU the transfer
+    needs when ranks share CPUs.
+    """
+
+    def __init__(self, verbs, settings: dict, region: int, send_depth: int, recv_depth: int):
+        self.memory = np.empty(0, dtype=np.uint8)
+        super().__init__(verbs, settings)
+        try:
+            self._open(settings, region, send_depth, recv_depth)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, settings: dict, region: int, send_depth: int, recv_depth: int) -> None:
+        v, e = self.v, self.v.e
+        self.pd = self._keep(v.PD(self.context))
+        self._allocate(region)
+        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+        self.mr = self._keep(v.MR(self.pd, self.memory.nbytes, access, address=self.memory.ctypes.data))
+        depth_limit = self.device_attr.max_cqe
+        self.send_cq = Completions(v, self.context, min(send_depth + 1, depth_limit))
+        self._keep(self.send_cq.cq)
+        self.recv_cq = Completions(v, self.context, min(recv_depth + 1, depth_limit))
+        self._keep(self.recv_cq.cq)
+        self.qp = self._create_qp(send_depth, recv_depth, settings.get("inline", 220))
+        self.psn = secrets.randbelow(1 << 24)
+        self.rd_atomic = max(1, min(MAX_READS, self.device_attr.max_qp_rd_atom, self.device_attr.max_qp_init_rd_atom))
+        self.path_mtu = self.port_attr.active_mtu
+        self.reads = self.rd_atomic
 
     def _create_qp(self, send_depth: int, recv_depth: int, inline: int):
         """An RC QP asking for ``inline`` bytes of inline data, halving the request until the device accepts it."""
@@ -330,13 +387,6 @@ class Link:
         while not self.send_cq.poll(1):
             relax()
 
-    def wait_done(self) -> None:
-        """Sleep-poll until the peer signals the end of this run: nothing here is timed, so give the CPU away."""
-        self.runs_seen = marker = self.runs_seen % MARKERS + 1
-        flags = self.flags
-        while flags[0] != marker:
-            time.sleep(PASSIVE_POLL_S)
-
     def send_wr(self, opcode, size: int, signaled: bool, inline: bool, next_wr=None):
         """A work request for ``size`` bytes: WRITE/SEND from the send half, READ into the receive half."""
         v, e = self.v, self.v.e
@@ -362,22 +412,8 @@ class Link:
         return chain
 
     def metadata(self) -> dict:
-        attr, port = self.device_attr, self.port_attr
-        return {
-            "device": self.device,
-            "firmware": attr.fw_version,
-            "port": self.port,
-            "link_layer": self.link_layer,
-            "active_mtu_B": MTU_BYTES.get(port.active_mtu),
+        return self.port_metadata() | {
             "path_mtu_B": MTU_BYTES.get(self.path_mtu),
-            "active_speed": _describe("speed_to_str", port.active_speed),
-            "active_width": _describe("width_to_str", port.active_width),
-            "lid": port.lid,
-            "gid_index": self.gid_index,
-            "gid": gid_text(self.gid),
-            "gid_type": self.gid_type,
-            "grh": self.use_grh,
-            "hop_limit": HOP_LIMIT if self.use_grh else None,
             "max_inline_B": self.max_inline,
             "max_rd_atomic": self.reads,
             "completion_queue": self.send_cq.kind,
@@ -386,10 +422,7 @@ class Link:
 
     def close(self) -> None:
         """Destroy the QP, CQs, MR, PD and device context, newest first; safe to call twice."""
-        while self._opened:
-            obj = self._opened.pop()
-            with contextlib.suppress(Exception):  # one failed destroy must not keep the rest
-                obj.close()
+        super().close()
         self.flags = None
         self.memory = self.send_region = self.recv_region = np.empty(0, dtype=np.uint8)
 
