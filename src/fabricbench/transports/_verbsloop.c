@@ -78,7 +78,8 @@ struct fb_link {
     int qp_type, port, yield, timeout_ms, send_depth;
     uint32_t max_inline, rd_atomic, remote_qpn, remote_rkey;
     uint64_t remote_addr, remote_region;
-    int64_t acks; /* a UD stream's flow-control messages received (see fb_stream) */
+    int64_t acks; /* an unreliable stream's flow-control messages received (see fb_stream) */
+    int acking;   /* inside such a stream: an empty message is one of them, not data */
     struct ibv_recv_wr recv_wrs[BATCH]; /* linked: posting &recv_wrs[BATCH - n] gives n receives back */
     struct ibv_sge recv_sge;
     char error[256];
@@ -141,7 +142,7 @@ static int reap(struct fb_link *l, struct ibv_cq *cq, int limit, int op)
                      op_name(op), ibv_wc_status_str(wc[i].status), (int)wc[i].status, wc[i].vendor_err);
             return -1;
         }
-        if (cq == l->recv_cq && l->qp_type == QP_UD && wc[i].byte_len == GRH_BYTES)
+        if (cq == l->recv_cq && l->acking && wc[i].byte_len == (l->qp_type == QP_UD ? GRH_BYTES : 0))
             l->acks++;
         else if (wc[i].wr_id != ACK_ID)
             data++;
@@ -582,7 +583,7 @@ static int progress(struct fb_link *l, int op, int64_t chains, int64_t *done, in
         return -1;
     *done += n;
     int busy = n;
-    if (*received < expected || l->qp_type == QP_UD) {
+    if (*received < expected || l->acking) {
         if ((n = reap(l, l->recv_cq, BATCH, OP_RECV)) < 0)
             return -1;
         *received += n;
@@ -611,15 +612,16 @@ static int progress(struct fb_link *l, int op, int64_t chains, int64_t *done, in
  * `cq_mod`-th signalled, and drained before the sample ends; `receiving`: take `window` messages per iteration
  * from the peer meanwhile (a receive-only side waits for each iteration's). `*counter` as in fb_op_latency.
  *
- * UD has no flow control of its own: a receiver that falls behind drops what finds no receive posted, and would
- * then wait for ever. So on UD, as osu_bw's window and ack, the receiver answers each whole window with an empty
- * SEND, and the sender's sample ends with it: no window is sent before the last one was received. */
+ * UD and UC SENDs have no flow control: a receiver that falls behind drops what finds no receive posted (there
+ * is no RNR retry), and would then wait for ever. So there, as osu_bw's window and ack, the receiver answers each
+ * whole window with an empty SEND, and the sender's sample ends with it: no window is sent before the last one
+ * was received. */
 int fb_stream(struct fb_link *l, int op, uint64_t size, int window, int cq_mod, int post_list, int sending,
               int receiving, int64_t iterations, uint64_t *counter, int64_t *times)
 {
     struct ibv_sge *sges = calloc((size_t)window, sizeof *sges);
     struct ibv_send_wr *wrs = calloc((size_t)window, sizeof *wrs);
-    int rc = -1, acked = l->qp_type == QP_UD;
+    int rc = -1, acked = l->qp_type == QP_UD || (l->qp_type == QP_UC && op == OP_SEND);
     if (!sges || !wrs) {
         snprintf(l->error, sizeof l->error, "out of memory for %d work requests", window);
         goto out;
@@ -629,7 +631,7 @@ int fb_stream(struct fb_link *l, int op, uint64_t size, int window, int cq_mod, 
         wrs[k].next = (k + 1) % post_list ? &wrs[k + 1] : NULL;
     }
     struct ibv_send_wr ack = {.wr_id = ACK_ID, .num_sge = 0, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
-    if (acked) {
+    if (l->qp_type == QP_UD) {
         ack.wr.ud.ah = l->ah;
         ack.wr.ud.remote_qpn = l->remote_qpn;
         ack.wr.ud.remote_qkey = QKEY;
@@ -638,6 +640,7 @@ int fb_stream(struct fb_link *l, int op, uint64_t size, int window, int cq_mod, 
     int64_t expected = receiving ? iterations * window : 0, received = 0, answered = 0;
     uint64_t value = *counter;
     l->acks = 0;
+    l->acking = acked;
     int64_t before = now_ns();
     for (int64_t i = 0; i <= iterations; i++) { /* the last round only takes the peer's remaining windows */
         int64_t done = 0, due = i == iterations ? expected : (sending ? 0 : (i + 1) * window);
@@ -670,6 +673,7 @@ int fb_stream(struct fb_link *l, int op, uint64_t size, int window, int cq_mod, 
         *counter = value;
     rc = 0;
 out:
+    l->acking = 0;
     free(sges);
     free(wrs);
     return rc;

@@ -159,9 +159,9 @@ class CLink(Port):
 
     def __init__(self, verbs, loop: VerbsLoop, settings: dict, region: int, send_depth: int, recv_depth: int,
                  timeout_s: float):  # fmt: skip
-        super().__init__(verbs, settings)
         self.loop, self.lib = loop, loop.lib
-        self.handle = None
+        self.handle = None  # before the port is chosen: a failed choice closes this object
+        super().__init__(verbs, settings)
         self.qp_type = settings.get("qp_type", "rc")
         self.events = bool(settings.get("events"))
         try:
