@@ -3,7 +3,8 @@
 Run it where a device is; on a kernel without rdma_rxe, inside the SoftRoCE VM with 2 vCPUs (with one,
 two busy-polling perftest processes share it and report the scheduler's tick):
 
-    FABRICBENCH_VM_CPUS=2 FABRICBENCH_VM_TIMEOUT=5400 scripts/softroce-vm.sh -- python benchmarks/verbs_reference.py
+    FABRICBENCH_VM_CPUS=2 FABRICBENCH_VM_MEMORY=2G FABRICBENCH_VM_TIMEOUT=5400 \
+        scripts/softroce-vm.sh -- python benchmarks/verbs_reference.py --raw /tmp/run.json
 
 Contenders, each a fabricbench run of its own (``mpiexec -n 2``) reading its rows back:
 - ``c``: fabricbench ``--loop c`` (``-t verbs,verbs-send``): the C loop;
