@@ -14,7 +14,7 @@
 #   FABRICBENCH_VM_CACHE    cache dir (default ~/.cache/fabricbench-vm); must
 #                           be visible in the guest, so not under /run,
 #                           /var/cache, /var/tmp or /var/log (tmpfs there)
-#   FABRICBENCH_VM_TIMEOUT  seconds for boot + COMMAND (default 900)
+#   FABRICBENCH_VM_TIMEOUT  seconds for boot + COMMAND (default 1500)
 #   FABRICBENCH_VM_MEMORY   guest memory (default 512M)
 #   FABRICBENCH_VM_CPUS     guest vCPUs (default 1: faster than 2 under TCG)
 #   FABRICBENCH_VM_EXTRAS   extras for `pip install -e REPO[...]` (default mpich,test)
@@ -30,7 +30,7 @@ script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$script_dir/.." && pwd -P)
 
 cache=${FABRICBENCH_VM_CACHE:-$HOME/.cache/fabricbench-vm}
-vm_timeout=${FABRICBENCH_VM_TIMEOUT:-900}
+vm_timeout=${FABRICBENCH_VM_TIMEOUT:-1500}
 vm_memory=${FABRICBENCH_VM_MEMORY:-512M}
 vm_cpus=${FABRICBENCH_VM_CPUS:-1}
 extras=${FABRICBENCH_VM_EXTRAS-mpich,test}

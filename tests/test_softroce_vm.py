@@ -17,7 +17,7 @@ import pytest
 from support import REPO
 
 REQUIRE_VM = os.environ.get("FABRICBENCH_REQUIRE_VM") == "1"
-VM_TIMEOUT = 1200  # seconds: set-up on a fresh machine (packages, kernel, venvs) plus the emulated run
+VM_TIMEOUT = 2100  # seconds: set-up on a fresh machine (packages, kernel, venvs) plus the emulated run
 
 
 def test_verbs_tests_pass_on_softroce_in_the_vm():
