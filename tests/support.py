@@ -144,3 +144,23 @@ def run_testbed(prefix: str, *args: str) -> str:
     result = subprocess.run([TESTBED, *args, "--prefix", prefix], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def executable_stub(directory: Path, name: str) -> Path:
+    """An empty shell script named NAME in DIRECTORY: a program found on PATH that does nothing."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+RDMA_DEVICES = Path("/sys/class/infiniband")
+# The marks of a test that needs a real RDMA device (tests/verbs): run inside the SoftRoCE VM where the host has none.
+NEEDS_RDMA_DEVICE = [
+    pytest.mark.verbs,
+    pytest.mark.skipif(
+        not (RDMA_DEVICES.is_dir() and any(RDMA_DEVICES.iterdir())),
+        reason="needs an RDMA device; tests/test_softroce_vm.py runs these inside the SoftRoCE VM",
+    ),
+]

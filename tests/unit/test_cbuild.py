@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from fabricbench import cbuild
 from fabricbench.cbuild import CLoopUnavailable, Recipe
 from fabricbench.transports import mpi_cloop
+from support import executable_stub
 
 HINT = "Debian/Ubuntu: apt-get install libibverbs-dev; RHEL/Fedora: dnf install rdma-core-devel"
 GCC_MISSING = (
@@ -21,14 +21,6 @@ GCC_MISSING = (
     "    1 | #include <infiniband/verbs.h>\n      |          ^~~~~~~~~~~~~~~~~~~~\ncompilation terminated.\n"
 )
 CLANG_MISSING = "probe.c:1:10: fatal error: 'infiniband/verbs.h' file not found\n#include <infiniband/verbs.h>\n"
-
-
-def _executable(directory: Path, name: str) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text("#!/bin/sh\n")
-    path.chmod(0o755)
-    return path
 
 
 @pytest.fixture
@@ -68,11 +60,11 @@ def test_cc_from_the_environment_wins_and_may_carry_flags(monkeypatch):
 def test_cc_then_gcc_then_clang_on_path_then_none(monkeypatch, tmp_path):
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    clang = _executable(tmp_path / "bin", "clang")
+    clang = executable_stub(tmp_path / "bin", "clang")
     assert cbuild.find_compiler() == [str(clang)]
-    gcc = _executable(tmp_path / "bin", "gcc")
+    gcc = executable_stub(tmp_path / "bin", "gcc")
     assert cbuild.find_compiler() == [str(gcc)]
-    cc = _executable(tmp_path / "bin", "cc")
+    cc = executable_stub(tmp_path / "bin", "cc")
     assert cbuild.find_compiler() == [str(cc)]
     for path in (cc, gcc, clang):
         path.unlink()

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
 from fabricbench import cbuild
 from fabricbench.transports import mpi_cloop
-
-
-def _executable(directory: Path, name: str) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text("#!/bin/sh\n")
-    path.chmod(0o755)
-    return path
+from support import executable_stub
 
 
 def test_mpicc_from_the_environment_wins_and_may_carry_flags(monkeypatch):
@@ -26,8 +18,8 @@ def test_mpicc_from_the_environment_wins_and_may_carry_flags(monkeypatch):
 
 def test_the_wrapper_beside_the_interpreter_comes_before_path(monkeypatch, tmp_path):
     monkeypatch.delenv("MPICC", raising=False)
-    venv_mpicc = _executable(tmp_path / "venv" / "bin", "mpicc")
-    _executable(tmp_path / "elsewhere", "mpicc")
+    venv_mpicc = executable_stub(tmp_path / "venv" / "bin", "mpicc")
+    executable_stub(tmp_path / "elsewhere", "mpicc")
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
     monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
     assert mpi_cloop.find_wrapper() == [str(venv_mpicc)]
@@ -36,11 +28,11 @@ def test_the_wrapper_beside_the_interpreter_comes_before_path(monkeypatch, tmp_p
 def test_path_then_crays_cc_then_nothing(monkeypatch, tmp_path):
     monkeypatch.delenv("MPICC", raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "no-venv"))
-    on_path = _executable(tmp_path / "bin", "mpicc")
+    on_path = executable_stub(tmp_path / "bin", "mpicc")
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     assert mpi_cloop.find_wrapper() == [str(on_path)]
     on_path.unlink()
-    cray = _executable(tmp_path / "bin", "cc")
+    cray = executable_stub(tmp_path / "bin", "cc")
     monkeypatch.delenv("CRAYPE_VERSION", raising=False)
     assert mpi_cloop.find_wrapper() is None  # a plain cc is no MPI wrapper
     monkeypatch.setenv("CRAYPE_VERSION", "2.7.30")

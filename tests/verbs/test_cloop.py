@@ -7,20 +7,11 @@ its headers away, so they build (and fail) on first use as a host without libibv
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from support import fabricbench, mpiexec, read_rows
+from support import NEEDS_RDMA_DEVICE, fabricbench, mpiexec, read_rows
 
-DEVICES = Path("/sys/class/infiniband")
-pytestmark = [
-    pytest.mark.verbs,
-    pytest.mark.skipif(
-        not (DEVICES.is_dir() and any(DEVICES.iterdir())),
-        reason="needs an RDMA device; tests/test_softroce_vm.py runs these inside the SoftRoCE VM",
-    ),
-]
+pytestmark = NEEDS_RDMA_DEVICE
 RUN_TIMEOUT = 600  # seconds for one fabricbench run under emulation
 
 

@@ -22,16 +22,10 @@ import pytest
 
 from fabricbench.transports.perftest import listening
 from fabricbench.transports.rdma import BAD_RKEY_HOOK
-from support import PYTHON, clean_env, mpiexec, read_rows
+from support import NEEDS_RDMA_DEVICE, PYTHON, RDMA_DEVICES, clean_env, mpiexec, read_rows
 
-DEVICES = Path("/sys/class/infiniband")
-pytestmark = [
-    pytest.mark.verbs,
-    pytest.mark.skipif(
-        not (DEVICES.is_dir() and any(DEVICES.iterdir())),
-        reason="needs an RDMA device; tests/test_softroce_vm.py runs these inside the SoftRoCE VM",
-    ),
-]
+DEVICES = RDMA_DEVICES
+pytestmark = NEEDS_RDMA_DEVICE
 RUN_TIMEOUT = 600  # seconds for one fabricbench run under emulation
 CLEAR_ERRORS = ("completion failed", "peer closed the connection", "made no progress", "connection lost")
 
