@@ -8,6 +8,7 @@ tested in more variants, without a process, in tests/unit/test_input_limits.py.
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -56,7 +57,11 @@ CASES = {
         "--tcp-address 8.8.8.8 is not an address of this host",
     ),
     "no such tcp interface": (["-t", "tcp", "-k", "latency", "--tcp-interface", "nonexist"], "'nonexist'"),
-    "plan over --max-memory": (["-k", "latency", "-m", "1M:1M", "--max-memory", "4M"], "--max-memory allows 4.0 MiB"),
+    "plan over --max-memory": (["-k", "latency", "-m", "4M:4M", "--max-memory", "4M"], "--max-memory allows 4.0 MiB"),
+    # Were "cannot resolve" and exit 3: a malformed --peer is a usage error.
+    "two ports in --peer": (["--peer", "127.0.0.1:18600:1"], "one ':' before the port"),
+    "an emoji for the peer host": (["--peer", "\U0001f642:80"], "is not a host name or IPv4 address"),
+    "a timeout below its floor": (["-k", "latency", "--timeout", "1e-9"], "--timeout must be at least 1 s, got 1e-9"),
 }
 
 
@@ -123,11 +128,54 @@ def test_bad_input_started_alone(name, out):
         (2, ["-k", "latency", "--timeout", "inf"], "--timeout must be a number of seconds"),
         (2, ["-t", "tcp", "-k", "latency", "--tcp-port", "65535"], "rank 1 would need 65536"),
         (2, ["-t", "tcp", "-k", "latency", "--tcp-interface", "nonexist"], "'nonexist'"),
-        (2, ["-k", "latency", "-m", "1M:1M", "--max-memory", "4M"], "--max-memory allows 4.0 MiB"),
+        (2, ["-k", "latency", "-m", "4M:4M", "--max-memory", "4M"], "--max-memory allows 4.0 MiB"),
     ],
 )
 def test_bad_input_under_mpiexec_ends_every_rank(ranks, args, expected, out):
     refused_cleanly("run", *args, "--out", str(out), expected=expected, ranks=ranks, out=out, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "cap,value,expected",
+    [
+        ("--max-bytes", "0", "--max-bytes must be at least 1 B"),
+        ("--max-timeout", "0", "--max-timeout must be above 0 seconds"),
+        ("--max-iterations", "0", "--max-iterations must be at least 1"),
+        ("--max-warmup", "0", "--max-warmup must be at least 1"),
+        ("--max-window", "0", "--max-window must be at least 1"),
+        ("--max-session", "0", "--max-session must be above 0 seconds"),
+    ],
+)
+def test_serve_refuses_a_cap_of_0_before_it_listens(cap, value, expected):
+    # A cap that was taken would start a server that refuses every run, and this call would time out.
+    refused_cleanly("serve", "--address", "127.0.0.1", "--port", "0", cap, value, expected=expected, timeout=30)
+
+
+def _held_port() -> socket.socket:
+    """A listening socket on a port whose lower neighbour is free: --tcp-port of that neighbour gives rank 1
+    this port."""
+    while True:
+        held = socket.socket()
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        with socket.socket() as below:
+            try:
+                below.bind(("0.0.0.0", held.getsockname()[1] - 1))
+                return held
+            except OSError:
+                held.close()
+
+
+@pytest.mark.parametrize("ranks", [0, 2])
+def test_a_tcp_port_in_use_is_one_line_before_any_rank_or_folder(ranks, out):
+    # Rank r listens on --tcp-port + r; rank 1's port is held by a real listener. Was rank 1's line, then
+    # MPICH's "Abort(2) on node 1" banner, and a results folder with its metadata.
+    with _held_port() as held:
+        port = held.getsockname()[1]
+        args = ["run", "-t", "tcp", "-k", "latency", "-m", "8", "-i", "5", "--tcp-port", str(port - 1)]
+        expected = f"--tcp-port {port - 1}: rank 1 listens on {port - 1}+1, and cannot listen on 0.0.0.0:{port}: "
+        line = refused_cleanly(*args, "--out", str(out), expected=expected, ranks=ranks, out=out, timeout=60)
+    assert line.endswith("address already in use; give another --tcp-port, or none (any free port)"), line
 
 
 def test_unwritable_output_under_mpiexec_ends_every_rank():

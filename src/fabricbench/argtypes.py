@@ -6,14 +6,23 @@ Numbers are read as ASCII only: Python's int() and float() also take other scrip
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
 import reprlib
+import unicodedata
 
 from fabricbench.errors import UsageError
 
 MAX_COUNT = 10**9  # iterations or warm-up: a count above this is a typo, and its samples alone need 8 GB
 MAX_SECONDS = 86400.0  # one day: the longest --timeout or --max-time, and what a timer can take
 MAX_HOST_NAME = 253  # DNS's limit on a whole name; IDNA limits each label to 63
+# The least --timeout (and serve --max-timeout): it bounds a stall, and below a second a busy host's ordinary
+# pauses (a descheduled rank, the other rank still starting, a barrier's first call) read as a dead peer.
+MIN_TIMEOUT = 1.0
+TOKEN_VAR = "FABRICBENCH_TOKEN"  # the shared secret of serve / run --peer, when --token is not given
+MASK = "***"  # what a recorded command line or a printed message shows in place of a secret
+_secrets: set[str] = set()  # every --token value parsed in this process (secret() adds them)
 _WHOLE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?", re.ASCII)
 _BYTES = re.compile(r"([0-9]{1,20})\s*([kKmMgG]?)(i?[bB])?", re.ASCII)
@@ -46,8 +55,9 @@ def whole_number(name: str, minimum: int = 1, maximum: int | None = None):
     return parse
 
 
-def seconds(name: str):
-    """A number of seconds above 0 and at most a day (no inf or nan: a timer cannot take them)."""
+def seconds(name: str, minimum: float = 0.0):
+    """A number of seconds above 0 (at least ``minimum`` when given) and at most a day (no inf or nan: a timer
+    cannot take them)."""
 
     def parse(text: str) -> float:
         if not _DECIMAL.fullmatch(text.strip()):
@@ -55,6 +65,8 @@ def seconds(name: str):
         value = float(text)
         if not value > 0:
             raise UsageError(f"{name} must be above 0 seconds, got {text}")
+        if value < minimum:
+            raise UsageError(f"{name} must be at least {minimum:g} s, got {text}")
         if value > MAX_SECONDS:
             raise UsageError(f"{name} must be at most {MAX_SECONDS:.0f} seconds (a day), got {text}")
         return value
@@ -62,14 +74,17 @@ def seconds(name: str):
     return parse
 
 
-def byte_size(what: str):
-    """Bytes from '64', '8K', '4MiB' (binary multiples, as message sizes are)."""
+def byte_size(what: str, minimum: int = 0):
+    """Bytes from '64', '8K', '4MiB' (binary multiples, as message sizes are), at least ``minimum``."""
 
     def parse(text: str) -> int:
         match = _BYTES.fullmatch(text.strip())
         if not match:
             raise UsageError(f"bad {what} {text!r}: expected a byte count such as 8, 64K or 4M")
-        return int(match.group(1)) * _UNITS[match.group(2).lower()]
+        value = int(match.group(1)) * _UNITS[match.group(2).lower()]
+        if value < minimum:
+            raise UsageError(f"{what} must be at least {minimum} B, got {text!r}")
+        return value
 
     return parse
 
@@ -87,6 +102,19 @@ def host_name(what: str):
             raise UsageError(f"{what} is empty")
         if any(not char.isascii() and char.isdigit() for char in text):
             raise UsageError(f"{what} {reprlib.repr(text)} has digits other than 0-9")
+        # A name's characters: letters and their marks (IDNA writes other scripts' names), digits 0-9, '-', '_'
+        # and the dots between labels. Anything else ('🙂', a space, a ':') names no host the resolver could find.
+        odd = [c for c in text if not (c in "-_." or c.isascii() and c.isalnum() or unicodedata.category(c)[0] in "LM")]
+        if odd:
+            raise UsageError(
+                f"{what} {reprlib.repr(text)} is not a host name or IPv4 address: it holds {odd[0]!r} "
+                "(letters, digits 0-9, '-', '_' and '.' only)"
+            )
+        if all(label.isdigit() for label in text.rstrip(".").split(".")):
+            try:
+                ipaddress.IPv4Address(text)
+            except ValueError:
+                raise UsageError(f"{what} {reprlib.repr(text)} is not an IPv4 address (four numbers 0-255)") from None
         try:
             encoded = text.encode("idna")
         except UnicodeError:
@@ -101,12 +129,83 @@ def host_name(what: str):
 
 
 def host_and_port(text: str) -> str:
-    """``--peer HOST:PORT`` (or [IPv6]:PORT), checked here and returned as given."""
+    """``--peer HOST:PORT`` (or [IPv6]:PORT), checked here and returned as given: a malformed one is a usage
+    error (exit 2), not a name the resolver failed to find (exit 3)."""
     if not text.strip():
         raise UsageError("--peer is empty: give HOST:PORT of a `fabricbench serve`")
     host, sep, port = text.rpartition(":")
     if not sep or not (port.isascii() and port.isdigit()):
-        raise UsageError(f"--peer must be HOST:PORT with a port of digits 0-9, got {text!r}")
-    host_name("--peer host")(host.strip("[]"))
+        raise UsageError(f"--peer must be HOST:PORT with a port of digits 0-9, got {reprlib.repr(text)}")
+    if host.startswith("[") and host.endswith("]"):
+        if host == "[]":
+            raise UsageError("--peer host is empty")
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise UsageError(f"--peer {reprlib.repr(text)}: {host} is not an IPv6 address in brackets") from None
+    elif ":" in host or "[" in host or "]" in host:
+        raise UsageError(
+            f"--peer must be HOST:PORT, got {reprlib.repr(text)}: one ':' before the port "
+            "(an IPv6 address goes in brackets: [::1]:PORT)"
+        )
+    else:
+        host_name("--peer host")(host)
     whole_number("--peer port", 1, 65535)(port)
     return text
+
+
+def secret(text: str) -> str:
+    """``--token``: the value as given, remembered so that no command line recorded nor line printed holds it."""
+    if text:
+        _secrets.add(text)
+    return text
+
+
+def known_secrets() -> list[str]:
+    """The secrets this process must not write: every --token parsed, and $FABRICBENCH_TOKEN; longest first."""
+    found = set(_secrets)
+    if os.environ.get(TOKEN_VAR):
+        found.add(os.environ[TOKEN_VAR])
+    return sorted(found, key=len, reverse=True)
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def masked_text(text: str) -> str:
+    """An error line with every known secret masked where the line quotes what was given (``{text!r}``, as
+    every refusal here quotes input): fabricbench's own words stay whole when a secret is one of them
+    ("wrong", "error")."""
+    values = known_secrets()
+    if not values:
+        return text
+
+    def mask(quoted: re.Match) -> str:
+        words = quoted.group(0)
+        for value in values:
+            words = words.replace(value, MASK)
+        return words
+
+    return _QUOTED.sub(mask, text)
+
+
+def masked_command_line(argv: list[str]) -> list[str]:
+    """The command line as the metadata records it: masked from the secrets' values, not from their spelling.
+
+    An argument equal to or holding a secret becomes MASK (``--opt=MASK`` where it has an ``=``), whichever
+    option carried it, so a short secret masks more than it must, never less. The value after ``--token``, or
+    in ``--token=VALUE``, is masked besides, for a command line this process did not parse.
+    """
+    values = known_secrets()
+    masked = []
+    after_token = False
+    for arg in argv:
+        if after_token or any(value in arg for value in values):
+            name, equals, _ = arg.partition("=")
+            keep_name = equals and name.startswith("-") and not after_token and not any(v in name for v in values)
+            arg = f"{name}={MASK}" if keep_name else MASK
+        elif arg.startswith("--token="):
+            arg = f"--token={MASK}"
+        after_token = arg == "--token"
+        masked.append(arg)
+    return masked

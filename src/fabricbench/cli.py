@@ -17,7 +17,18 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from fabricbench import __version__, transports
-from fabricbench.argtypes import MAX_COUNT, byte_size, host_and_port, names, port_number, seconds, whole_number
+from fabricbench.argtypes import (
+    MAX_COUNT,
+    MIN_TIMEOUT,
+    byte_size,
+    host_and_port,
+    masked_text,
+    names,
+    port_number,
+    seconds,
+    secret,
+    whole_number,
+)
 from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.kernels import KERNELS, get_kernel
 from fabricbench.memory import check_memory, local_rank_count
@@ -31,16 +42,44 @@ MAX_REPEAT = 1000  # --repeat: more is a typo, and each repeat is the whole plan
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but bad input is one line and exit 2, on every rank alike."""
+    """argparse, but bad input is one line and exit 2, on every rank alike, and no option is abbreviated.
+
+    argparse would take ``--tok SECRET`` for ``--token SECRET``: an abbreviation no masking by spelling can know.
+    Subparsers are made of this class too (``parser_class``), so every parser refuses them.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(message)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.refuse_unrecognized(parsed, extra)
+        return parsed
+
+    def refuse_unrecognized(self, parsed: argparse.Namespace, extra: list[str], where: str = "") -> None:
+        """Raise the one line for what argparse did not take. Unknown options are named without their values:
+        the word after a misspelt ``--token``, or after its '=', is the secret. An abbreviation is named with
+        the options it abbreviates."""
+        command = getattr(self, "commands", {}).get(getattr(parsed, "command", None), self)
+        known = [option for option in command._option_string_actions if option.startswith("--")]
+        options = [word.partition("=")[0] for word in extra if word.startswith("-") and word != "-"]
+        words = []
+        for name in options or extra:
+            meant = sorted(option for option in known if name.startswith("--") and option.startswith(name))
+            words.append(f"{name} (options are not abbreviated: {' or '.join(meant)})" if meant else name)
+        raise UsageError(f"unrecognized arguments{where}: {' '.join(words)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fabricbench", description="Measure what an interconnect really delivers.")
     parser.add_argument("--version", action="version", version=f"fabricbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.commands = sub.choices  # {name: subparser}: refuse_unrecognized names the options of the one given
 
     run = sub.add_parser("run", help="run kernels and write a tidy table")
     run.add_argument("-t", "--transport", type=names("transport"), help=f"comma list of: {', '.join(TRANSPORTS)}")
@@ -100,13 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="tail latency columns, e.g. 50,90,99 (OSU's -z; from 50, 90, 99, 99.9)",
     )
     osu_columns.add_argument(
-        "--osu-datatype", metavar="TYPE", help="the datatype line (OSU's -T): the type the kernel moves, e.g. MPI_CHAR"
+        "--osu-datatype",
+        metavar="TYPE",
+        help="OSU's -T: the datatype line; what a reduction sums on mpi (MPI_CHAR, MPI_INT or MPI_FLOAT)",
     )
     run.add_argument(
         "--timeout",
-        type=seconds("--timeout"),
+        type=seconds("--timeout", MIN_TIMEOUT),
         default=120.0,
-        help="seconds without progress before giving up (default 120)",
+        help=f"seconds without progress before giving up (default 120, at least {MIN_TIMEOUT:g})",
     )
     run.add_argument(
         "--hugepages",
@@ -145,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="memory one rank may use (default: this host's available memory shared among its ranks)",
     )
-    run.add_argument("--token", help="the shared secret of a `serve --token` (default: $FABRICBENCH_TOKEN)")
+    run.add_argument(
+        "--token", type=secret, help="the shared secret of a `serve --token` (default: $FABRICBENCH_TOKEN)"
+    )
     _add_pairs_arguments(run)
     transports.add_arguments(run, "run")
     run.set_defaults(func=cmd_run)
@@ -170,19 +213,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--token",
+        type=secret,
         help="a shared secret clients must prove they hold (never sent); default: $FABRICBENCH_TOKEN, which, "
         "unlike this option, other users cannot read in the process list",
     )
     caps = serve.add_argument_group("what a client may ask for (a run over a cap is refused, naming it)")
-    caps.add_argument("--max-timeout", type=seconds("--max-timeout"), default=300.0, help="--timeout (default 300 s)")
+    # Every cap is above 0 (a cap of 0 would start a server that refuses every run); --max-timeout is at least
+    # the least --timeout a client may give.
+    caps.add_argument(
+        "--max-timeout", type=seconds("--max-timeout", MIN_TIMEOUT), default=300.0, help="--timeout (default 300 s)"
+    )
     caps.add_argument(
         "--max-iterations", type=whole_number("--max-iterations"), default=1_000_000, help="-i (default 1000000)"
     )
-    caps.add_argument("--max-warmup", type=whole_number("--max-warmup", 0), default=100_000, help="-x (default 100000)")
+    caps.add_argument("--max-warmup", type=whole_number("--max-warmup"), default=100_000, help="-x (default 100000)")
     caps.add_argument("--max-window", type=whole_number("--max-window"), default=1024, help="-W (default 1024)")
     caps.add_argument(
         "--max-bytes",
-        type=byte_size("--max-bytes"),
+        type=byte_size("--max-bytes", 1),
         default=512 * 1024**2,
         metavar="SIZE",
         help="one rank's buffers for one size: message size x window x directions (default 512M)",
@@ -191,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-session",
         type=seconds("--max-session"),
         default=7200.0,
-        help="a session's budget: its plan's length on a slow link (50 us a message, 100 MB/s), four times, plus "
-        "its --timeout; a session child still running after its budget is killed (default 7200 s)",
+        help="a session's budget: its plan's length on a slow link (100 us an exchange, 5 us a message, 100 MB/s), "
+        "counting the iterations --max-time allows, four times, plus its --timeout; a session child still running "
+        "after its budget is killed (default 7200 s)",
     )
     transports.add_arguments(serve, "serve")
     serve.set_defaults(func=cmd_serve)
@@ -361,7 +410,7 @@ def _osu_columns(args, steps: list[Step]) -> dict:
         raise UsageError("--osu-full, --osu-percentiles and --osu-datatype shape OSU's text: add --format osu")
     columns = Columns(args.validate, args.osu_full, tuple(args.osu_percentiles or ()), args.osu_datatype or "")
     for step in steps:
-        check_columns(step.spec, columns)
+        check_columns(step.spec, columns, step.transport)
     return {"full": columns.full, "percentiles": list(columns.percentiles), "datatype": columns.datatype.upper()}
 
 
@@ -372,11 +421,16 @@ def _steps(args) -> list[Step]:
         pairs = [(transports.natural_transport(k), [k]) for k in args.kernel]
     else:
         pairs = [(t, args.kernel or sorted(supported_kernels(t))) for t in args.transport]
+    # OSU's -T changes what a reduction sums, and so its sizes (MPI_CHAR from 1 B); _osu_columns checks the rest.
+    datatype = (args.osu_datatype or "").upper() if args.output_format == "osu" else ""
     steps = []
     for transport, kernels in pairs:
         check_transport(transport)
         for name in kernels:
-            steps.append(Step(transport, name, kernel_sizes(get_kernel(name), args.message_size)))
+            kernel = get_kernel(name)
+            moved = kernel.with_datatype(datatype)
+            chosen = datatype if moved is not kernel else ""
+            steps.append(Step(transport, name, kernel_sizes(moved, args.message_size), chosen))
     return steps
 
 
@@ -407,8 +461,10 @@ def build_plan(args, ranks: int) -> Plan:
             step.spec.check_ranks(ranks)
     _check_rank_counts(args.ranks or [], steps, ranks)
     options = transports.transport_options(args, "run")
+    # Every rank on this host (self-launched, or a launcher's ranks all local): what they will bind is checked here.
+    local = not args.peer and local_rank_count(ranks) == ranks
     for transport in dict.fromkeys(step.transport for step in steps):
-        preflight(transport, options, ranks)
+        preflight(transport, options, ranks, local)
     # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
     run_id = os.environ.get(RUN_ID_VAR) or new_run_id()
     progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
@@ -525,11 +581,11 @@ def main(argv: list[str] | None = None) -> int:
         if extra and args.func in (cmd_compare, cmd_model) and not any(e.startswith("-") for e in extra):
             args.runs += extra  # `compare A --out DIR B`: runs on both sides of an option
         elif extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            parser.refuse_unrecognized(args, extra)
         return args.func(args, argv)
     except FabricbenchError as exc:
-        if env_rank() == 0:  # every rank sees the same bad input; one says so
-            print(f"fabricbench: error: {exc}", file=sys.stderr)
+        if env_rank() == 0:  # every rank sees the same bad input; one says so, never quoting the token
+            print(f"fabricbench: error: {masked_text(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # outside a run's own handling (runner.execute)
         if rank_watch:

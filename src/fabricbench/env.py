@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fabricbench import __version__
+from fabricbench.argtypes import masked_command_line
 from fabricbench.results import SCHEMA_VERSION
 
 
@@ -77,7 +78,7 @@ def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
         "run_id": plan.run_id,
         "label": plan.label,
         "fabricbench_version": __version__,
-        "command_line": sys.argv,
+        "command_line": masked_command_line(sys.argv),  # the token's value masked, in whatever spelling
         "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "launcher": launcher or "none",
         "python_version": platform.python_version(),

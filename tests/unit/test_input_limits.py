@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench import memory
+from fabricbench import argtypes, cli, memory
+from fabricbench.argtypes import MASK, TOKEN_VAR, masked_command_line
 from fabricbench.cli import build_parser, build_plan
 from fabricbench.control.peer import decode_hello, encode_hello
 from fabricbench.control.rendezvous import ProtocolError
@@ -56,15 +57,40 @@ PARSE_ERRORS = {
     "tcp port past 65535": (["run", "--tcp-port", "70000"], "port must be at most 65535"),
     "max-memory garbage": (["run", "--max-memory", "lots"], "bad --max-memory 'lots'"),
     "max-input garbage": (["compare", "a", "--max-input", "1T"], "bad --max-input '1T'"),
+    # A malformed --peer is a usage error (exit 2), not a name the resolver failed to find (exit 3).
+    "two ports": (["run", "--peer", "127.0.0.1:18600:1"], "one ':' before the port (an IPv6 address goes in"),
+    "bare IPv6": (["run", "--peer", "::1:18600"], "an IPv6 address goes in brackets: [::1]:PORT"),
+    "no IPv6 in brackets": (["run", "--peer", "[zz]:18600"], "[zz] is not an IPv6 address in brackets"),
+    "empty brackets": (["run", "--peer", "[]:18600"], "--peer host is empty"),
+    "emoji host": (["run", "--peer", "\U0001f642:80"], "is not a host name or IPv4 address: it holds '\U0001f642'"),
+    "space in the host": (["run", "--peer", "a b:80"], "it holds ' '"),
+    "IPv4 past 255": (["run", "--peer", "999.1.1.1:80"], "'999.1.1.1' is not an IPv4 address"),
+    "port of letters": (["run", "--peer", "127.0.0.1:http"], "a port of digits 0-9"),
+    # --timeout has a floor: below it a busy host's pauses read as a dead peer.
+    "timeout 1e-9": (["run", "--timeout", "1e-9"], "--timeout must be at least 1 s, got 1e-9"),
+    "timeout 0.5": (["run", "--timeout", "0.5"], "--timeout must be at least 1 s, got 0.5"),
+    # A serve cap of 0 would start a server that refuses every run.
+    "max-bytes 0": (["serve", "--max-bytes", "0"], "--max-bytes must be at least 1 B, got '0'"),
+    "max-timeout 0": (["serve", "--max-timeout", "0"], "--max-timeout must be above 0 seconds"),
+    "max-timeout under the floor": (["serve", "--max-timeout", "0.5"], "--max-timeout must be at least 1 s"),
+    "max-iterations 0": (["serve", "--max-iterations", "0"], "--max-iterations must be at least 1, got 0"),
+    "max-warmup 0": (["serve", "--max-warmup", "0"], "--max-warmup must be at least 1, got 0"),
+    "max-window 0": (["serve", "--max-window", "0"], "--max-window must be at least 1, got 0"),
+    "max-session 0": (["serve", "--max-session", "0"], "--max-session must be above 0 seconds"),
+    # No option is abbreviated (--tok X was --token X), and the words after one are not quoted back.
+    "abbreviated token": (["run", "--tok", "v4lue"], "unrecognized arguments: --tok (options are not abbreviated"),
+    "abbreviated token=": (["serve", "--toke=v4lue"], "--toke (options are not abbreviated: --token)"),
+    "abbreviated cap": (["serve", "--max-b", "0"], "--max-b (options are not abbreviated: --max-bytes)"),
+    "abbreviated out": (["compare", "a", "--ou", "d"], "--ou (options are not abbreviated: --out)"),
 }
 
 # Refused by build_plan before any rank starts: (run's arguments, words of the error).
 PLAN_ERRORS = {
     "no size left for bw": (["-k", "bw", "-m", "0"], "-m 0 leaves bw no size: without a minimum it starts at 1 B"),
     "buffers over --max-memory": (
-        ["-k", "latency", "-m", "1M:1M", "--max-memory", "8M"],
-        "mpi latency at 1.0 MiB on 2 ranks needs about 19.0 MiB per rank, most of it buffers for latency at "
-        "1.0 MiB (-m); --max-memory allows 8.0 MiB",
+        ["-k", "latency", "-m", "4M:4M", "-c", "--max-memory", "8M"],
+        "mpi latency at 4.0 MiB on 2 ranks needs about 16.0 MiB per rank, most of it buffers for latency at "
+        "4.0 MiB (-m); --max-memory allows 8.0 MiB",
     ),
     "samples over --max-memory": (
         ["-k", "latency", "-m", "8", "-i", "100000000", "--max-memory", "1G"],
@@ -84,6 +110,50 @@ def test_bad_arguments_are_refused_while_parsing(name):
     with pytest.raises(UsageError) as refused:
         build_parser().parse_args(argv)
     assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--peer", "[::1]:18600"],
+        ["run", "--peer", "[fe80::1%eth0]:1"],
+        ["run", "--peer", "node-01_a.example.org:65535"],
+        ["run", "--peer", "b\u00fccher.example:80"],  # IDNA: letters of other scripts
+        ["run", "--timeout", "1"],
+        ["serve", "--max-bytes", "1", "--max-warmup", "1", "--max-timeout", "1"],
+    ],
+)
+def test_the_least_good_values_are_accepted(argv):
+    build_parser().parse_args(argv)
+
+
+def test_no_value_after_a_refused_option_is_quoted_back():
+    with pytest.raises(UsageError) as refused:
+        build_parser().parse_args(["run", "--tok", "v4lue", "--toke=v4lue"])
+    assert "v4lue" not in str(refused.value) and "--tok " in str(refused.value)
+
+
+def test_the_command_line_is_masked_from_the_tokens_value_not_its_spelling(monkeypatch):
+    monkeypatch.setattr(argtypes, "_secrets", set())
+    monkeypatch.delenv(TOKEN_VAR, raising=False)
+    build_parser().parse_args(["run", "--peer", "h:1", "--token", "tok3n"])  # the parsed value is remembered
+    argv = ["fabricbench", "run", "--label", "tok3n", "--out=/r/tok3n", "-k", "latency", "--token", "tok3n"]
+    masked = masked_command_line(argv)
+    assert masked == ["fabricbench", "run", "--label", MASK, f"--out={MASK}", "-k", "latency", "--token", MASK]
+    monkeypatch.setenv(TOKEN_VAR, "env-s3cret")  # never given on the command line, still masked where it shows
+    assert masked_command_line(["x", "--label=env-s3cret", "--env-s3cret=1"]) == ["x", f"--label={MASK}", MASK]
+    said = argtypes.masked_text("wrong tok3n: got 'tok3n', \"x env-s3cret\" and 'a:tok3n:b'")
+    assert said == f"wrong tok3n: got '{MASK}', \"x {MASK}\" and 'a:{MASK}:b'"  # quoted input only
+
+
+def test_an_error_line_never_quotes_the_token(monkeypatch, capsys):
+    monkeypatch.setattr(argtypes, "_secrets", set())
+    monkeypatch.delenv(TOKEN_VAR, raising=False)
+    assert cli.main(["run", "--peer", "127.0.0.1:1", "--token", "k3rnel", "-k", "k3rnel"]) == 2
+    assert cli.main(["run", "--peer", "127.0.0.1:1", "--tok", "v4lue"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fabricbench: error: unknown kernel '{MASK}'; known: latency"), err
+    assert len(err.splitlines()) == 2 and "k3rnel" not in err and "v4lue" not in err
 
 
 def _plan(*run_args: str, ranks: int = 2) -> Plan:
@@ -115,21 +185,32 @@ def test_the_last_port_a_run_can_use_is_accepted():
 
 
 @pytest.mark.parametrize(
-    "kernel,ranks,factor",
+    "kernel,ranks,factor,unchecked",
     [
-        ("latency", 2, 19),  # send, receive, expected, and 16 bytes of int64 temporaries per byte written
-        ("bibw", 2, 19),  # one buffer each way, not one per message in the window
-        ("put", 2, 19),
-        ("allreduce", 8, 7),  # float32: 4 elements of temporaries per 16 bytes
-        ("reduce_scatter", 4, 28),  # the float vector of every rank's block, written whole
-        ("allgather", 4, 28),  # S x ranks held, byte patterns written a block at a time
-        ("alltoall", 4, 28),
-        ("barrier", 4, 0),
+        ("latency", 2, 4, 2),  # one send and one receive buffer; -c: the expected copy and the comparison's mask
+        ("bw", 2, 4, 2),  # the window reuses one buffer each way (osu_bw's s_buf and r_buf): no W in the figure
+        ("bibw", 2, 4, 2),
+        ("put", 2, 4, 2),
+        ("allreduce", 8, 7, 2),  # -c: the float32 sum's closed form holds 16 bytes of int64 per 4-byte element
+        ("reduce_scatter", 4, 28, 8),  # the float vector of every rank's block
+        ("allgather", 4, 16, 8),  # S x ranks held
+        ("alltoall", 4, 16, 8),
+        ("barrier", 4, 0, 0),
     ],
 )
-def test_a_cases_peak_follows_how_it_allocates(kernel, ranks, factor):
+def test_a_cases_peak_follows_how_it_allocates(kernel, ranks, factor, unchecked):
     size = 0 if kernel == "barrier" else MiB
     assert memory.case_bytes(get_kernel(kernel), size, ranks) == factor * size
+    assert memory.case_bytes(get_kernel(kernel), size, ranks, validate=False) == unchecked * size
+
+
+def test_a_256_mib_bw_rank_is_planned_at_a_few_messages_not_a_window_of_them():
+    for window in (1, 16, 64):
+        plan = Plan(steps=[Step("mpi", "bw", [256 * MiB])], iterations=2, warmup=1, window=window)
+        need = memory.plan_need(plan, 2)
+        assert need.buffers == 2 * 256 * MiB and need.total < 513 * MiB, (window, need)
+        plan = Plan(steps=[Step("mpi", "bw", [256 * MiB])], iterations=2, warmup=1, window=window, validate=True)
+        assert memory.plan_need(plan, 2).buffers == 4 * 256 * MiB
 
 
 def test_the_samples_count_warm_up_and_rank_0s_copies():
@@ -140,8 +221,8 @@ def test_the_samples_count_warm_up_and_rank_0s_copies():
 def test_the_costliest_size_is_named():
     plan = Plan(steps=[Step("mpi", "latency", [8, 4 * MiB]), Step("mpi", "allreduce", [1 * MiB])])
     need = memory.plan_need(plan, 2)
-    assert (need.kernel, need.size, need.buffers) == ("latency", 4 * MiB, 76 * MiB)
-    assert memory.describe(need).startswith("mpi latency at 4.0 MiB on 2 ranks needs about 76.0 MiB per rank")
+    assert (need.kernel, need.size, need.buffers) == ("latency", 4 * MiB, 8 * MiB)
+    assert memory.describe(need).startswith("mpi latency at 4.0 MiB on 2 ranks needs about 8.0 MiB per rank")
     assert memory.plan_need(Plan(steps=[]), 2) is None
 
 
@@ -150,8 +231,8 @@ def test_the_hosts_memory_is_shared_among_its_ranks(tmp_path, monkeypatch):
     meminfo.write_text("MemTotal: 8388608 kB\nMemAvailable: 2097152 kB\n")
     monkeypatch.setattr(memory, "MEMINFO", str(meminfo))
     assert memory.available_bytes() == 2 << 30
-    plan = Plan(steps=[Step("mpi", "latency", [64 * MiB])], iterations=10)
-    memory.check_memory(plan, 2, 1, None)  # 1.2 GiB of 2 GiB
+    plan = Plan(steps=[Step("mpi", "latency", [512 * MiB])], iterations=10)
+    memory.check_memory(plan, 2, 1, None)  # 1.0 GiB (a send and a receive buffer) of 2 GiB
     with pytest.raises(UsageError, match=r"this host has 2\.0 GiB available, 1\.0 GiB for each of 2 ranks"):
         memory.check_memory(plan, 2, 2, None)
     memory.check_memory(plan, 2, 2, 2 << 30)  # --max-memory is the limit when given
@@ -182,7 +263,7 @@ def test_one_iteration_moves_a_round_trip_a_window_or_a_collectives_buffers():
 def test_without_a_warm_up_the_watchdog_gives_a_large_size_its_bytes_at_a_slow_rate():
     plan = Plan(steps=[], timeout=5.0)
     big = Watchdog.guess(plan, get_kernel("latency"), 256 * MiB, 2, 1)
-    assert big == pytest.approx(4 * (19 + 2) * 256 * MiB / SLOW_BYTES_PER_S)  # building it, one round trip
+    assert big == pytest.approx(4 * (4 + 2) * 256 * MiB / SLOW_BYTES_PER_S)  # building it, one round trip
     assert Watchdog.guess(plan, get_kernel("latency"), 8, 2, 1) < 1e-5
     window = Watchdog.guess(Plan(steps=[], window=100000), get_kernel("bw"), MiB, 2, 1)
     assert window > 1000  # 100000 messages of 1 MiB at 100 MB/s

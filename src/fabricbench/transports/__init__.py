@@ -48,11 +48,15 @@ def supported_kernels(name: str) -> frozenset[str]:
     return transport_class(name).kernels
 
 
-def preflight(name: str, transport_options: dict, ranks: int) -> None:
+def preflight(name: str, transport_options: dict, ranks: int, local: bool = False) -> None:
     """The transport's own check that it can run here on ``ranks`` ranks (a missing library, no device, a port
-    range past 65535), before ranks start."""
+    range past 65535), before ranks start; ``local``: every rank runs on this host, so what they will take of
+    it (a port) can be checked here too."""
     cls = transport_class(name)
-    cls.preflight(transport_options.get(cls.options_key, {}), ranks)
+    options = transport_options.get(cls.options_key, {})
+    cls.preflight(options, ranks)
+    if local:
+        cls.preflight_local(options, ranks)
 
 
 def option_owners() -> dict[str, type[Transport]]:

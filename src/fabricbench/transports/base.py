@@ -105,6 +105,12 @@ class Transport:
         (``ranks``: the run's rank count; 2 when ``doctor`` asks)."""
 
     @classmethod
+    def preflight_local(cls, options: dict, ranks: int) -> None:
+        """As ``preflight``, for what the ranks will take of a host that runs all of them (a port in use), so
+        the refusal is one line before any rank or results folder exists. Not asked under ``--peer``, nor
+        where a launcher spreads the ranks over hosts."""
+
+    @classmethod
     def doctor(cls) -> Diagnosis:
         """Whether it can run here, why not and the fix (preflight's words), and what it found."""
         try:

@@ -55,6 +55,7 @@ from fabricbench.transports.tcp_link import (
     WAITALL,
     Duplex,
     check_local_address,
+    check_ports_free,
     finish_recv,
     link_rates,
     open_links,
@@ -488,6 +489,11 @@ class TCPTransport(Transport):
                 f"give a port of at most {65536 - ranks}"
             )
         check_local_address(options)
+
+    @classmethod
+    def preflight_local(cls, options: dict, ranks: int) -> None:
+        """Every rank's --tcp-port free on this host, the host of all of them."""
+        check_ports_free(options, ranks)
 
     @classmethod
     def encode_handshake(cls, options: dict) -> bytes:

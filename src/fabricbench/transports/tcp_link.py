@@ -73,6 +73,26 @@ def check_local_address(options: dict) -> None:
         raise UsageError(f"--tcp-address {address} is not an address of this host: {exc}") from None
 
 
+def check_ports_free(options: dict, ranks: int) -> None:
+    """With --tcp-port P and every rank on this host: the ports of the ranks that listen can be listened on.
+
+    Every rank but 0 listens (each has its lower ring neighbour to accept, see _needed_peers), rank r on
+    P + r, bound as open_links binds. A port found in use here is one line, before any rank starts.
+    """
+    port = options.get("port")
+    if not port:
+        return
+    bind = options.get("address") or (interface_address(options["interface"]) if options.get("interface") else None)
+    for rank in range(1, ranks):
+        try:
+            listen(bind or ANY, port + rank, backlog=1).close()
+        except UsageError as exc:  # "cannot listen on ADDRESS:PORT: address already in use"
+            raise UsageError(
+                f"--tcp-port {port}: rank {rank} listens on {port}+{rank}, and {exc}; "
+                "give another --tcp-port, or none (any free port)"
+            ) from None
+
+
 def nic_rate_MBps(interface: str, net_class: str | Path = NET_CLASS) -> float | None:
     """The most one direction of a real NIC carries, MB/s (10^6 B/s), from the Mb/s its driver reports in sysfs;
     None for a virtual interface (lo, veth, bridge, bond, tun: no ``device`` behind it), a paravirtual one, or a
