@@ -36,6 +36,19 @@ BOUNDS = ("min", "max")
 STOPPED = {129, 130, 141, 143}
 _HEADER = re.compile(r"\s*\[\[\s*threshold\s*\]\]")
 _size = byte_size("size")
+# Bounds on a thresholds file, checked before and after tomllib reads it: tomllib recurses once per bracket
+# (50,000 nested arrays end in RecursionError) and reads numbers of any length (a 400-digit one is past what
+# float() takes). A [[threshold]] table's list of names is 4 deep; no limit needs more than 40 digits.
+MAX_DEPTH = 16
+MAX_DIGITS = 40
+# What the pre-scan stops at: a comment, a string's opening quotes, a bracket, a run of decimal digits, a line break.
+_SCAN = re.compile(r"#|\"\"\"|'''|\"|'|[\[\]{}]|[0-9][0-9_]*|\n")
+_CLOSE = {
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),
+    "'": re.compile(r"[^'\n]*'"),
+    '"""': re.compile(r"(?:[^\\]|\\.)*?\"\"\"", re.DOTALL),
+    "'''": re.compile(r".*?'''", re.DOTALL),
+}
 
 
 @dataclass(frozen=True)
@@ -218,14 +231,65 @@ def _unknown_field(name: str) -> str:
     )
 
 
+def scan_bounds(text: str) -> tuple[int, str] | None:
+    """The first line of TOML ``text`` past MAX_DEPTH brackets open at once or a number of more than MAX_DIGITS
+    digits, and what is past; None when within both. A linear scan that skips comments and strings, so tomllib
+    is never handed what it would recurse or compute on without end."""
+    depth, line, at = 0, 1, 0
+    while found := _SCAN.search(text, at):
+        token, at = found.group(), found.end()
+        if token == "\n":
+            line += 1
+        elif token == "#":
+            end = text.find("\n", at)
+            at = len(text) if end < 0 else end
+        elif token in _CLOSE:
+            closed = _CLOSE[token].match(text, at)  # unclosed: tomllib refuses it; the scan goes on at the line's end
+            end = closed.end() if closed else text.find("\n", at) % (len(text) + 1)
+            line += text.count("\n", at, end)
+            at = end
+        elif token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return line, f"arrays or tables nested more than {MAX_DEPTH} deep"
+        elif token in "]}":
+            depth = max(0, depth - 1)
+        elif len(token) - token.count("_") > MAX_DIGITS:
+            return line, f"a number of more than {MAX_DIGITS} digits"
+    return None
+
+
+def value_bounds(data: object) -> str | None:
+    """What in parsed TOML is past the bounds (tables nested by dotted keys, a hexadecimal number of any length),
+    or None; walked with a stack, not by recursion."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return f"arrays or tables nested more than {MAX_DEPTH} deep"
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**MAX_DIGITS:
+            return f"a number of more than {MAX_DIGITS} digits"
+    return None
+
+
 def parse_thresholds(text: str, source: str, transports: Iterable[str], kernels: Iterable[str]) -> list[Threshold]:
     """The thresholds in TOML ``text``; a UsageError names ``source``, the line and the field of any fault."""
     import tomllib
 
+    past = scan_bounds(text)
+    if past:
+        raise UsageError(f"{source}: line {past[0]}: {past[1]}")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # its words end with "(at line L, column C)"
         raise UsageError(f"{source}: not valid TOML: {exc}") from None
+    except (RecursionError, ValueError) as exc:  # what the scan missed: nesting or digits it could not see
+        raise UsageError(f"{source}: not valid TOML: {str(exc).splitlines()[0][:200]}") from None
+    past = value_bounds(data)
+    if past:
+        raise UsageError(f"{source}: {past}")
     tables = data.get("threshold")
     lines = _Lines(text, len(tables) if isinstance(tables, list) else 0)
 
@@ -476,9 +540,10 @@ def _start_run(words: list[str]) -> tuple[str, int]:
             "check -- run starts its own ranks; under a launcher run `fabricbench run --out DIR`, "
             "then `fabricbench check THRESHOLDS DIR`"
         )
-    parsed, extra = build_parser().parse_known_args(["run", *words])  # bad run options: one line, exit 2, now
+    parser = build_parser()
+    parsed, extra = parser.parse_known_args(["run", *words])  # bad run options: one line, exit 2, now
     if extra:
-        raise UsageError(f"unrecognized arguments for run: {' '.join(extra)}")
+        parser.refuse_unrecognized(parsed, extra, " for run")  # names no value: one may be a --token's
     env = dict(os.environ)
     out = parsed.out
     if not out:

@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from fabricbench.errors import FabricbenchError, UsageError
@@ -121,8 +122,7 @@ def check_reuse(path: str, append: bool) -> None:
     if taken and not append:
         raise UsageError(f"output directory {path!r} is not empty: give a new --out, or --append to add to its table")
     if taken:
-        _check_header(out / CSV_NAME)
-        earlier_runs(out)
+        _make_whole(out)
 
 
 def _check_header(csv_path: Path) -> None:
@@ -142,21 +142,159 @@ def _check_header(csv_path: Path) -> None:
         raise UsageError(f"--append: {csv_path} ends in a cut row")
 
 
-def earlier_runs(out_dir: Path) -> list[dict]:
-    """The metadata of every run already in ``out_dir``, oldest first: what an appending run keeps in PREVIOUS_RUNS."""
-    path = out_dir / META_NAME
+def _metadata(path: Path) -> dict | None:
+    """metadata.json of a schema SCHEMA_VERSION run, None when there is none; anything else raises UsageError."""
     if not path.exists():
-        return []
+        return None
     try:
         newest = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"--append: cannot read {path}: {exc}") from None
-    if not isinstance(newest, dict) or newest.get("schema_version") != SCHEMA_VERSION:
+    return _schema_metadata(newest, path)
+
+
+def _schema_metadata(metadata: object, path: Path) -> dict:
+    if not isinstance(metadata, dict) or metadata.get("schema_version") != SCHEMA_VERSION:
         raise UsageError(f"--append: {path} is not the metadata of a schema {SCHEMA_VERSION} fabricbench run")
-    previous = newest.pop(PREVIOUS_RUNS, [])
+    previous = metadata.get(PREVIOUS_RUNS, [])
     if not isinstance(previous, list) or not all(isinstance(run, dict) for run in previous):
         raise UsageError(f"--append: {path} has a {PREVIOUS_RUNS!r} that is not a list of objects")
+    return metadata
+
+
+def earlier_runs(out_dir: Path) -> list[dict]:
+    """The metadata of every run already in ``out_dir``, oldest first: what an appending run keeps in PREVIOUS_RUNS."""
+    newest = _metadata(out_dir / META_NAME)
+    if newest is None:
+        return []
+    newest = dict(newest)
+    previous = newest.pop(PREVIOUS_RUNS, [])
     return [*previous, newest]
+
+
+def _make_whole(out: Path) -> None:
+    """An --append folder whose three files agree, made so from what is whole, or a one-line UsageError.
+
+    Called before any rank starts. The CSV is the table and the Parquet file its copy (made again at
+    the end of the run), and metadata.json (or, without it, the Parquet's own copy) says how many
+    rows the runs wrote. Each table is read with the check compare reads it with (report/load.py).
+    Then: a CSV whose row count is the metadata's stands, if the Parquet copy holds the same rows or
+    fewer of them (a copy that cannot be read is made again); a CSV that is missing or holds only the
+    first rows of a Parquet copy whose count is the metadata's is rebuilt from it; metadata.json is
+    rebuilt from the Parquet's when missing. Every other state is refused and nothing is changed, so
+    the rows an earlier run wrote are never lost.
+    """
+    from fabricbench.report import load  # pandas, on rank 0 and only for --append
+
+    csv_path, parquet_path, meta_path = out / CSV_NAME, out / PARQUET_NAME, out / META_NAME
+    meta = _metadata(meta_path)
+    _check_header(csv_path)
+
+    def read(reader, path: Path):
+        """(cells, checked rows or None for none, the file's own metadata); UsageError as --append's."""
+        try:
+            got = reader(path, str(path))
+            cells, own = got if isinstance(got, tuple) else (got, None)
+            if cells.header != COLUMNS:
+                raise UsageError(f"{str(path)!r} has other columns than a schema {SCHEMA_VERSION} fabricbench table")
+            return cells, load.check_cells(cells) if cells.rows else None, own
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+    try:
+        table = read(load.csv_cells, csv_path) if csv_path.exists() and csv_path.stat().st_size else None
+    except UsageError as exc:
+        raise UsageError(f"--append: {exc}") from None
+    copy, unreadable = None, ""
+    if parquet_path.exists():
+        try:
+            copy = read(load.parquet_cells, parquet_path)
+            copy = (*copy[:2], _schema_metadata(copy[2], parquet_path))
+        except UsageError as exc:
+            unreadable = str(exc).removeprefix("--append: ")
+    if meta is None and copy is None:
+        if table is None or not table[0].rows:
+            if unreadable and table is None:
+                raise UsageError(f"--append: {out} holds no {CSV_NAME}, and {unreadable}")
+            return  # no earlier rows: a new table
+        raise UsageError(f"--append: {out} holds {CSV_NAME} but no {META_NAME}: nothing says which runs wrote its rows")
+    described, meta_name = (meta, str(meta_path)) if meta is not None else (copy[2], str(parquet_path))
+    try:
+        total, exact = load.expected_rows(described)
+    except UsageError as exc:
+        raise UsageError(f"--append: {meta_name!r} {exc}") from None
+
+    def fits(rows: int) -> bool:
+        return rows == total if exact else rows >= total
+
+    def prefix(short, long) -> tuple[int, str] | None:
+        """Where ``short``'s rows differ from the first rows of ``long`` (row from 1, column), None if nowhere."""
+        return load.first_difference(short[1], long[1]) if short[1] is not None else None
+
+    csv_rows = len(table[0].rows) if table else 0
+    copy_rows = len(copy[0].rows) if copy else 0
+    says = f"{total}" if exact else f"at least {total}"
+    if table is not None and fits(csv_rows):
+        if copy is not None:
+            differ = prefix(copy, table) if copy_rows <= csv_rows else (0, "")
+            if differ:
+                where = (
+                    f"at row {differ[0]}, column {differ[1]}"
+                    if differ[0]
+                    else f"({copy_rows} rows, the CSV {csv_rows})"
+                )
+                raise UsageError(
+                    f"--append: {parquet_path} and {CSV_NAME} disagree {where}: which one is whole is not known"
+                )
+        if meta is None:
+            write_metadata(out, copy[2])
+            print(f"fabricbench: --append: {META_NAME} was missing; rebuilt from {PARQUET_NAME}", file=sys.stderr)
+        return
+    if copy is not None and fits(copy_rows) and csv_rows <= copy_rows and not (table and prefix(table, copy)):
+        _rebuild_csv(csv_path, copy[0])
+        if meta is None:
+            write_metadata(out, copy[2])
+        what = "missing" if table is None else f"cut to {csv_rows} rows"
+        print(
+            f"fabricbench: --append: {CSV_NAME} was {what}; rebuilt from {PARQUET_NAME} ({copy_rows} rows)",
+            file=sys.stderr,
+        )
+        return
+    if table is not None:
+        raise UsageError(f"--append: {meta_name} says the table holds {says} rows, but {csv_path} holds {csv_rows}")
+    if unreadable:
+        raise UsageError(f"--append: {out} holds no {CSV_NAME}, and {unreadable}")
+    if copy is not None:
+        raise UsageError(
+            f"--append: {meta_name} says the table holds {says} rows, but {parquet_path} holds {copy_rows}"
+        )
+    raise UsageError(f"--append: {meta_name} describes a run, but {out} holds no {CSV_NAME} or {PARQUET_NAME}")
+
+
+def _rebuild_csv(path: Path, cells) -> None:
+    """The CSV written again, aside then renamed, from a Parquet copy's cells, each as the writer writes it."""
+    numeric = [column in NUMERIC for column in COLUMNS]
+    integer = [column in INTEGER for column in COLUMNS]
+
+    def cell(text: str, index: int) -> object:
+        if not text:
+            return ""
+        if numeric[index]:
+            return _cell(float(text))
+        return str(int(float(text))) if integer[index] else text
+
+    tmp = path.with_name(f"{CSV_NAME}.tmp")
+    try:
+        with open(tmp, "wb") as table:
+            table.write(HEADER)
+            for row in cells.rows:
+                table.write(_line({c: cell(text, i) for i, (c, text) in enumerate(zip(COLUMNS, row, strict=True))}))
+            table.flush()
+            os.fsync(table.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        _remove(tmp)
+        raise _results_error(exc, path) from None
 
 
 def _line(row: dict) -> bytes:

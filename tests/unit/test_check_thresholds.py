@@ -134,6 +134,38 @@ def test_an_empty_file_checks_nothing_and_is_refused():
     assert "holds no [[threshold]] table" in fault("# nothing\n")
 
 
+HEAD = '[[threshold]]\ntransport = "mpi"\nkernel = "latency"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (HEAD + "max_lat_p50_us = " + "9" * 400 + "\n", "t.toml: line 4: a number of more than 40 digits"),
+        (HEAD + "max_lat_p50_us = " + "9" * 5000 + "\n", "t.toml: line 4: a number of more than 40 digits"),
+        (HEAD + "max_lat_p50_us = 0x" + "f" * 400 + "\n", "t.toml: a number of more than 40 digits"),
+        (HEAD + "name = " + "[" * 50_000 + "]" * 50_000 + "\n", "t.toml: line 4: arrays or tables nested more than 16"),
+        (HEAD + "name = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n", "t.toml: line 4: arrays or tables nested more"),
+        (HEAD + "name." + ".".join(["a"] * 3000) + " = 1\n", "t.toml: arrays or tables nested more than 16 deep"),
+        ("[" + ".".join(["a"] * 3000) + "]\nx = 1\n", "t.toml: arrays or tables nested more than 16 deep"),
+    ],
+    ids=["400 digits", "5000 digits", "400 hex digits", "arrays 50,000 deep", "inline tables 3,000 deep",
+         "dotted keys 3,000 deep", "a header 3,000 deep"],
+)  # fmt: skip
+def test_a_file_past_the_depth_or_digit_bounds_is_one_line(text, words):
+    message = fault(text)
+    assert message.startswith(words) and "\n" not in message, message
+
+
+def test_brackets_and_digits_in_strings_and_comments_are_not_counted():
+    deep, long = "[" * 40, "9" * 60
+    text = HEAD + f'name = "{deep} {long}" # {deep} {long}\nmax_lat_p50_us = 5\n'
+    text += f'[[threshold]]\ntransport = \'mpi\'\nkernel = \'bw\'\nname = """\n{deep}\n{long}"""\nmin_bw_MBps = 1\n'
+    first, second = parse(text)
+    assert first.name == f"{deep} {long}" and first.limits[0].value == 5
+    assert second.name == f"{deep}\n{long}" and second.limits[0].value == 1
+    assert parse(HEAD + "max_lat_p50_us = " + "9" * 40 + "\n")[0].limits[0].value == pytest.approx(1e40)
+
+
 def test_the_shipped_examples_parse():
     for path in sorted((REPO / "examples" / "thresholds").glob("*.toml")):
         assert read_thresholds(str(path)), path
