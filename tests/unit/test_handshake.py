@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import socket
+from dataclasses import replace
 
 import pytest
 
@@ -261,6 +262,63 @@ def test_a_sessions_budget_is_its_timeout_plus_its_slow_link_length_with_slack()
     assert peer.session_budget(longer) > peer.session_budget(short) + 4 * 1000 * 2 * (1 << 20) / 100e6
 
 
+def _sweep(kernels: list[str], sizes: list[int], transport: str = "tcp", **fields) -> Plan:
+    return _plan(steps=[Step(transport, k, sizes) for k in kernels], timeout=120.0, **fields)
+
+
+ISSUE_SIZES = [1 << i for i in range(3, 21)]  # -m 8:1M
+
+
+def test_max_time_bounds_the_budget_as_the_runner_bounds_each_sizes_count():
+    # run --peer -k latency,bw -m 8:1M -i 100000 --max-time 0.25: about 10 s of work, once a 557,559 s budget.
+    capped = _sweep(["latency", "bw"], ISSUE_SIZES, iterations=100_000, max_time=0.25)
+    decoded, _, _ = decode_hello(encode_hello(capped, None), SERVER)
+    assert peer.admit(decoded, _default_caps()) < 600
+    uncapped = _sweep(["latency", "bw"], ISSUE_SIZES, iterations=100_000)
+    assert peer.session_budget(uncapped) > 500_000
+    # One size: its warm-up (not capped), then at most --max-time of iterations, or one iteration.
+    one = _plan(steps=[Step("tcp", "bw", [1 << 20])], iterations=100_000, warmup=3, max_time=0.25, timeout=7.0)
+    each = peer.SLOW_ROUND_TRIP_S + 64 * peer.SLOW_MESSAGE_S + 64 * (1 << 20) / peer.SLOW_BYTES_PER_S
+    expected = 7.0 + peer.BUDGET_SLACK * (peer.SLOW_SIZE_SETUP_S + 3 * each + 0.25 + each)
+    assert peer.session_budget(one) == pytest.approx(expected)
+    # Without a warm-up the runner still times one probe iteration to set the count.
+    probe = _plan(steps=[Step("tcp", "bw", [1 << 20])], iterations=100_000, warmup=0, max_time=0.25, timeout=7.0)
+    assert peer.session_budget(probe) == pytest.approx(
+        7.0 + peer.BUDGET_SLACK * (peer.SLOW_SIZE_SETUP_S + 2 * each + 0.25)
+    )
+    # --max-time lowers nothing below what the iterations themselves take.
+    few = _plan(steps=[Step("tcp", "latency", [8])], iterations=10, warmup=0, max_time=60.0, timeout=7.0)
+    assert peer.session_budget(few) == pytest.approx(
+        peer.session_budget(replace(few, max_time=None))
+        + 4 * (peer.SLOW_ROUND_TRIP_S + 2 * (peer.SLOW_MESSAGE_S + 8 / peer.SLOW_BYTES_PER_S))
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"warmup": 100_000}, "a warm-up is not cut short by --max-time"),
+        ({"max_time": 86_400.0}, "a day per size bounds nothing"),
+    ],
+)
+def test_a_plan_whose_real_bound_is_over_the_cap_is_still_refused_under_max_time(fields, why):
+    plan = _sweep(["latency", "bw"], ISSUE_SIZES, iterations=100_000, **({"max_time": 0.25} | fields))
+    with pytest.raises(ProtocolError, match=r"\(serve --max-session\)"):
+        peer.admit(plan, _default_caps())
+
+
+def test_max_time_does_not_bound_a_reference_tool_and_the_pairs_kernels_run_both_directions():
+    perftest = _sweep(["bw"], [1 << 20], "perftest", iterations=100_000, max_time=0.25)
+    assert peer.session_budget(perftest) == pytest.approx(peer.session_budget(replace(perftest, max_time=None)))
+    pair, pairs = (_sweep([k], [1 << 20], iterations=1000, warmup=0) for k in ("bw", "pairs-bw"))
+    assert peer.session_budget(pairs) - 120 == pytest.approx(2 * (peer.session_budget(pair) - 120), rel=0.01)
+    # The pairs kernels cap only after a warm-up: with none, --max-time changes nothing.
+    unwarmed = _sweep(["pairs-bw"], [1 << 20], iterations=1000, warmup=0, max_time=0.25)
+    assert peer.session_budget(unwarmed) == pytest.approx(peer.session_budget(pairs))
+    warmed = _sweep(["pairs-bw"], [1 << 20], iterations=1000, warmup=1, max_time=0.25)
+    assert peer.session_budget(warmed) < peer.session_budget(pairs) / 10
+
+
 def test_buffer_bytes_is_size_times_window_times_directions():
     from fabricbench.kernels import get_kernel
 
@@ -309,5 +367,5 @@ def test_the_proof_depends_on_the_token_the_nonce_and_the_hello_and_holds_no_sec
 
 def test_the_metadata_command_line_never_holds_the_token():
     argv = ["fabricbench", "run", "--peer", "h:1", "--token", "s3cret", "--token=other", "-k", "latency"]
-    masked = peer._without_token(argv)
+    masked = peer.masked_command_line(argv)  # the spelling too, for a command line this process did not parse
     assert "s3cret" not in masked and "--token=other" not in masked and masked[-2:] == ["-k", "latency"]

@@ -27,15 +27,17 @@ import math
 import os
 import re
 import secrets
+import select
 import selectors
 import signal
 import socket
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from fabricbench import __version__
-from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS
+from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS, TOKEN_VAR, masked_command_line
 from fabricbench.control.pair import RANKS, PairControl
 from fabricbench.control.rendezvous import (
     ACCEPT,
@@ -224,11 +226,17 @@ def _decode_sections(reader: FieldReader, owners: dict, transport_options: dict)
 
 
 MiB = 1 << 20
-TOKEN_VAR = "FABRICBENCH_TOKEN"
 NONCE_BYTES = 32
 MAX_PROOF = 64  # an HMAC-SHA256 is 32 bytes
-MAX_PENDING = 32  # handshakes in progress at once; more clients are turned away until one finishes
-REAP_POLL_S = 0.2  # how often serve looks whether its session child has ended
+MAX_PENDING = 32  # handshakes in progress at once; a newer client evicts the oldest (_Server._make_room)
+MAX_PENDING_PER_ADDRESS = 4  # of them from one source address, so one stranger cannot hold every slot
+ACCEPT_BACKLOG = 4 * MAX_PENDING  # connections the kernel queues for serve, so a burst of strangers drops no SYN
+ACCEPT_BURST = 64  # connections taken per look at the listener, so a flood of them delays no deadline
+REAP_POLL_S = 0.2  # how often serve looks whether its session child has ended, or its client has left
+EVICTED = "busy: evicted:"  # how serve's refusal of an evicted handshake begins
+EVICTED_TRIES = 5  # handshakes run --peer makes when serve evicts each one
+EVICTED_PAUSE_S = 0.1  # before the next, times the tries so far
+CLIENT_GONE_GRACE_S = 3.0  # after its client left, how long a session child has to end itself before it is killed
 # A session's budget: the plan's length on a slow link, BUDGET_SLACK times over (as the runner's watchdog
 # allows each size), plus the client's --timeout.
 SLOW_ROUND_TRIP_S = 100e-6  # one exchange that waits for the other side: a ping-pong, a window's ack, a collective
@@ -267,19 +275,36 @@ def _iteration_seconds(kernel: Kernel, size: int, window: int) -> float:
     return round_trips * SLOW_ROUND_TRIP_S + 2 * (SLOW_MESSAGE_S + moved / SLOW_BYTES_PER_S)
 
 
+def _size_seconds(plan: Plan, kernel: Kernel, size: int, self_timed: bool) -> float:
+    """One size of one step on a slow link, as the runner counts its iterations.
+
+    With --max-time the runner times a warm-up (at least one probe iteration), then
+    max(1, min(iterations, max_time / the warm-up's time each)) iterations (runner.measure); the pairs
+    kernels cap only after a warm-up of at least one (matrix.measure_pairs), and run one phase per direction
+    (the isolated schedule on two ranks). A reference tool (perftest) runs its count whatever --max-time says.
+    """
+    iterations, warmup = plan.counts(kernel, size)
+    each = _iteration_seconds(kernel, size, plan.window)
+    phases = RANKS if kernel.pattern == "matrix" else 1
+    probe = warmup if kernel.pattern == "matrix" or self_timed else warmup or int(bool(plan.max_time))
+    timed = iterations * each
+    if plan.max_time and probe and not self_timed:
+        timed = min(timed, plan.max_time + each)  # at most max_time of iterations at the warm-up's pace, or one
+    return SLOW_SIZE_SETUP_S + phases * ((probe + int(plan.validate)) * each + timed)
+
+
 def session_budget(plan: Plan) -> float:
     """Seconds a session may take before serve kills it: the plan's length on a slow link, with slack, plus --timeout.
 
     A running session ends itself when it stalls (the runner's watchdog); this bounds one that cannot (a
-    stopped child) and what any one client can take of the server.
+    stopped child) and what any one client can take of the server. --max-time counts as the runner applies
+    it (_size_seconds): a client that lies about its warm-up's pace to run longer is killed at the budget.
     """
     expected = 0.0
     for step in plan.steps:
-        kernel = step.spec
+        self_timed = transport_class(step.transport).self_timed
         for size in step.sizes:
-            iterations, warmup = plan.counts(kernel, size)
-            each = _iteration_seconds(kernel, size, plan.window)
-            expected += SLOW_SIZE_SETUP_S + (iterations + warmup + int(plan.validate)) * each
+            expected += _size_seconds(plan, step.spec, size, self_timed)
     return plan.timeout + BUDGET_SLACK * expected
 
 
@@ -357,29 +382,35 @@ def client_handshake(sock: socket.socket, hello: bytes, token: bytes | None) -> 
     return server_version, server_host
 
 
-def _without_token(argv: list[str]) -> list[str]:
-    """The command line as the metadata records it: a --token's value masked."""
-    masked = list(argv)
-    for i, arg in enumerate(masked):
-        if arg.startswith("--token="):
-            masked[i] = "--token=***"
-        elif arg == "--token" and i + 1 < len(masked):
-            masked[i + 1] = "***"
-    return masked
-
-
 def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, token: bytes | None):
-    """Connect and shake hands; returns (socket, server version, server host) or raises PeerError in one line."""
+    """Connect and shake hands; returns (socket, server version, server host) or raises PeerError in one line.
+
+    A handshake that serve evicted for a newer one (strangers hold every slot, and ours was the oldest that had
+    sent nothing yet, as when this process was not scheduled for a moment after connecting) is tried again, up
+    to EVICTED_TRIES times in all, with one notice each.
+    """
     host, port = where
-    sock = connect(host, port, plan.timeout)
-    try:
-        return (sock, *client_handshake(sock, encode_hello(plan, hugepages), token))
-    except Refused as exc:
-        sock.close()
-        raise PeerError(f"fabricbench serve at {host}:{port} refused the run: {exc.reason}") from None
-    except FabricbenchError as exc:
-        sock.close()
-        raise PeerError(f"handshake with {host}:{port} failed: {exc}") from None
+    hello = encode_hello(plan, hugepages)  # before connecting: the HELLO follows the connect at once
+    tries = 1
+    while True:
+        sock = connect(host, port, plan.timeout)
+        try:
+            return (sock, *client_handshake(sock, hello, token))
+        except Refused as exc:
+            sock.close()
+            if not exc.reason.startswith(EVICTED) or tries == EVICTED_TRIES:
+                raise PeerError(f"fabricbench serve at {host}:{port} refused the run: {exc.reason}") from None
+        except FabricbenchError as exc:
+            sock.close()
+            raise PeerError(f"handshake with {host}:{port} failed: {exc}") from None
+        tries += 1
+        print(
+            f"fabricbench: notice: serve at {host}:{port} evicted our handshake for a newer one; trying again "
+            f"({tries} of {EVICTED_TRIES})",
+            file=sys.stderr,
+            flush=True,
+        )
+        time.sleep(EVICTED_PAUSE_S * tries)
 
 
 def run_client(plan: Plan, peer: str, hugepages: str | None, token: bytes | None = None) -> int:
@@ -408,7 +439,7 @@ def run_client(plan: Plan, peer: str, hugepages: str | None, token: bytes | None
         "peer_fabricbench_version": server_version,
         "control_plane": f"fabricbench rendezvous protocol {VERSION} over TCP",
         "token": token is not None,
-        "command_line": _without_token(sys.argv),
+        "command_line": masked_command_line(sys.argv),
     }
     try:
         return execute_plan(plan, ctrl, None, hugepages, metadata)
@@ -433,7 +464,7 @@ def serve(
     """
     if not address.strip():
         raise UsageError("--address is empty: give 127.0.0.1 (this host only), an interface's address or 0.0.0.0")
-    server = _Server(listen(address, port), transport_options, handshake_timeout, caps, token)
+    server = _Server(listen(address, port, ACCEPT_BACKLOG), transport_options, handshake_timeout, caps, token)
     bound = server.listener.getsockname()
     if token:
         exposure = "a token is required"
@@ -459,6 +490,8 @@ class _Handshake:
 
     sock: socket.socket
     client: str
+    address: str  # its source address, without the port: what the per-address bound counts
+    started: float
     deadline: float
     inbox: Inbox
     hello: bytes = b""
@@ -471,14 +504,31 @@ class _Handshake:
 
 @dataclass
 class _Session:
-    """The session child: who it serves, since when, for how long at most."""
+    """The session child: who it serves, since when, for how long at most.
+
+    ``sock`` is serve's own copy of the client's connection, never read or written (the child owns the
+    stream): serve only looks whether the client has closed it, and closes it once the child is reaped.
+    """
 
     pid: int
     client: str
     run_id: str
     started: float
     budget: float
+    sock: socket.socket
     killed: bool = False
+    client_left: float | None = None  # when serve first saw the client's end of the connection
+
+
+# What poll reports once the other side has closed or reset a connection, whatever is still unread in it.
+_CLOSED = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Whether the other side of a connection has closed (FIN) or reset it; reads nothing, waits for nothing."""
+    poller = select.poll()
+    poller.register(sock, _CLOSED)
+    return any(events & _CLOSED for _, events in poller.poll(0))
 
 
 def _close_after_reply(sock: socket.socket) -> None:
@@ -508,10 +558,12 @@ class _Server:
 
     def run(self) -> None:
         while True:
-            for key, _ in self.selector.select(self._wait()):
+            # The handshakes first, the listener last: what a client sent is read before a newer connection
+            # may evict it.
+            for key, _ in sorted(self.selector.select(self._wait()), key=lambda event: event[0].data is None):
                 if key.data is None:
                     self._accept()
-                else:
+                elif self.pending.get(key.data.sock.fileno()) is key.data:  # not evicted by an accept just now
                     self._advance(key.data)
             now = time.monotonic()
             for late in [hs for hs in self.pending.values() if hs.deadline <= now]:
@@ -527,7 +579,7 @@ class _Server:
         return max(0.0, min(deadlines)) if deadlines else None
 
     def _accept(self) -> None:
-        while True:
+        for _ in range(ACCEPT_BURST):
             try:
                 sock, addr = self.listener.accept()
             except BlockingIOError:
@@ -537,12 +589,45 @@ class _Server:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hs = _Handshake(sock, f"{addr[0]}:{addr[1]}", time.monotonic() + self.handshake_timeout, Inbox(sock))
-            if len(self.pending) >= MAX_PENDING:
-                self._drop(hs, f"busy: {MAX_PENDING} handshakes in progress; try again later", tell=True)
-                continue
+            now = time.monotonic()
+            hs = _Handshake(sock, f"{addr[0]}:{addr[1]}", addr[0], now, now + self.handshake_timeout, Inbox(sock))
+            self._make_room(hs.address)
             self.pending[sock.fileno()] = hs
             self.selector.register(sock, selectors.EVENT_READ, hs)
+            # A client sends its HELLO as soon as it is connected: answer what is already here, so that it is past
+            # its HELLO, and evicted last, before the next connection in the queue asks for room.
+            self._advance(hs)
+
+    def _make_room(self, address: str) -> None:
+        """Before a handshake from ``address`` joins: evict the oldest one that stands in its way.
+
+        At most MAX_PENDING_PER_ADDRESS from one address and MAX_PENDING in all. The one evicted is the
+        oldest that has sent no HELLO yet (a silent or dripping stranger) before any that has, from ``address``
+        when that address is at its bound, else from the address that holds the most; so a stranger holding
+        every slot costs a newcomer nothing, and one holding its address's few costs others nothing.
+        """
+        if not self._full(address):
+            return
+        for hs in [hs for hs in self.pending.values() if hs.plan is None]:
+            # What came since the last look: a client whose HELLO is in is evicted last, one that left frees room.
+            if self.pending.get(hs.sock.fileno()) is hs:
+                self._advance(hs)
+        same = [hs for hs in self.pending.values() if hs.address == address]
+        if len(same) >= MAX_PENDING_PER_ADDRESS:
+            victim = min(same, key=lambda hs: (hs.plan is not None, hs.started))
+            why = f"{MAX_PENDING_PER_ADDRESS} handshakes from {address} at once, and a newer one came"
+        elif len(self.pending) >= MAX_PENDING:
+            held = Counter(hs.address for hs in self.pending.values())
+            victim = min(self.pending.values(), key=lambda hs: (hs.plan is not None, -held[hs.address], hs.started))
+            why = f"{MAX_PENDING} handshakes at once, and a newer client came"
+        else:
+            return
+        self._drop(victim, f"{EVICTED} {why}; try again later", tell=True)
+
+    def _full(self, address: str) -> bool:
+        """Whether a handshake from ``address`` finds no room: its address at its bound, or every slot taken."""
+        same = sum(hs.address == address for hs in self.pending.values())
+        return same >= MAX_PENDING_PER_ADDRESS or len(self.pending) >= MAX_PENDING
 
     def _advance(self, hs: _Handshake) -> None:
         """Read what the client sent; answer once its HELLO or its PROOF is complete."""
@@ -590,9 +675,10 @@ class _Server:
         send_message(hs.sock, ACCEPT, Fields().text(__version__).text(socket.gethostname()).payload())
         self._forget(hs)
         pid = self._fork(hs)
-        hs.sock.close()
+        with contextlib.suppress(OSError):  # the child did it too; whichever runs first, the other is a no-op
+            os.setpgid(pid, pid)
         plan = hs.plan
-        self.session = _Session(pid, hs.client, plan.run_id, time.monotonic(), hs.budget)
+        self.session = _Session(pid, hs.client, plan.run_id, time.monotonic(), hs.budget, hs.sock)
         kernels = ", ".join(f"{s.transport} {s.kernel}" for s in plan.steps)
         _log(
             f"{hs.client}: running {kernels} for fabricbench {printable(hs.client_version)} "
@@ -608,6 +694,7 @@ class _Server:
             return pid
         code = 1
         try:
+            os.setpgid(0, 0)  # its own process group: serve ends it with whatever it started (perftest's tools)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             self._close_sockets()  # the child keeps only its client's connection
             plan = hs.plan
@@ -625,13 +712,16 @@ class _Server:
             os._exit(code)
 
     def _watch_session(self, now: float) -> None:
-        """Reap the session child once it ended; kill it once it outlived its budget (stopped or not)."""
+        """Reap the session child once it ended; kill it once it outlived its budget, or its client (stopped or
+        not): a client that closed its connection, or whose host reset it, ends its session within
+        CLIENT_GONE_GRACE_S, which a running child takes to see the end itself and exit."""
         s = self.session
         if s is None:
             return
         pid, status = os.waitpid(s.pid, os.WNOHANG)
         if pid:
             self.session = None
+            s.sock.close()  # the last copy: the client sees the connection end
             code = os.waitstatus_to_exitcode(status)
             if s.killed:
                 return
@@ -640,13 +730,26 @@ class _Server:
                 if code == 0
                 else f"{s.client}: session ended with exit code {code}; still serving"
             )
-        elif not s.killed and now - s.started > s.budget:
-            os.kill(s.pid, signal.SIGKILL)
-            s.killed = True
-            _log(
-                f"{s.client}: session (run {s.run_id}, pid {s.pid}) outlived its budget of {s.budget:.0f} s; "
-                "killed it; still serving"
-            )
+            return
+        if s.killed:
+            return
+        if now - s.started > s.budget:
+            self._kill_session(f"outlived its budget of {s.budget:.0f} s")
+        elif s.client_left is None:
+            if _peer_closed(s.sock):
+                s.client_left = now
+        elif now - s.client_left > CLIENT_GONE_GRACE_S:
+            self._kill_session(f"outlived its client, which closed the connection {now - s.client_left:.0f} s ago")
+
+    def _kill_session(self, why: str) -> None:
+        """SIGKILL the session child's process group (a stopped child too); it is reaped on the next look."""
+        s = self.session
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(s.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(s.pid, signal.SIGKILL)  # should its own group not have been made yet
+        s.killed = True
+        _log(f"{s.client}: session (run {s.run_id}, pid {s.pid}) {why}; killed it; still serving")
 
     def _forget(self, hs: _Handshake) -> None:
         if self.pending.pop(hs.sock.fileno(), None) is hs:
@@ -670,8 +773,11 @@ class _Server:
     def close(self) -> None:
         """Stop: the session child is killed and reaped, every socket closed."""
         if self.session:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.session.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.session.pid, signal.SIGKILL)
             os.waitpid(self.session.pid, 0)
+            self.session.sock.close()
             self.session = None
         self._close_sockets()
