@@ -7,7 +7,7 @@ The transports only supply the loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fabricbench.collectives import COLLECTIVES, CollectiveSpec
 from fabricbench.errors import UsageError
@@ -81,6 +81,33 @@ class Kernel:
         if size > LARGE_MESSAGE:
             return large_it, large_wu
         return small_it, small_wu
+
+    @property
+    def osu_datatypes(self) -> tuple[str, ...]:
+        """The types OSU's -T may name for this kernel: a reduction's elements, else the one it moves."""
+        spec = self.collective_spec
+        if spec and spec.elements:
+            return tuple(element.osu_datatype for element in spec.elements)
+        return (self.osu_datatype,) if self.osu_datatype else ()
+
+    def with_datatype(self, datatype: str) -> Kernel:
+        """This kernel moving OSU's -T type (e.g. a reduction summing MPI_CHAR, from 1 B): another element, its
+        sizes and its datatype line. Itself when ``datatype`` is empty, its own, or one it cannot move (which
+        report.osu.check_columns refuses)."""
+        spec, wanted = self.collective_spec, datatype.upper()
+        if not wanted or wanted == self.osu_datatype or spec is None:
+            return self
+        for element in spec.elements:
+            if element.osu_datatype == wanted:
+                other = spec.with_element(element)
+                return replace(
+                    self,
+                    min_size=other.min_size,
+                    elem_bytes=other.elem_bytes,
+                    osu_datatype=other.osu_datatype,
+                    collective_spec=other,
+                )
+        return self
 
     def busbw_factor(self, ranks: int) -> float:
         """nccl-tests' factor from algorithm bandwidth to bus bandwidth (a collective that moves data)."""

@@ -12,7 +12,8 @@ What each OSU option becomes:
 - ``-m [MIN:]MAX``, ``-i``, ``-x``, ``-W``, ``-c``: fabricbench's own -m, -i, -x, -W, -c;
 - ``-f``: ``--osu-full`` (a collective's Min/Max/Iterations columns);
 - ``-z [LIST]``: ``--osu-percentiles LIST`` (OSU's default 50,90,99);
-- ``-T TYPE``: ``--osu-datatype TYPE``, accepted only where it names the type fabricbench moves;
+- ``-T TYPE``: ``--osu-datatype TYPE``: what a reduction sums (MPI_CHAR, MPI_INT or MPI_FLOAT), the others'
+  MPI_CHAR; any other type is refused;
 - ``-d cpu``: host buffers;
 - ``-d cuda``: CuPy GPU buffers, ``--buffer cuda`` (mpi's ``-d cuda``): a collective's every buffer, as
   OSU puts them; a point-to-point test's where its buffer positionals say so, as a CUDA build of OSU 7.4
@@ -25,7 +26,13 @@ What each OSU option becomes:
   always passes) runs host buffers there as here;
 - ``-w allocate`` and ``-s flush`` (one-sided): the window and synchronisation fabricbench uses.
 
-Anything else OSU has (``-d rocm``, ``-w create``, ``-T mpi_int`` on a float reduction, an option this
+What OSU 7.4 runs without being told, the shims run too: a reduction (``osu_allreduce``, ``osu_reduce``,
+``osu_reduce_scatter``) sums MPI_CHAR unless ``-T`` names MPI_INT or MPI_FLOAT (``osu_datatype``); and the sizes are
+OSU's sweep less those that hold no element, which OSU skips (``osu_sizes``): ``osu_latency`` starts at 1 B, not
+0, and a minimum of 0 in ``-m`` leaves OSU's own. The tidy table goes under one results root (``results_root``),
+never into the working directory.
+
+Anything else OSU has (``-d rocm``, ``-w create``, ``-T mpi_int`` on osu_latency, ``-T all``, an option this
 benchmark does not list) is refused in one line naming it, exit 2: never a silent change of meaning.
 """
 
@@ -42,9 +49,12 @@ from pathlib import Path
 
 from fabricbench import __version__
 from fabricbench.errors import UsageError
+from fabricbench.kernels import get_kernel
+from fabricbench.plan import parse_size_range
 
 OSU_VERSION = "7.4"
-RESULTS_VAR = "FABRICBENCH_OSU_RESULTS"  # folder under which a shim's results folders go (default: the cwd)
+RESULTS_VAR = "FABRICBENCH_OSU_RESULTS"  # the results root: a shim's results folders go under it
+OSU_DATATYPE = "MPI_CHAR"  # what OSU 7.4 moves (and a reduction sums) without -T
 MARKER = "# fabricbench osu-shims:"  # the line that tells our own shim from a real OSU binary in DIR
 DEFAULT_PERCENTILES = "50,90,99"  # OSU's -z without a list
 DEVICES = ("cuda", "managed", "rocm", "openacc", "sycl")  # OSU's accelerator kinds (-d)
@@ -87,6 +97,8 @@ class Benchmark:
     kernel: str
     letters: str  # the options OSU 7.4's --help lists for it that fabricbench honours (h, v always)
     buffers: bool = False  # takes OSU's two buffer-location positionals (the point-to-point tests)
+    min_size: int = 1  # OSU's default smallest size (MIN_MESSAGE_SIZE; 0 for its point-to-point latency tests)
+    skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
 
 
 _LAT, _BW, _MR = "mixczTd", "mixWczTd", "mixWcTd"
@@ -94,11 +106,11 @@ _COLL, _RMA_LAT, _RMA_BW = "mixfczTd", "mixczdws", "mixWcdws"
 BENCHMARKS = {
     b.name: b
     for b in (
-        Benchmark("osu_latency", "mpi", "latency", _LAT, True),
+        Benchmark("osu_latency", "mpi", "latency", _LAT, True, min_size=0),
         Benchmark("osu_bw", "mpi", "bw", _BW, True),
         Benchmark("osu_bibw", "mpi", "bibw", _BW, True),
         Benchmark("osu_mbw_mr", "mpi", "msgrate", _MR, True),
-        Benchmark("osu_multi_lat", "mpi", "multi-latency", _LAT, True),
+        Benchmark("osu_multi_lat", "mpi", "multi-latency", _LAT, True, min_size=0, skips_empty=False),  # sends 0 B
         Benchmark("osu_allreduce", "mpi", "allreduce", _COLL),
         Benchmark("osu_allgather", "mpi", "allgather", _COLL),
         Benchmark("osu_alltoall", "mpi", "alltoall", _COLL),
@@ -234,18 +246,68 @@ def _buffer(bench: Benchmark, device: str | None, positionals: list[str]) -> str
     return "cuda" if positionals[0] == "D" else "host"
 
 
-def results_dir(name: str, now: datetime.datetime | None = None) -> str:
-    """Where a shim's tidy table goes: a new folder under $FABRICBENCH_OSU_RESULTS or the working directory."""
+def results_root(env: dict | None = None) -> str:
+    """The folder under which every shim run's results folder goes: $FABRICBENCH_OSU_RESULTS, else the per-user
+    data directory ($XDG_DATA_HOME/fabricbench/osu, or ~/.local/share/fabricbench/osu). Never the working
+    directory, which OSU leaves as it was."""
+    env = os.environ if env is None else env
+    if env.get(RESULTS_VAR):
+        return env[RESULTS_VAR]
+    data = env.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data):  # the XDG spec: a relative XDG_DATA_HOME is ignored
+        data = os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data, "fabricbench", "osu")
+
+
+def results_dir(name: str, now: datetime.datetime | None = None, env: dict | None = None) -> str:
+    """Where a shim's tidy table goes: a new folder, named after the benchmark and the time, under results_root."""
     now = now or datetime.datetime.now()
-    base = os.environ.get(RESULTS_VAR) or "."
-    return os.path.join(base, f"fabricbench-osu-{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}")
+    return os.path.join(results_root(env), f"fabricbench-osu-{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}")
+
+
+def osu_datatype(bench: Benchmark, values: dict) -> str | None:
+    """The --osu-datatype that runs what OSU runs: -T's type as given, else OSU's MPI_CHAR where the kernel on its
+    own moves another (a reduction sums float32 in ``fabricbench run``); None where nothing need be said."""
+    if "T" in values:
+        return values["T"]
+    own = get_kernel(bench.kernel).osu_datatype
+    return OSU_DATATYPE if "T" in bench.letters and own and own != OSU_DATATYPE else None
+
+
+def osu_sizes(bench: Benchmark, values: dict) -> str | None:
+    """The -m that sweeps the sizes OSU 7.4 prints for this command line, or None where fabricbench's default
+    sweep is already OSU's.
+
+    OSU doubles from its minimum (``-m``'s, or its default where ``-m`` gives none or 0, which OSU refuses
+    silently) and skips a size that holds no element of the datatype: osu_latency prints from 1 B, a
+    reduction of MPI_FLOAT from 4 B."""
+    if "m" not in bench.letters:
+        return None
+    kernel = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, values) or "")
+    given = values.get("m")
+    if given is None:
+        lo, hi = -1, kernel.max_size
+    elif given.endswith(":") and given.count(":") == 1:  # OSU's "-m MIN:": the default maximum
+        lo, hi = parse_size_range(f"{given}{max(kernel.max_size, 1)}")
+    else:
+        lo, hi = parse_size_range(given)
+    first = bench.min_size if lo <= 0 else lo
+    if bench.skips_empty:
+        while first < kernel.elem_bytes:
+            first = first * 2 if first else 1
+    if lo < 0 and first == kernel.min_size:
+        return given  # fabricbench starts where OSU does
+    return f"{first}:{hi}"
 
 
 def run_argv(request: Request, out_dir: str) -> list[str]:
     """The ``fabricbench run`` command line that does what the OSU command line asked."""
     bench, values = request.bench, request.values
     argv = ["run", "-t", bench.transport, "-k", bench.kernel, "--format", "osu", "--label", bench.name]
-    for letter, flag in (("m", "-m"), ("i", "-i"), ("x", "-x"), ("W", "-W")):
+    sizes = osu_sizes(bench, values)
+    if sizes is not None:
+        argv += ["-m", sizes]
+    for letter, flag in (("i", "-i"), ("x", "-x"), ("W", "-W")):
         if letter in values:
             argv += [flag, values[letter]]
     if "c" in values:
@@ -254,8 +316,9 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
         argv.append("--osu-full")
     if "z" in values:
         argv += ["--osu-percentiles", values["z"] or DEFAULT_PERCENTILES]
-    if "T" in values:
-        argv += ["--osu-datatype", values["T"]]
+    datatype = osu_datatype(bench, values)
+    if datatype:
+        argv += ["--osu-datatype", datatype]
     if request.buffer != "host":
         argv += ["--buffer", request.buffer]
     return [*argv, "--out", out_dir]
@@ -266,8 +329,9 @@ def usage(bench: Benchmark) -> str:
     lines = [
         f"Usage: {bench.name} [options]{places}",
         f"fabricbench {__version__}'s stand-in for OSU {OSU_VERSION}'s {bench.name}:",
-        "OSU's options, OSU's text on stdout. fabricbench's tidy table goes to a new results folder,",
-        f"named on stderr, under ${RESULTS_VAR} (default: the working directory).",
+        "OSU's options, OSU's text on stdout. fabricbench's tidy table goes to a new results folder, named on",
+        f"stderr, under ${RESULTS_VAR}, else $XDG_DATA_HOME/fabricbench/osu (~/.local/share/fabricbench/osu);",
+        "the working directory is left as it was.",
         "",
         "Options:",
     ]

@@ -56,10 +56,11 @@ class Step:
     transport: str
     kernel: str
     sizes: list[int]
+    datatype: str = ""  # OSU's -T (--osu-datatype) where it changes what the kernel moves: a reduction's element
 
     @property
     def spec(self) -> Kernel:
-        return get_kernel(self.kernel)
+        return get_kernel(self.kernel).with_datatype(self.datatype)
 
 
 @dataclass(frozen=True)

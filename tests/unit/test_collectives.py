@@ -147,3 +147,47 @@ def test_rows_take_algbw_and_busbw_from_the_spec():
     assert row["algbw_GBps"] == pytest.approx(4096 * 4 / 1e-6 / 1e9)
     assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 3 / 4)
     assert _row("reduce", 4096, 3, 1000.0)["busbw_GBps"] == pytest.approx(4096 / 1e-6 / 1e9)
+
+
+REDUCTIONS = [name for name, spec in COLLECTIVES.items() if spec.elements]
+
+
+def test_the_reductions_take_osus_minus_T_types_and_the_rest_move_bytes():
+    assert REDUCTIONS == ["allreduce", "reduce", "reduce_scatter"]
+    for name in REDUCTIONS:
+        assert get_kernel(name).osu_datatypes == ("MPI_CHAR", "MPI_INT", "MPI_FLOAT")
+    assert get_kernel("allgather").osu_datatypes == ("MPI_CHAR",) and get_kernel("barrier").osu_datatypes == ()
+
+
+@pytest.mark.parametrize(
+    ("datatype", "elem_bytes", "first"), [("MPI_CHAR", 1, 1), ("mpi_int", 4, 4), ("MPI_FLOAT", 4, 4)]
+)
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_a_reduction_with_minus_T_sums_that_type_from_one_element(name, datatype, elem_bytes, first):
+    kernel = get_kernel(name).with_datatype(datatype)
+    assert (kernel.osu_datatype, kernel.elem_bytes, kernel.min_size) == (datatype.upper(), elem_bytes, first)
+    assert kernel.collective_spec.osu_datatype == datatype.upper() and kernel.collective_spec.min_size == first
+    assert kernel_sizes(kernel, None)[:3] == [first, 2 * first, 4 * first]  # OSU's sweep: MPI_CHAR from 1 B
+    assert kernel_sizes(kernel, (-1, 8)) == [s for s in (1, 2, 4, 8) if s >= first]
+    assert get_kernel(name).with_datatype("MPI_DOUBLE") is get_kernel(name)  # refused by check_columns
+    assert get_kernel("alltoall").with_datatype(datatype) is get_kernel("alltoall")
+
+
+@pytest.mark.parametrize("ranks", (2, 3, 200))  # 200 ranks: MPI_CHAR's sums wrap modulo 256, as MPI's do
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_each_types_expected_result_is_the_sum_the_mpi_library_computes(name, ranks):
+    for element in COLLECTIVES[name].elements:
+        spec = COLLECTIVES[name].with_element(element)
+        for size in (element.size, 3 * element.size, 64):
+            ranks_here = range(ranks) if ranks < 10 else (0, 1, ranks - 1)
+            sends = [spec.buffers(size, ranks, rank).send for rank in range(ranks)]
+            assert all(send.dtype == np.dtype(element.dtype) for send in sends)
+            for rank in ranks_here:
+                bufs = spec.buffers(size, ranks, rank)
+                want = SIMULATED[name](sends, rank, size)
+                assert np.array_equal(bufs.expected().view(np.uint8), want), (element, size, rank)
+                assert bufs.count * element.size == size and (bufs.received == POISON).all()
+    wrapped = COLLECTIVES[name].with_element(COLLECTIVES[name].elements[0])  # MPI_CHAR
+    if name != "reduce_scatter" and ranks == 200:
+        # element 0 holds 1 + r on rank r: the sum 200 + 200*199/2 = 20100, stored as a char, 20100 mod 256
+        assert wrapped.buffers(1, ranks, ROOT).expected()[0] == (200 + 200 * 199 // 2) % 256 == 132

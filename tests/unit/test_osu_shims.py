@@ -9,7 +9,19 @@ import stat
 import pytest
 
 from fabricbench.errors import UsageError
-from fabricbench.osu_shims import BENCHMARKS, parse, results_dir, run_argv, script, usage, write_shims
+from fabricbench.kernels import get_kernel
+from fabricbench.osu_shims import (
+    BENCHMARKS,
+    osu_datatype,
+    parse,
+    results_dir,
+    results_root,
+    run_argv,
+    script,
+    usage,
+    write_shims,
+)
+from fabricbench.plan import kernel_sizes, parse_size_range
 
 
 def _run(name: str, line: str) -> list[str]:
@@ -17,10 +29,11 @@ def _run(name: str, line: str) -> list[str]:
 
 
 def test_reframes_point_to_point_line_runs_host_buffers_with_validation():
-    # hpctestlib's osu_run: `osu_latency -m 8 -x 10 -i 1000 -c D D`; a CPU build of OSU ignores D D.
+    # hpctestlib's osu_run: `osu_latency -m 8 -x 10 -i 1000 -c D D`; a CPU build of OSU ignores D D, and OSU 7.4
+    # skips the 0-byte size, which holds no MPI_CHAR: 1 to 8 B.
     assert _run("osu_latency", "-m 8 -x 10 -i 1000 -c D D") == [
         *("run", "-t", "mpi", "-k", "latency", "--format", "osu", "--label", "osu_latency"),
-        *("-m", "8", "-i", "1000", "-x", "10", "-c", "--out", "OUT"),
+        *("-m", "1:8", "-i", "1000", "-x", "10", "-c", "--out", "OUT"),
     ]
     assert _run("osu_bw", "-m 4194304 -x 10 -i 1000 -c D D")[4:5] == ["bw"]
 
@@ -29,7 +42,7 @@ def test_reframes_gpu_lines_run_cuda_buffers():
     # hpctestlib with device_buffers = 'cuda': `-d cuda` after -c, and D D on the point-to-point tests.
     assert _run("osu_latency", "-m 8 -x 10 -i 1000 -c -d cuda D D") == [
         *("run", "-t", "mpi", "-k", "latency", "--format", "osu", "--label", "osu_latency"),
-        *("-m", "8", "-i", "1000", "-x", "10", "-c", "--buffer", "cuda", "--out", "OUT"),
+        *("-m", "1:8", "-i", "1000", "-x", "10", "-c", "--buffer", "cuda", "--out", "OUT"),
     ]
     assert _run("osu_allreduce", "-m 8 -x 10 -i 1000 -c -d cuda")[-4:] == ["--buffer", "cuda", "--out", "OUT"]
 
@@ -42,27 +55,33 @@ def test_reframes_collective_line():
 @pytest.mark.parametrize(
     ("name", "line", "expected"),
     [
-        ("osu_allreduce", "-f", ["--osu-full"]),
-        ("osu_allreduce", "-z", ["--osu-percentiles", "50,90,99"]),  # OSU's default list
-        ("osu_allreduce", "-z50,99", ["--osu-percentiles", "50,99"]),  # getopt's attached optional value
-        ("osu_latency", "-z 90", ["--osu-percentiles", "90"]),
-        ("osu_latency", "--tail-lat=99.9", ["--osu-percentiles", "99.9"]),
+        ("osu_alltoall", "-f", ["--osu-full"]),
+        ("osu_alltoall", "-z", ["--osu-percentiles", "50,90,99"]),  # OSU's default list
+        ("osu_alltoall", "-z50,99", ["--osu-percentiles", "50,99"]),  # getopt's attached optional value
+        ("osu_bw", "-z 90", ["--osu-percentiles", "90"]),
+        ("osu_bw", "--tail-lat=99.9", ["--osu-percentiles", "99.9"]),
+        ("osu_allreduce", "", ["--osu-datatype", "MPI_CHAR"]),  # OSU 7.4's default: a reduction sums MPI_CHAR
+        ("osu_reduce", "-f", ["--osu-full", "--osu-datatype", "MPI_CHAR"]),
+        ("osu_reduce_scatter", "", ["--osu-datatype", "MPI_CHAR"]),
         ("osu_allreduce", "-T mpi_float", ["--osu-datatype", "mpi_float"]),
+        ("osu_allreduce", "-T mpi_int", ["--osu-datatype", "mpi_int"]),
+        ("osu_allgather", "", []),  # moves MPI_CHAR on its own
+        ("osu_bcast", "-T MPI_CHAR", ["--osu-datatype", "MPI_CHAR"]),
         ("osu_bw", "-W 16", ["-W", "16"]),
         ("osu_bw", "--window-size=16", ["-W", "16"]),
         ("osu_latency", "-m4:64 -i100", ["-m", "4:64", "-i", "100"]),
-        ("osu_allreduce", "-cf", ["-c", "--osu-full"]),  # clustered flags, as getopt takes them
-        ("osu_latency", "-d cpu H H", []),
-        ("osu_latency", "-d cpu D D", []),  # positionals without -d cuda: host, as a CPU build of OSU
-        ("osu_latency", "D D", []),
-        ("osu_latency", "-d cuda D D", ["--buffer", "cuda"]),
-        ("osu_latency", "-d cuda H H", []),  # OSU's -d cuda H H: both buffers in host memory
+        ("osu_alltoall", "-cf", ["-c", "--osu-full"]),  # clustered flags, as getopt takes them
+        ("osu_bibw", "-d cpu H H", []),
+        ("osu_bibw", "-d cpu D D", []),  # positionals without -d cuda: host, as a CPU build of OSU
+        ("osu_bibw", "D D", []),
+        ("osu_bibw", "-d cuda D D", ["--buffer", "cuda"]),
+        ("osu_bibw", "-d cuda H H", []),  # OSU's -d cuda H H: both buffers in host memory
         ("osu_bw", "-dcuda D D", ["--buffer", "cuda"]),
         ("osu_bibw", "--accelerator=cuda D D", ["--buffer", "cuda"]),
         ("osu_mbw_mr", "-d cuda D D", ["--buffer", "cuda"]),
         ("osu_multi_lat", "-d cuda D D", ["--buffer", "cuda"]),
-        ("osu_allreduce", "-d cuda", ["--buffer", "cuda"]),  # a collective: every buffer on the GPU
-        ("osu_reduce_scatter", "-d cuda", ["--buffer", "cuda"]),
+        ("osu_allgather", "-d cuda", ["--buffer", "cuda"]),  # a collective: every buffer on the GPU
+        ("osu_reduce_scatter", "-d cuda", ["--osu-datatype", "MPI_CHAR", "--buffer", "cuda"]),
         ("osu_barrier", "-d cuda", ["--buffer", "cuda"]),
         ("osu_put_latency", "-w allocate -s flush", []),
     ],
@@ -71,6 +90,70 @@ def test_each_osu_option_becomes_its_run_option(name, line, expected):
     argv = _run(name, line)
     extra = argv[argv.index(name) + 1 : argv.index("--out")]
     assert extra == expected
+
+
+# (benchmark, OSU options, the -m fabricbench is given: None for its default sweep, which is then OSU's)
+SWEEPS = [
+    ("osu_latency", "", "1:4194304"),  # OSU 7.4 starts at 0 and skips it: no element in 0 B
+    ("osu_latency", "-m 8", "1:8"),
+    ("osu_latency", "-m 0:8", "1:8"),
+    ("osu_latency", "-m :8", "1:8"),
+    ("osu_latency", "-m 2:8", "2:8"),
+    ("osu_latency", "-m 16:", "16:4194304"),  # OSU's MIN: with the default maximum
+    ("osu_multi_lat", "-m 8", "8"),  # osu_multi_lat sends its 0-byte size
+    ("osu_bw", "-m 4194304", "4194304"),  # from OSU's 1 B, as fabricbench's own sweep
+    ("osu_bw", "-m 0:16", "1:16"),  # a minimum of 0 is refused by OSU, which keeps its 1
+    ("osu_bw", "", None),
+    ("osu_put_latency", "-m 0:8", "1:8"),
+    ("osu_allreduce", "", None),  # MPI_CHAR, from 1 B
+    ("osu_allreduce", "-m 8", "8"),
+    ("osu_allreduce", "-T mpi_float", None),  # from 4 B: one float
+    ("osu_allreduce", "-T mpi_float -m 1:16", "4:16"),  # 1 and 2 B hold no float: OSU skips them
+    ("osu_reduce", "-T mpi_int -m 3:32", "6:32"),  # doubling from 3: 3 is skipped, 6 holds one int
+    ("osu_alltoall", "-m 0:8", "1:8"),
+    ("osu_barrier", "", None),
+]
+
+
+@pytest.mark.parametrize(("name", "line", "expected"), SWEEPS)
+def test_sizes_are_osus_sweep_less_those_holding_no_element(name, line, expected):
+    argv = _run(name, line)
+    assert (argv[argv.index("-m") + 1] if "-m" in argv else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "printed"),
+    [
+        ("osu_latency", "-m 8", [1, 2, 4, 8]),
+        ("osu_latency", "", [1 << p for p in range(23)]),
+        ("osu_allreduce", "-m 8", [1, 2, 4, 8]),
+        ("osu_allreduce", "", [1 << p for p in range(21)]),
+        ("osu_allreduce", "-T mpi_float -m 16", [4, 8, 16]),
+        ("osu_reduce_scatter", "-m 0:4", [1, 2, 4]),
+        ("osu_multi_lat", "-m 4", [0, 1, 2, 4]),
+    ],
+)
+def test_the_run_sweeps_the_sizes_osu_prints(name, line, printed):
+    # What ``fabricbench run`` makes of the translated -m and datatype: the sizes OSU 7.4 prints for the line.
+    argv = _run(name, line)
+    bench = BENCHMARKS[name]
+    kernel = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, parse(name, line.split()).values) or "")
+    size_range = parse_size_range(argv[argv.index("-m") + 1]) if "-m" in argv else None
+    assert kernel_sizes(kernel, size_range) == printed
+
+
+@pytest.mark.parametrize("name", [name for name, bench in BENCHMARKS.items() if "T" in bench.letters])
+def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
+    bench = BENCHMARKS[name]
+    kernel = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, {}) or "")
+    assert kernel.osu_datatype == "MPI_CHAR" and kernel.elem_bytes == 1
+    if kernel.collective:
+        assert kernel.min_size == 1  # OSU's collectives start at 1 B
+    with_int = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, {"T": "mpi_int"}))
+    if kernel.collective_spec and kernel.collective_spec.elements:  # a reduction sums what -T names
+        assert (with_int.osu_datatype, with_int.elem_bytes, with_int.min_size) == ("MPI_INT", 4, 4)
+    else:  # the others move bytes only, and -T mpi_int is refused (check_columns) rather than run as bytes
+        assert with_int.osu_datatype == "MPI_CHAR"
 
 
 @pytest.mark.parametrize(
@@ -125,13 +208,31 @@ def test_every_osu_name_maps_to_a_kernel_its_transport_has():
         assert bench.kernel in transport_class(bench.transport).kernels, bench.name
 
 
-def test_results_folder_is_new_and_named_after_the_benchmark(monkeypatch):
+def test_results_folder_is_new_and_named_after_the_benchmark_under_the_results_root(monkeypatch, tmp_path):
     monkeypatch.delenv("FABRICBENCH_OSU_RESULTS", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     when = datetime.datetime(2025, 1, 2, 3, 4, 5)
     first, second = results_dir("osu_bw", when), results_dir("osu_bw", when)
-    assert first.startswith("./fabricbench-osu-osu_bw-20250102-030405-") and first != second
+    assert first.startswith(f"{tmp_path}/data/fabricbench/osu/fabricbench-osu-osu_bw-20250102-030405-")
+    assert first != second
     monkeypatch.setenv("FABRICBENCH_OSU_RESULTS", "/data/runs")
     assert results_dir("osu_bw", when).startswith("/data/runs/fabricbench-osu-osu_bw-")
+
+
+@pytest.mark.parametrize(
+    ("env", "root"),
+    [
+        ({"FABRICBENCH_OSU_RESULTS": "/scratch/osu", "XDG_DATA_HOME": "/xdg", "HOME": "/home/u"}, "/scratch/osu"),
+        ({"XDG_DATA_HOME": "/xdg", "HOME": "/home/u"}, "/xdg/fabricbench/osu"),
+        ({"HOME": "/home/u"}, "/home/u/.local/share/fabricbench/osu"),
+        ({"XDG_DATA_HOME": "relative", "HOME": "/home/u"}, "/home/u/.local/share/fabricbench/osu"),  # XDG: ignored
+        ({"FABRICBENCH_OSU_RESULTS": "", "HOME": "/home/u"}, "/home/u/.local/share/fabricbench/osu"),
+    ],
+)
+def test_results_root_is_the_variable_else_the_per_user_data_directory_never_the_cwd(monkeypatch, env, root):
+    monkeypatch.setenv("HOME", env["HOME"])  # what expanduser("~") reads
+    assert results_root(env) == root
+    assert not results_root(env).startswith(".")
 
 
 def test_script_execs_this_python_by_absolute_path_with_every_argument():

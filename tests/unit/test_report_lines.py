@@ -224,30 +224,29 @@ def test_osu_header_is_osus_own_after_one_line_that_names_fabricbench(transport,
 
 
 def test_osu_lines_use_osus_field_widths():
-    assert osu.line(LATENCY) == "8                         1.61"  # %-10d then %20.2f of the mean
-    assert osu.line(LATENCY | {"size_B": 4194304, "lat_mean_us": 1234.5678}) == "4194304                1234.57"
+    # %-10d, then %*.*f with OSU's FIELD_WIDTH 18 (its configure.ac) and FLOAT_PRECISION 2
+    assert osu.line(LATENCY) == "8                       1.61"
+    assert osu.line(LATENCY | {"size_B": 4194304, "lat_mean_us": 1234.5678}) == "4194304              1234.57"
     assert osu.line({"kernel": "bw", "status": "ok", "size_B": 1, "bw_MBps": 0.4567}) == (
-        "1                         0.46"
+        "1                       0.46"
     )
-    assert osu.line(MSGRATE) == "1024                   1234.57          1205632.40"
-    assert osu.line(BARRIER) == "0                         3.50"  # a collective without -f: the average alone
+    assert osu.line(MSGRATE) == "1024                 1234.57        1205632.40"
+    assert osu.line(BARRIER) == "0                       3.50"  # a collective without -f: the average alone
     full = osu.Columns(full=True)
-    assert (
-        osu.line(BARRIER, full) == "0                         3.50                3.25                3.75        1000"
-    )
+    assert osu.line(BARRIER, full) == "0                       3.50              3.25              3.75        1000"
     put = {"kernel": "put", "status": "ok", "size_B": 64, "lat_mean_us": 0.875}
-    assert osu.line(put) == "64                        0.88"
+    assert osu.line(put) == "64                      0.88"
 
 
 def test_osu_widths_hold_whatever_the_values():
     line = osu.line(
         BARRIER | {"size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100}, osu.Columns(full=True)
     )
-    assert [line[:10], line[10:30], line[30:50], line[50:70], line[70:]] == [
+    assert [line[:10], line[10:28], line[28:46], line[46:64], line[64:]] == [
         "1048576   ",
-        "            12345.68",
-        "                3.25",
-        "                3.75",
+        "          12345.68",
+        "              3.25",
+        "              3.75",
         "         100",
     ]
 
@@ -261,42 +260,42 @@ def test_osu_unsupported_row_is_a_comment():
 ALLREDUCE = BARRIER | {"kernel": "allreduce", "size_B": 8, "lat_p90_us": 4.125, "validation": "pass"}
 
 
-def test_osu_validation_column_is_last_pass_or_fail_right_aligned():
+def test_osu_validation_column_pass_or_fail_right_aligned():
     columns = osu.Columns(validate=True)
-    assert osu.column_header("latency", columns) == "# Size       Avg Latency(us)          Validation"
-    assert osu.line(LATENCY, columns) == "8                         1.61                Pass"
-    assert osu.line(LATENCY | {"validation": "fail"}, columns).endswith("                Fail")
+    assert osu.column_header("latency", columns) == "# Size       Avg Latency(us)        Validation"
+    assert osu.line(LATENCY, columns) == "8                       1.61              Pass"
+    assert osu.line(LATENCY | {"validation": "fail"}, columns).endswith("              Fail")
     bw = {"kernel": "bw", "status": "ok", "size_B": 1, "bw_MBps": 0.4567, "validation": "pass"}
-    assert osu.line(bw, columns) == "1                         0.46                Pass"
-    assert osu.column_header("bw", columns) == "# Size      Bandwidth (MB/s)          Validation"
+    assert osu.line(bw, columns) == "1                       0.46              Pass"
+    assert osu.column_header("bw", columns) == "# Size      Bandwidth (MB/s)        Validation"
 
 
-def test_osu_collective_columns_in_osus_order_full_then_tails_then_validation():
+def test_osu_collective_columns_in_osus_order_full_then_validation_then_tails():
+    # OSU 7.4's print_only_header and print_stats_validate: Min, Max, Iterations, Validation, then P50...
     columns = osu.Columns(validate=True, full=True, percentiles=(50.0, 90.0))
     head = osu.column_header("allreduce", columns)
     assert head == (
-        "# Size       Avg Latency(us)     Min Latency(us)     Max Latency(us)  Iterations"
-        "    P50 Tail Lat(us)    P90 Tail Lat(us)          Validation"
+        "# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations"
+        "        Validation  P50 Tail Lat(us)  P90 Tail Lat(us)"
     )
     line = osu.line(ALLREDUCE, columns)
     assert line == (
-        "8                         3.50                3.25                3.75        1000"
-        "                3.40                4.12                Pass"
+        "8                       3.50              3.25              3.75        1000"
+        "              Pass              3.40              4.12"
     )
-    assert len(line) == 10 + 3 * 20 + 12 + 3 * 20
+    assert len(line) == len(head) == 10 + 3 * 18 + 12 + 3 * 18
     # Without -f the tails follow the average directly.
-    assert osu.line(ALLREDUCE, osu.Columns(percentiles=(99.0,))) == "8                         3.50                5.00"
+    assert osu.line(ALLREDUCE, osu.Columns(percentiles=(99.0,))) == "8                       3.50              5.00"
 
 
 def test_osu_tail_columns_of_a_latency_and_their_labels():
     columns = osu.Columns(percentiles=(50.0, 99.0, 99.9))
     assert osu.column_header("latency", columns) == (
-        "# Size       Avg Latency(us)    P50 Tail Lat(us)    P99 Tail Lat(us)  P99.9 Tail Lat(us)"
+        "# Size       Avg Latency(us)  P50 Tail Lat(us)  P99 Tail Lat(us)P99.9 Tail Lat(us)"
     )
     row = LATENCY | {"lat_p999_us": 7.0}
     assert (
-        osu.line(row, columns)
-        == "8                         1.61                1.50                3.00                7.00"
+        osu.line(row, columns) == "8                       1.61              1.50              3.00              7.00"
     )
 
 
@@ -323,8 +322,15 @@ def test_osu_columns_a_kernel_cannot_fill_are_refused():
     from fabricbench.errors import UsageError
     from fabricbench.kernels import get_kernel
 
-    with pytest.raises(UsageError, match="-T.*allreduce moves MPI_FLOAT only"):
-        osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_char"))
+    with pytest.raises(UsageError, match="-T.*allreduce sums MPI_CHAR, MPI_INT or MPI_FLOAT"):
+        osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_double"))
+    with pytest.raises(UsageError, match="-T.*latency moves MPI_CHAR only"):
+        osu.check_columns(get_kernel("latency"), osu.Columns(datatype="mpi_int"))
+    summing_chars = get_kernel("allreduce").with_datatype("mpi_char")
+    osu.check_columns(summing_chars, osu.Columns(datatype="mpi_char"))  # mpi sums OSU's default type
+    with pytest.raises(UsageError, match="mpi_char.*allreduce on tcp: tcp sums MPI_FLOAT only"):
+        osu.check_columns(summing_chars, osu.Columns(datatype="mpi_char"), "tcp")
+    osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_float"), "tcp")  # its own type
     with pytest.raises(UsageError, match="barrier: it moves no data"):
         osu.check_columns(get_kernel("barrier"), osu.Columns(datatype="MPI_CHAR"))
     with pytest.raises(UsageError, match="tail columns.*bw"):

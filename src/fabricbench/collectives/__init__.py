@@ -12,7 +12,8 @@ for allreduce and reduce).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -47,6 +48,11 @@ class Element:
 
 FLOAT32 = Element("f4", "MPI_FLOAT")  # reductions: small integers as floats, so sums stay exact
 BYTE = Element("u1", "MPI_CHAR")
+# What a reduction may sum, as OSU 7.4's -T names them. MPI_CHAR is OSU's default: signed bytes whose sums wrap
+# modulo 256, as the MPI library adds C chars; MPI_INT's and MPI_FLOAT's sums of small integers stay exact.
+CHAR = Element("i1", "MPI_CHAR")
+INT32 = Element("i4", "MPI_INT")
+REDUCIBLE = (CHAR, INT32, FLOAT32)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,8 @@ class CollectiveSpec:
     buffers: Callable[[int, int, int], CollectiveBuffers]  # (S, n, rank): this rank's written buffers
     algbw_bytes: Callable[[int, int], int] | None  # (S, n): the bytes nccl-tests divides by the time
     bus_factor: Callable[[int], float] | None  # n: nccl-tests' factor from algorithm to bus bandwidth
+    # The elements ``buffers`` can also be built of (its ``element=`` keyword): a reduction's -T types.
+    elements: tuple[Element, ...] = ()
 
     @property
     def elem_bytes(self) -> int:
@@ -69,6 +77,14 @@ class CollectiveSpec:
     @property
     def osu_datatype(self) -> str:
         return self.element.osu_datatype if self.element else ""
+
+    def with_element(self, element: Element) -> CollectiveSpec:
+        """This collective on buffers of ``element`` (one of ``elements``): sizes from one element up."""
+        if element not in self.elements:
+            raise ValueError(f"{self.name} is not built of {element.osu_datatype}")
+        if element == self.element:
+            return self
+        return replace(self, element=element, min_size=element.size, buffers=partial(self.buffers, element=element))
 
 
 def block_bytes(size: int, ranks: int) -> int:
@@ -104,6 +120,22 @@ def float_sum(count: int, ranks: int) -> np.ndarray:
     return (base * ranks + ranks * (ranks - 1) // 2).astype(np.float32)
 
 
+def filled_values(count: int, seed: int, element: Element) -> np.ndarray:
+    """``count`` values of ``float_pattern`` (i mod 17 + seed + 1) as ``element``, in an aligned, written buffer;
+    as C converts them, so a char holds the value modulo 256."""
+    if element == FLOAT32:
+        return filled_floats(count, seed)
+    buf = aligned(count * element.size, element.dtype)
+    buf[:] = np.resize((np.arange(17, dtype=np.int64) + seed + 1).astype(element.dtype), count)
+    return buf
+
+
+def value_sum(count: int, ranks: int, element: Element) -> np.ndarray:
+    """Sum over ranks r of filled_values(count, r, element), in closed form, as ``element`` holds it."""
+    base = (np.arange(count, dtype=np.int64) % 17) + 1
+    return (base * ranks + ranks * (ranks - 1) // 2).astype(element.dtype)
+
+
 def with_result(
     send: np.ndarray, recv: np.ndarray, count: int, expected: Callable[[], np.ndarray]
 ) -> CollectiveBuffers:
@@ -113,7 +145,14 @@ def with_result(
 
 def float_result(send: np.ndarray, count: int, expected: Callable[[], np.ndarray]) -> CollectiveBuffers:
     """Buffers whose result is ``count`` float32 values, poisoned until they arrive."""
-    return with_result(send, poisoned(count * FLOAT32.size, FLOAT32.dtype), count, expected)
+    return value_result(send, count, expected, FLOAT32)
+
+
+def value_result(
+    send: np.ndarray, count: int, expected: Callable[[], np.ndarray], element: Element
+) -> CollectiveBuffers:
+    """Buffers whose result is ``count`` values of ``element``, poisoned until they arrive."""
+    return with_result(send, poisoned(count * element.size, element.dtype), count, expected)
 
 
 # The operations import the helpers above, so they come last.

@@ -1,4 +1,4 @@
-"""Allreduce: every rank ends with the float32 sum of every rank's vector of S bytes."""
+"""Allreduce: every rank ends with the sum of every rank's vector of S bytes (float32 unless OSU's -T says)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,25 @@ import numpy as np
 from fabricbench.collectives import (
     FLOAT32,
     OSU_MAX_SIZE,
+    REDUCIBLE,
     CollectiveBuffers,
     CollectiveSpec,
+    Element,
     block_bytes,
-    filled_floats,
-    float_result,
-    float_sum,
+    filled_values,
+    value_result,
+    value_sum,
 )
 
 
-def expected(size: int, ranks: int, rank: int) -> np.ndarray:
-    return float_sum(size // FLOAT32.size, ranks).view(np.uint8)
+def expected(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> np.ndarray:
+    return value_sum(size // element.size, ranks, element).view(np.uint8)
 
 
-def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
-    count = size // FLOAT32.size
-    return float_result(filled_floats(count, rank), count, partial(expected, size, ranks, rank))
+def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
+    count = size // element.size
+    check = partial(expected, size, ranks, rank, element)
+    return value_result(filled_values(count, rank, element), count, check, element)
 
 
 def bus_factor(ranks: int) -> float:
@@ -33,5 +36,13 @@ def bus_factor(ranks: int) -> float:
 
 
 SPEC = CollectiveSpec(
-    "allreduce", "{lib} Allreduce Latency Test", FLOAT32, 4, OSU_MAX_SIZE, buffers, block_bytes, bus_factor
+    "allreduce",
+    "{lib} Allreduce Latency Test",
+    FLOAT32,
+    4,
+    OSU_MAX_SIZE,
+    buffers,
+    block_bytes,
+    bus_factor,
+    REDUCIBLE,
 )

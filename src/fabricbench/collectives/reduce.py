@@ -1,4 +1,5 @@
-"""Reduce: the float32 sum of every rank's vector of S bytes arrives at the root; the other ranks receive nothing."""
+"""Reduce: the sum of every rank's vector of S bytes (float32 unless OSU's -T says) arrives at the root; the other
+ranks receive nothing."""
 
 from __future__ import annotations
 
@@ -10,29 +11,31 @@ from fabricbench.buffers import EMPTY
 from fabricbench.collectives import (
     FLOAT32,
     OSU_MAX_SIZE,
+    REDUCIBLE,
     ROOT,
     CollectiveBuffers,
     CollectiveSpec,
+    Element,
     allreduce,
     block_bytes,
-    filled_floats,
-    float_result,
+    filled_values,
     unit_factor,
+    value_result,
 )
 
 
-def expected(size: int, ranks: int, rank: int) -> np.ndarray:
-    return allreduce.expected(size, ranks, rank) if rank == ROOT else EMPTY
+def expected(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> np.ndarray:
+    return allreduce.expected(size, ranks, rank, element) if rank == ROOT else EMPTY
 
 
-def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
-    count = size // FLOAT32.size
-    send, check = filled_floats(count, rank), partial(expected, size, ranks, rank)
+def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
+    count = size // element.size
+    send, check = filled_values(count, rank, element), partial(expected, size, ranks, rank, element)
     if rank == ROOT:
-        return float_result(send, count, check)
+        return value_result(send, count, check, element)
     return CollectiveBuffers(send, EMPTY, count, EMPTY, check)  # MPI_Reduce takes no receive buffer here
 
 
 SPEC = CollectiveSpec(
-    "reduce", "{lib} Reduce Latency Test", FLOAT32, 4, OSU_MAX_SIZE, buffers, block_bytes, unit_factor
+    "reduce", "{lib} Reduce Latency Test", FLOAT32, 4, OSU_MAX_SIZE, buffers, block_bytes, unit_factor, REDUCIBLE
 )

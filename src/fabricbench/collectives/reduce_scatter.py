@@ -1,4 +1,5 @@
-"""Reduce-scatter: the float32 sum of every rank's n blocks of S bytes; rank r keeps block r of it."""
+"""Reduce-scatter: the sum of every rank's n blocks of S bytes (float32 unless OSU's -T says); rank r keeps
+block r of it."""
 
 from __future__ import annotations
 
@@ -9,24 +10,27 @@ import numpy as np
 from fabricbench.collectives import (
     FLOAT32,
     OSU_MAX_SIZE,
+    REDUCIBLE,
     CollectiveBuffers,
     CollectiveSpec,
+    Element,
     all_blocks_bytes,
-    filled_floats,
-    float_result,
-    float_sum,
+    filled_values,
     ring_factor,
+    value_result,
+    value_sum,
 )
 
 
-def expected(size: int, ranks: int, rank: int) -> np.ndarray:
-    count = size // FLOAT32.size
-    return float_sum(count * ranks, ranks)[rank * count : (rank + 1) * count].view(np.uint8)
+def expected(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> np.ndarray:
+    count = size // element.size
+    return value_sum(count * ranks, ranks, element)[rank * count : (rank + 1) * count].view(np.uint8)
 
 
-def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
-    count = size // FLOAT32.size
-    return float_result(filled_floats(count * ranks, rank), count, partial(expected, size, ranks, rank))
+def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
+    count = size // element.size
+    check = partial(expected, size, ranks, rank, element)
+    return value_result(filled_values(count * ranks, rank, element), count, check, element)
 
 
 SPEC = CollectiveSpec(
@@ -38,4 +42,5 @@ SPEC = CollectiveSpec(
     buffers,
     all_blocks_bytes,
     ring_factor,
+    REDUCIBLE,
 )

@@ -1,15 +1,20 @@
 """OSU Micro-Benchmarks' text layout, for scripts that already scrape it.
 
-Headers and columns follow OSU 7.4: size ``%-10d``, values ``%20.2f``.
+Headers and columns follow OSU 7.4 as its own configure builds it: size
+``%-10d``, values ``%*.*f`` with FIELD_WIDTH 18 and FLOAT_PRECISION 2, text
+columns ``%*s`` 18 wide (``configure.ac``'s ``AC_DEFINE([FIELD_WIDTH], [18])``;
+the 20 in OSU's header is only the fallback of a build without it).
 One comment line before OSU's title says that fabricbench made the table;
 every other line is as OSU prints it. A transport that is not MPI keeps the
 layout but names itself in the title.
 
 The optional columns are OSU's, in OSU's order after the value(s): Min/Max
-latency and Iterations for a collective with ``-f`` (``Columns.full``), tail
-latencies with ``-z`` (``Columns.percentiles``), and the Pass/Fail validation
-column, last, with ``-c`` (``Columns.validate``). ``-T`` names the datatype
-line (``Columns.datatype``); the kernel's own type otherwise.
+latency and Iterations for a collective with ``-f`` (``Columns.full``), the
+Pass/Fail validation column with ``-c`` (``Columns.validate``), then tail
+latencies with ``-z`` (``Columns.percentiles``), as OSU's print_stats_validate
+and its point-to-point tests print them. ``-T`` names the datatype line
+(``Columns.datatype``); the kernel's own type otherwise. A reduction run with
+``-T`` sums that type (``Kernel.with_datatype``), on mpi only.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from fabricbench.stats import PERCENTILES
 from fabricbench.transports import transport_class
 
 OSU_VERSION = "v7.4"
-FIELD = 20  # OSU's FIELD_WIDTH
+FIELD = 18  # OSU's FIELD_WIDTH, as OSU's configure.ac defines it
+SIZE_FIELD = 10  # OSU's "%-*d" (and "%-*s" for "# Size") width of the size column
 ITERATIONS_FIELD = 12  # OSU prints the Iterations column narrower
+OTHER_TYPES_ON = ("mpi",)  # the transports whose reductions sum any -T type of the spec (tcp sums float32)
 PERCENTILE_COLUMNS = dict(zip(PERCENTILES, ("lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us"), strict=True))
 VALIDATION_WORDS = {"pass": "Pass", "fail": "Fail"}
 
@@ -66,8 +73,9 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def check_columns(kernel: Kernel, columns: Columns) -> None:
-    """Refuse, in one line, a column this kernel's rows cannot fill (never print something else under its name)."""
+def check_columns(kernel: Kernel, columns: Columns, transport: str = "mpi") -> None:
+    """Refuse, in one line, a column this kernel's rows cannot fill (never print something else under its name).
+    ``kernel`` is the one the run moves: ``with_datatype`` of -T's type where it can move it."""
     if columns.percentiles and kernel.windowed:
         raise UsageError(
             f"tail columns (-z) for {kernel.name}: fabricbench keeps percentiles of window times, "
@@ -78,9 +86,24 @@ def check_columns(kernel: Kernel, columns: Columns) -> None:
         if not own:
             raise UsageError(f"datatype {columns.datatype} (-T) for {kernel.name}: it moves no data")
         if columns.datatype.upper() != own:
+            if len(kernel.osu_datatypes) > 1:
+                raise UsageError(
+                    f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} sums "
+                    f"{_either(kernel.osu_datatypes)}"
+                )
             raise UsageError(
                 f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} moves {own} only"
             )
+        default = get_kernel(kernel.name).osu_datatype
+        if own != default and transport not in OTHER_TYPES_ON:
+            raise UsageError(
+                f"datatype {columns.datatype} (-T) for {kernel.name} on {transport}: {transport} sums {default} "
+                f"only (mpi sums {_either(kernel.osu_datatypes)})"
+            )
+
+
+def _either(types: tuple[str, ...]) -> str:
+    return f"{', '.join(types[:-1])} or {types[-1]}"
 
 
 def header(transport: str, kernel_name: str, window: int, pairs: int, columns: Columns = Columns()) -> str:
@@ -116,31 +139,33 @@ def _message_rate(kernel) -> bool:
 
 
 def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
+    """OSU's column header: ``"%-*s%*s"`` of "# Size" (10) and the value's name (FIELD), then the optional columns."""
     kernel = get_kernel(kernel_name)
+    text = f"{'# Size':<{SIZE_FIELD}}"
     if _message_rate(kernel):
-        text = "# Size                  MB/s        Messages/s"
+        text += f"{'MB/s':>{FIELD}}{'Messages/s':>{FIELD}}"
     elif kernel.windowed:
-        text = "# Size      Bandwidth (MB/s)"
-    elif kernel.collective:
-        text = "# Size       Avg Latency(us)"
-        if columns.full:
-            text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
-    elif kernel.sample == "op":  # one one-sided operation, as osu_put_latency and osu_get_latency
-        text = "# Size          Latency (us)"
+        text += f"{'Bandwidth (MB/s)':>{FIELD}}"
+    elif kernel.sample == "op" and not kernel.collective:  # one one-sided operation: osu_put_latency's header
+        text += f"{'Latency (us)':>{FIELD}}"
     else:
-        text = "# Size       Avg Latency(us)"
-    for percent in columns.percentiles:
-        text += f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}"
+        text += f"{'Avg Latency(us)':>{FIELD}}"
+        if kernel.collective and columns.full:
+            text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
     if columns.validate:
         text += f"{'Validation':>{FIELD}}"
+    for percent in columns.percentiles:  # OSU: "%*sP%d Tail Lat(us)", padded to FIELD for a two-digit percentile
+        text += f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}"
     return text
 
 
 def line(row: dict, columns: Columns = Columns()) -> str:
+    """One size as OSU prints it: ``"%-*d"`` (10), then ``"%*.*f"`` (FIELD, 2) per value, ``"%*d"`` (12) for
+    the iterations, ``"%*s"`` (FIELD) for Pass/Fail, then the tail latencies."""
     if not str(row.get("status", "")).startswith("ok"):
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
-    text = f"{row['size_B']:<10d}"
+    text = f"{row['size_B']:<{SIZE_FIELD}d}"
     if _message_rate(kernel):
         text += f"{row['bw_MBps']:{FIELD}.2f}{row['msgrate_per_s']:{FIELD}.2f}"
     elif kernel.windowed:
@@ -154,8 +179,8 @@ def line(row: dict, columns: Columns = Columns()) -> str:
             )
     else:
         text += f"{row['lat_mean_us']:{FIELD}.2f}"
-    for percent in columns.percentiles:
-        text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
     if columns.validate:
         text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
+    for percent in columns.percentiles:
+        text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
     return text

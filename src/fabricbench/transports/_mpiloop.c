@@ -35,7 +35,7 @@ enum { TAG = 11, ACK_TAG = 12 }; /* mpi.py's tags: data, and the bandwidth windo
 
 /* fb_collective's op and datatype codes. */
 enum { ALLREDUCE, ALLGATHER, ALLTOALL, BCAST, REDUCE, REDUCE_SCATTER, BARRIER };
-enum { BYTES, FLOATS };
+enum { BYTES, FLOATS, CHARS, INTS }; /* mpi.py's C_TYPES: MPI_BYTE, MPI_FLOAT, MPI_CHAR, MPI_INT */
 
 static inline long long now_ns(void)
 {
@@ -222,11 +222,14 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle);
     MPI_Request request = MPI_REQUEST_NULL;
-    MPI_Datatype type = datatype == FLOATS ? MPI_FLOAT : MPI_BYTE;
+    MPI_Datatype type = datatype == FLOATS ? MPI_FLOAT
+                        : datatype == CHARS ? MPI_CHAR
+                        : datatype == INTS  ? MPI_INT
+                                            : MPI_BYTE;
     int n, err = as_count(count, &n);
     if (err != MPI_SUCCESS)
         return err;
-    if (datatype != BYTES && datatype != FLOATS)
+    if (datatype < BYTES || datatype > INTS)
         return MPI_ERR_TYPE;
     if (persistent) {
 #if MPI_VERSION >= 4

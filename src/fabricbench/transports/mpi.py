@@ -32,7 +32,7 @@ import numpy as np
 
 from fabricbench.buffers import POISON as POISON_BYTE
 from fabricbench.buffers import filled, pattern, poisoned, times_address
-from fabricbench.collectives import FLOAT32, ROOT
+from fabricbench.collectives import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
@@ -351,6 +351,16 @@ MPI_CALLS = {
 }
 # The same operations in _mpiloop.c's fb_collective.
 C_OPS = {"allreduce": 0, "allgather": 1, "alltoall": 2, "bcast": 3, "reduce": 4, "reduce_scatter": 5, "barrier": 6}
+# A collective's element as fb_collective's datatype code and mpi4py's datatype's name; any other (bytes, or no
+# element) is MPI_BYTE, code 0.
+C_TYPES = {FLOAT32: (1, "FLOAT"), CHAR: (2, "CHAR"), INT32: (3, "INT")}
+
+
+def mpi_datatype(element: Element | None):
+    """(MPI datatype, fb_collective's code) of a collective's element: what OSU's -T names (MPI_CHAR, MPI_INT,
+    MPI_FLOAT) for a reduction, MPI_BYTE for the collectives that only move bytes."""
+    code, name = C_TYPES.get(element, (0, "BYTE"))
+    return getattr(MPI, name), code
 
 
 class Collective(Case):
@@ -366,13 +376,13 @@ class Collective(Case):
         self.bufs = bufs = spec.buffers(size, comm.Get_size(), comm.Get_rank())
         self.received = bufs.received
         self.barrier = comm.Barrier
-        floats = spec.element == FLOAT32
-        name, args = MPI_CALLS[kernel.name](comm, bufs, MPI.FLOAT if floats else MPI.BYTE)
+        datatype, code = mpi_datatype(spec.element)
+        name, args = MPI_CALLS[kernel.name](comm, bufs, datatype)
         self.request = self.operation = None
         if cloop:
             receives = kernel.name != "reduce" or comm.Get_rank() == ROOT  # a reduce's other ranks pass no buffer
             recv = bufs.recv.ctypes.data if receives else None
-            self.c_args = (comm.py2f(), C_OPS[kernel.name], int(persistent), int(floats), bufs.send.ctypes.data, recv)
+            self.c_args = (comm.py2f(), C_OPS[kernel.name], int(persistent), code, bufs.send.ctypes.data, recv)
             self.c_args += (bufs.count, ROOT)
         elif persistent:
             self.request = getattr(comm, f"{name}_init")(*args)
@@ -805,7 +815,7 @@ class CudaCollective(Case):
                 self.copy_out = (self.recv.data.ptr, self.host_recv.ctypes.data, self.recv.nbytes, HOST_TO_DEVICE)
         else:
             calls_on = SimpleNamespace(send=self.send, recv=self.recv, count=bufs.count)
-        name, args = MPI_CALLS[kernel.name](comm, calls_on, MPI.FLOAT if spec.element == FLOAT32 else MPI.BYTE)
+        name, args = MPI_CALLS[kernel.name](comm, calls_on, mpi_datatype(spec.element)[0])
         self.operation = partial(getattr(comm, name), *args)
         cupy.cuda.runtime.deviceSynchronize()  # asarray's copies to the GPU are done before any call reads them
 
