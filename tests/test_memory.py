@@ -22,9 +22,9 @@ def test_8_gib_messages_are_refused_before_anything_is_allocated(out):
 
 
 def test_a_plan_no_host_holds_is_refused_naming_the_size_and_the_figure(out):
-    # alltoall at 1 GiB on 64 ranks holds 64 GiB three times over on every rank.
+    # alltoall at 1 GiB on 64 ranks holds 64 GiB twice over (send and receive) on every rank.
     args = ["-k", "alltoall", "-m", "1G:1G", "--np", "64", "--out", str(out), *QUICK]
-    words = "mpi alltoall at 1.0 GiB on 64 ranks needs about 208.0 GiB per rank, most of it buffers for alltoall"
+    words = "mpi alltoall at 1.0 GiB on 64 ranks needs about 128.0 GiB per rank, most of it buffers for alltoall"
     line = refused_cleanly("run", *args, expected=words, out=out)
     assert line.endswith("for each of 64 ranks (--max-memory sets another limit)"), line
 
@@ -37,15 +37,15 @@ def test_iterations_are_capped_by_what_their_samples_need(out):
 
 
 def test_max_memory_refuses_a_modest_plan_and_admits_it_when_raised(tmp_path):
-    args = ["-k", "latency", "-m", "1M:1M", *QUICK]
+    args = ["-k", "latency", "-m", "4M:4M", *QUICK]
     refused = tmp_path / "refused"
-    words = "needs about 19.0 MiB per rank, most of it buffers for latency at 1.0 MiB (-m); --max-memory allows 8.0 MiB"
-    refused_cleanly("run", *args, "--max-memory", "8M", "--out", str(refused), expected=words, out=refused)
+    words = "needs about 8.0 MiB per rank, most of it buffers for latency at 4.0 MiB (-m); --max-memory allows 4.0 MiB"
+    refused_cleanly("run", *args, "--max-memory", "4M", "--out", str(refused), expected=words, out=refused)
     admitted = tmp_path / "admitted"
     result = fabricbench("run", *args, "--max-memory", "64M", "--out", str(admitted), timeout=120)
     assert result.returncode == 0, result.stderr
     rows, _ = read_rows(admitted)
-    assert list(rows.size_B) == [1 << 20] and (rows.status == "ok").all()
+    assert list(rows.size_B) == [4 << 20] and (rows.status == "ok").all()
 
 
 def _peak_rss(*args: str) -> int:
@@ -62,14 +62,32 @@ def _peak_rss(*args: str) -> int:
     return int(done.stdout)
 
 
-@pytest.mark.parametrize("kernel,size", [("latency", 64 << 20), ("allgather", 32 << 20)])
+@pytest.mark.parametrize(
+    "kernel,size", [("latency", 64 << 20), ("bw", 64 << 20), ("allgather", 32 << 20), ("allreduce", 32 << 20)]
+)
 def test_the_estimate_holds_a_real_ranks_peak(tmp_path, kernel, size):
     """What a rank adds at SIZE over the same run at 4 B stays under the estimate, and not far under it."""
-    common = ["-k", kernel, "-i", "3", "-x", "1", "-c", "--format", "none"]
+    common = ["-k", kernel, "-i", "3", "-x", "1", "-W", "16", "-c", "--format", "none"]
     small = _peak_rss(*common, "-m", "4:4", "--out", str(tmp_path / "small"))
     large = _peak_rss(*common, "-m", f"{size}:{size}", "--out", str(tmp_path / "large"))
     estimate = case_bytes(get_kernel(kernel), size, 2)
     assert 0.5 * estimate < large - small <= estimate, (large - small) / size
+
+
+def test_a_bw_window_reuses_one_send_and_one_receive_buffer(tmp_path):
+    """osu_bw posts every Isend of a window from one s_buf and every Irecv into one r_buf: a rank of a 64 MiB bw
+    run at -W 16 holds a few messages (send, receive and, with -c, validation's copy and mask), not 16 of them,
+    and the receive buffer is still checked after the window (a valid row)."""
+    size, window = 64 << 20, 16
+    common = ["-k", "bw", "-W", str(window), "-i", "2", "-x", "1", "--format", "none"]
+    small = _peak_rss(*common, "-m", "4:4", "--out", str(tmp_path / "small"))
+    for loop in ("c", "python"):
+        out = tmp_path / loop
+        large = _peak_rss(*common, "-m", f"{size}:{size}", "-c", "--loop", loop, "--out", str(out))
+        assert large - small < 5 * size, f"{loop} loop: {(large - small) / size:.1f} x the message"
+        rows, _ = read_rows(out)
+        assert list(rows.status) == ["ok"] and list(rows.validation) == ["pass"], rows.to_dict("records")
+        assert rows.method.iloc[0].startswith(f"{loop} loop"), rows.method.iloc[0]
 
 
 def test_bw_from_0_gives_the_same_rows_alone_and_against_a_server(tmp_path):

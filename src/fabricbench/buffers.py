@@ -27,20 +27,54 @@ def times_address(times: memoryview) -> int:
     return np.frombuffer(times, dtype=np.int64).ctypes.data
 
 
+PATTERN_PERIOD = 251  # pattern() repeats every 251 bytes, float_pattern() every 17 values
+
+
+def _repeat_into(out: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """Write ``period`` over ``out`` again and again, in place: one period, then what is written is copied
+    onto the rest, doubling each time. No temporary larger than one period, whatever the size."""
+    n = len(out)
+    done = min(n, len(period))
+    out[:done] = period[:done]
+    while done < n:  # done is a whole number of periods, so out[done + j] continues out[j]
+        step = min(done, n - done)
+        out[done : done + step] = out[:step]
+        done += step
+    return out
+
+
+def _byte_period(seed: int) -> np.ndarray:
+    return ((np.arange(PATTERN_PERIOD, dtype=np.int64) + 31 * seed) % PATTERN_PERIOD + 1).astype(np.uint8)
+
+
+def _float_period(seed: int) -> np.ndarray:
+    return ((np.arange(17, dtype=np.int64) % 17) + seed + 1).astype(np.float32)
+
+
+def write_pattern(buf: np.ndarray, seed: int) -> np.ndarray:
+    """``pattern(len(buf), seed)`` written into the byte array ``buf`` in place."""
+    return _repeat_into(buf, _byte_period(seed))
+
+
 def pattern(nbytes: int, seed: int) -> np.ndarray:
-    """Bytes 1..251 that differ per seed (rank, direction), never 0 and never POISON."""
-    return ((np.arange(nbytes, dtype=np.int64) + 31 * seed) % 251 + 1).astype(np.uint8)
+    """Bytes 1..251 that differ per seed (rank, direction), never 0 and never POISON: byte i is
+    (i + 31 seed) mod 251 + 1. Built without temporaries: a message's pattern costs the message."""
+    return write_pattern(np.empty(nbytes, dtype=np.uint8), seed)
+
+
+def write_float_pattern(buf: np.ndarray, seed: int) -> np.ndarray:
+    """``float_pattern(len(buf), seed)`` written into the float32 array ``buf`` in place."""
+    return _repeat_into(buf, _float_period(seed))
 
 
 def float_pattern(count: int, seed: int) -> np.ndarray:
-    """Small integers as float32, so sums over many ranks stay exact."""
-    return ((np.arange(count, dtype=np.int64) % 17) + seed + 1).astype(np.float32)
+    """Small integers as float32, so sums over many ranks stay exact: value i is i mod 17 + seed + 1."""
+    return write_float_pattern(np.empty(count, dtype=np.float32), seed)
 
 
 def filled(nbytes: int, seed: int) -> np.ndarray:
-    buf = aligned(nbytes)
-    buf[:] = pattern(nbytes, seed)
-    return buf
+    """A page-aligned buffer holding ``pattern(nbytes, seed)``, written in place."""
+    return write_pattern(aligned(nbytes), seed)
 
 
 def poisoned(nbytes: int, dtype: str = "u1") -> np.ndarray:

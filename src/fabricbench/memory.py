@@ -1,10 +1,12 @@
 """What a plan costs in memory on one rank, refused before any rank starts when the host lacks it.
 
 A rank holds one case (one kernel at one size) at a time. Its peak, measured
-as RSS on real ranks, is about three copies of its largest buffer (send,
-receive, and validation's expected copy) plus numpy's two int64 temporaries
-while a pattern is written (16 bytes per element: 16x the message size for
-byte buffers), plus the sample array and rank 0's copies of it for the
+as RSS on real ranks, is one send and one receive buffer, whatever the window
+(every message of a window is sent from the same send buffer and lands in the
+same receive buffer, as osu_bw's s_buf and r_buf), written without
+temporaries; with validation (-c), also the expected copy of what arrives and
+the comparison's mask (a reduction's expected sum is built with int64
+temporaries first); plus the sample array and rank 0's copies of it for the
 statistics, plus MPI's requests for a window of messages in flight.
 """
 
@@ -17,8 +19,9 @@ from fabricbench.errors import UsageError
 from fabricbench.kernels import Kernel
 from fabricbench.plan import Plan
 
-HELD_COPIES = 3  # send and receive buffers, and validation's expected copy of what arrives
-PATTERN_TEMP_BYTES = 16  # per element of a buffer being written: numpy's two int64 temporaries
+BUFFER_COPIES = 2  # the send buffer and the receive buffer: one each, reused by every message of a window
+CHECK_COPIES = 2  # with -c: the expected copy of what arrives, and the comparison's mask (a byte per byte)
+SUM_TEMP_BYTES = 16  # with -c, per element of a reduction: the int64 temporaries of the expected sum's closed form
 SAMPLE_BYTES = 8  # the int64 sample array, one entry per iteration or warm-up iteration
 STATS_BYTES = 32  # per timed iteration on rank 0: the samples' copy, as float64, sorted and scaled
 REQUEST_BYTES = 1024  # per message in a window: MPI's request objects and the loop's handles
@@ -46,17 +49,22 @@ class Need:
         return self.buffers + self.samples + self.requests
 
 
-def case_bytes(kernel: Kernel, size: int, ranks: int) -> int:
-    """A case's buffers at their peak: the copies it holds, and the temporaries while a pattern is written.
-
-    Byte patterns are written one block (one message) at a time; float32 vectors are written whole.
-    """
+def case_bytes(kernel: Kernel, size: int, ranks: int, validate: bool = True) -> int:
+    """A case's buffers at their peak: a send and a receive buffer (patterns are written in place), and with
+    ``validate`` what the check holds beside them: the expected copy and the comparison's mask, or, for a
+    reduction's result, the expected copy and the int64 temporaries its closed-form sum is built from."""
     if not kernel.moves_data:
         return 0
     spec = kernel.collective_spec
     held = spec.algbw_bytes(size, ranks) if spec else size
-    written = size if kernel.elem_bytes == 1 else held
-    return HELD_COPIES * held + PATTERN_TEMP_BYTES * (written // kernel.elem_bytes)
+    if not validate:
+        return BUFFER_COPIES * held
+    # A reduction (elements summed: float32, or OSU's -T int and char) checks a closed-form sum built in int64;
+    # the other kernels move bytes ("u1"), whose expected copy is a pattern written in place.
+    summed = spec is not None and spec.element is not None and spec.element.dtype != "u1"
+    if not summed:
+        return (BUFFER_COPIES + CHECK_COPIES) * held
+    return (BUFFER_COPIES + 1) * held + max(held, SUM_TEMP_BYTES * (held // kernel.elem_bytes))
 
 
 def sample_bytes(iterations: int, warmup: int) -> int:
@@ -79,7 +87,7 @@ def plan_need(plan: Plan, ranks: int) -> Need | None:
                 ranks,
                 iterations,
                 window,
-                case_bytes(kernel, size, ranks),
+                case_bytes(kernel, size, ranks, plan.validate),
                 sample_bytes(iterations, warmup),
                 REQUEST_BYTES * window * kernel.directions,
             )
