@@ -1,4 +1,6 @@
-"""fabricbench under a real Slurm ``srun``: one single-node cluster from Debian's packages, started here.
+"""fabricbench under a real Slurm ``srun``: one single-node cluster from Debian's packages, started here;
+and fabricbench started alone inside an allocation, whose environment is simulated (no allocation can be made
+without a cluster).
 
 The session fixture starts munged, slurmctld and slurmd as root, each in the
 foreground as a child of this process, with everything (config, state, logs,
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from support import PYTHON, clean_env, free_port, one_error_line, read_rows
+from support import PYTHON, clean_env, executable_stub, fabricbench, free_port, one_error_line, read_rows
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("srun", "sinfo", "squeue", "scancel")
@@ -249,3 +251,43 @@ def test_pmix_refused_before_mpi_init(cluster):
     result = cluster.srun("pmix", 2, "run", "-k", "latency", "-m", "8", "-i", "10", "--format", "none")
     _advice(result, f"srun started 2 tasks with --mpi=pmix, but {ADVICE_PMI2}")
     assert "unsupported PMI version" not in result.stderr  # MPICH's own abort in MPI_Init never came
+
+
+def test_self_launch_inside_a_pmix_allocation_starts_local_ranks_without_srun(tmp_path):
+    """``salloc -n 2`` then ``fabricbench run`` at a site whose MpiDefault is pmix: simulated, since no allocation
+    can be made here, by the variables salloc and srun's pmix plugin leave in the shell, and an ``srun`` on PATH
+    that records its call and starts what it is given as one task of a step, as srun would (MPICH's hydra, seeing
+    the job, starts its proxy through srun; its ranks, seeing PMIx beside hydra's PMI, abort in MPI_Init, rc 16)."""
+    calls = tmp_path / "srun-calls"
+    srun = executable_stub(tmp_path / "bin", "srun")
+    srun.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        "export SLURM_PROCID=0 SLURM_NODEID=0 SLURM_LOCALID=0 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1\n"
+        'while [ $# -gt 0 ] && [ "${1##*/}" != hydra_pmi_proxy ]; do shift; done\n'
+        'exec "$@"\n'
+    )
+    host = os.uname().nodename
+    allocation = {
+        "PATH": f"{srun.parent}:{os.environ['PATH']}",
+        **{var: "4242" for var in ("SLURM_JOB_ID", "SLURM_JOBID")},
+        **{var: host for var in ("SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURMD_NODENAME")},
+        **{var: "1" for var in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES")},
+        **{var: "2" for var in ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE")},
+        "SLURM_MPI_TYPE": "pmix",
+        "PMIX_NAMESPACE": "slurm.pmix.4242.0",
+        "PMIX_SERVER_URI41": "pmix-server.1234;tcp4://127.0.0.1:40000",
+        "PMIX_SERVER_TMPDIR": str(tmp_path),
+        "PMIX_MCA_gds": "hash",  # PMIx's own setting, not a wire-up
+        "SLURM_PMIXP_ABORT_AGENT_PORT": "40001",
+    }
+    out = tmp_path / "run"
+    run = ["run", "-k", "latency", "-m", "1:8", "-i", "20", "-x", "2", "--format", "none", "--out", str(out)]
+    result = fabricbench(*run, env=allocation, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not calls.exists(), f"srun was called: {calls.read_text()}"
+    assert "Traceback" not in result.stderr and "Abort" not in result.stderr, result.stderr
+    rows, meta = read_rows(out)
+    assert len(rows) == 4 and (rows.ranks == 2).all() and (rows.status == "ok").all(), rows.to_dict("records")
+    assert meta["launcher"] == "mpiexec (started by fabricbench)"
+    assert meta["slurm"] == {"mpi_plugin": "none (not started by srun)", "job_id": "4242", "step_id": "none"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -108,6 +109,32 @@ def driver_library() -> bool:
     return True
 
 
+def nvidia_devices(root: str = "/dev") -> list[str]:
+    """The NVIDIA driver's device nodes here (/dev/nvidia0, /dev/nvidiactl, ...): none without a GPU and driver."""
+    try:
+        return sorted(name for name in os.listdir(root) if name.startswith("nvidia"))
+    except OSError:
+        return []
+
+
+def missing_driver() -> str | None:
+    """What this host lacks before CuPy could help, in one line naming the driver and device first; None where
+    the driver's libcuda.so.1 loads (a device it cannot see is CUDA's to report, through CuPy)."""
+    if driver_library():
+        return None
+    devices = nvidia_devices()
+    smi = shutil.which("nvidia-smi")
+    shown = ", ".join(devices[:3]) + (" ..." if len(devices) > 3 else "")
+    seen = f"/dev has {shown}" if devices else "no /dev/nvidia* device"
+    seen += f", nvidia-smi is at {smi}" if smi else ", no nvidia-smi"
+    hint = (
+        "install the driver's user-space library (a container: the NVIDIA container toolkit)"
+        if devices or smi
+        else "run on a host with an NVIDIA GPU and its driver"
+    )
+    return f"no NVIDIA driver: libcuda.so.1 does not load ({seen}); {hint}"
+
+
 def cuda_failure(exc: BaseException) -> str:
     """What a CUDA runtime error at start-up means for the user, in one line."""
     text = " ".join(str(exc).split())
@@ -201,6 +228,9 @@ def open_cupy():
     try:
         import cupy
     except ImportError as exc:
+        lacking = missing_driver()  # without a driver CuPy cannot help: what is missing first, CuPy after it
+        if lacking:
+            raise UsageError(f"{lacking}; then CuPy, not installed either: {INSTALL_CUPY}") from None
         raise UsageError(f"CuPy is not installed ({exc}); {INSTALL_CUPY}") from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()

@@ -34,6 +34,10 @@ _LAUNCHER_VARS = [
 ]
 SRUN = "srun"
 CHILD_FLAG = "FABRICBENCH_LAUNCHED"
+# The ranks fabricbench starts are local: MPICH's hydra forks them here, with no host list from a resource manager.
+# Inside a Slurm allocation hydra would otherwise take the job's nodes and start its proxy through srun, under the
+# site's MpiDefault (pmix: MPI_Init aborts). Open MPI's mpirun ignores these.
+LOCAL_HYDRA = {"HYDRA_LAUNCHER": "fork", "HYDRA_RMK": "user"}
 
 # A signal the self-launching parent passes on: what the job is sent, the parent's exit code and its one line.
 # hydra passes SIGINT and SIGTERM on to every rank but not SIGHUP, which the job in its own session no longer
@@ -105,7 +109,8 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     A SIGINT, SIGTERM or SIGHUP sent here ends the job and returns 130, 143 or 129 with one line.
     """
     mpiexec = find_mpiexec()
-    env = dict(os.environ)
+    env = slurm.without_wire_up(os.environ)  # an allocation's PMIx next to hydra's PMI aborts MPICH in MPI_Init
+    env.update(LOCAL_HYDRA)
     env[CHILD_FLAG] = f"{Path(mpiexec).name} (started by fabricbench)"
     if progress:
         env["FABRICBENCH_PROGRESS"] = "1"

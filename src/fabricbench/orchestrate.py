@@ -64,7 +64,7 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
             print(f"fabricbench: error: {envelope['error']}", file=sys.stderr)
         return int(envelope["code"])
     plan = Plan.from_json(json.dumps(envelope["plan"]).encode())
-    extra = {**env.mpi_info(), **(slurm.metadata(os.environ) if srun else {})} if ctrl.rank == 0 else None
+    extra = {**env.mpi_info(), **slurm.job_metadata(os.environ, srun)} if ctrl.rank == 0 else None
     return execute_plan(plan, ctrl, launcher, hugepages, extra)
 
 

@@ -31,6 +31,12 @@ STEP_VARS = ("SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS")
 OTHER_LAUNCHER_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_RANK", "HYDI_CONTROL_FD")
 PMIX_VARS = ("PMIX_RANK", "PMIX_NAMESPACE")
 PMI2_VARS = ("PMI_FD", "PMI_RANK")
+# The wire-up a PMI plugin (srun's pmi2 or pmix, or an outer launcher) leaves for the tasks it started: none of it is
+# for ranks that fabricbench starts on this host itself, which take theirs from the mpiexec that starts them.
+# PMIX_MCA_* are PMIx's own settings, not a wire-up, and stay.
+WIRE_UP_PREFIXES = ("PMI_", "PMIX_", "SLURM_PMIX")
+WIRE_UP_KEPT = ("PMIX_MCA_",)
+WIRE_UP_VARS = ("SLURM_MPI_TYPE",)  # srun's --mpi: a plugin for steps srun starts, not for these ranks
 
 
 def started_by_srun(env: Mapping[str, str]) -> bool:
@@ -70,6 +76,39 @@ def metadata(env: Mapping[str, str]) -> dict:
             "job_id": env.get("SLURM_JOB_ID", "unknown"),
             "step_id": env.get("SLURM_STEP_ID", "unknown"),
             "tasks": int(env.get("SLURM_STEP_NUM_TASKS", "0") or 0),
+        }
+    }
+
+
+def in_job(env: Mapping[str, str]) -> bool:
+    """Whether this process runs inside a Slurm job: an allocation (salloc, sbatch) or one of its steps."""
+    return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
+
+
+def without_wire_up(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for ranks started on this host by fabricbench's own mpiexec: without the PMI and PMIx variables of
+    srun's plugin or an outer launcher, and without SLURM_MPI_TYPE. MPICH's ranks that see both its PMI and a
+    step's PMIx abort in MPI_Init ("unsupported PMI version PMIx"); the job's own SLURM_* (its id) stay."""
+    return {
+        name: value
+        for name, value in env.items()
+        if name not in WIRE_UP_VARS and (not name.startswith(WIRE_UP_PREFIXES) or name.startswith(WIRE_UP_KEPT))
+    }
+
+
+def job_metadata(env: Mapping[str, str], srun: bool) -> dict:
+    """The ``slurm`` block of a run inside a Slurm job, {} outside one. srun's tasks: the step (``metadata``).
+    Ranks another launcher started (fabricbench's own mpiexec inside salloc or sbatch, or a batch script's
+    mpiexec; the metadata's ``launcher`` says which): the job and step ids, and no srun plugin."""
+    if srun:
+        return metadata(env)
+    if not in_job(env):
+        return {}
+    return {
+        "slurm": {
+            "mpi_plugin": "none (not started by srun)",
+            "job_id": env.get("SLURM_JOB_ID") or env["SLURM_JOBID"],
+            "step_id": env.get("SLURM_STEP_ID", "none"),
         }
     }
 

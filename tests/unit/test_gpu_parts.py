@@ -131,3 +131,30 @@ def test_no_driver_no_uuid():
     if gpu.driver_library():
         pytest.skip("this host has an NVIDIA driver")
     assert gpu.driver_uuid(0) is None
+
+
+def test_without_a_driver_the_driver_is_named_before_cupy():
+    """This host, as it is (no NVIDIA driver, no device, no CuPy): the refusal names what CuPy cannot replace first."""
+    import importlib.util
+
+    if gpu.driver_library() or gpu.nvidia_devices() or importlib.util.find_spec("cupy"):
+        pytest.skip("this host has an NVIDIA driver, a device or CuPy")
+    with pytest.raises(UsageError) as refused:
+        gpu.open_cupy()
+    line = str(refused.value)
+    assert line.startswith("no NVIDIA driver: libcuda.so.1 does not load (no /dev/nvidia* device"), line
+    assert line.index("libcuda.so.1") < line.index("/dev/nvidia") < line.index("nvidia-smi") < line.index("CuPy")
+    assert "pip install" in line and "\n" not in line
+    assert gpu.probe()["missing"] == line  # what preflight (mpi --buffer cuda, nccl, cuda-copy) refuses with
+
+
+def test_the_driver_line_follows_what_the_host_has(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu, "driver_library", lambda: True)
+    assert gpu.missing_driver() is None
+    monkeypatch.setattr(gpu, "driver_library", lambda: False)
+    (tmp_path / "nvidia0").touch()
+    (tmp_path / "nvidiactl").touch()
+    assert gpu.nvidia_devices(str(tmp_path)) == ["nvidia0", "nvidiactl"]
+    monkeypatch.setattr(gpu, "nvidia_devices", lambda: ["nvidia0", "nvidiactl"])
+    assert "/dev has nvidia0, nvidiactl" in gpu.missing_driver()
+    assert "driver's user-space library" in gpu.missing_driver()

@@ -1,7 +1,10 @@
 """Under srun, without a process: who started the rank, the PMI plugin it used, and the one line of advice
-for each plugin x MPI that cannot work together (tests/test_slurm.py runs the real srun)."""
+for each plugin x MPI that cannot work together (tests/test_slurm.py runs the real srun); inside an allocation
+without srun, what self-launched ranks keep of its environment and record of the job; the batch script's runs."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +169,46 @@ def test_checks_raise_one_usage_error_exit_2(monkeypatch):
     with pytest.raises(UsageError, match="^srun started 2 tasks but MPI formed 1-rank worlds"):
         slurm.check_after_init(1, speaks)
     slurm.check_after_init(2, speaks)
+
+
+# What a shell inside `salloc -n 2` (site MpiDefault=pmix) may hold, besides the user's own variables.
+ALLOCATION = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_NTASKS": "2",
+    "SLURM_MPI_TYPE": "pmix",
+    "PMIX_NAMESPACE": "slurm.pmix.4242.0",
+    "PMIX_SERVER_URI41": "pmix-server.1;tcp4://127.0.0.1:40000",
+    "PMIX_MCA_gds": "hash",
+    "SLURM_PMIXP_ABORT_AGENT_PORT": "40001",
+    "PMI_FD": "7",
+    "HOME": "/home/u",
+}
+
+
+def test_self_launched_ranks_lose_the_allocations_wire_up_but_keep_the_job():
+    kept = slurm.without_wire_up(ALLOCATION)
+    assert kept == {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "PMIX_MCA_gds": "hash", "HOME": "/home/u"}
+
+
+def test_a_run_inside_a_job_records_it_whoever_started_the_ranks():
+    assert slurm.job_metadata(PMIX, srun=True) == slurm.metadata(PMIX)
+    local = slurm.job_metadata(slurm.without_wire_up(ALLOCATION), srun=False)
+    assert local == {"slurm": {"mpi_plugin": "none (not started by srun)", "job_id": "4242", "step_id": "none"}}
+    assert slurm.job_metadata({"SLURM_JOBID": "9", "SLURM_STEP_ID": "3"}, srun=False)["slurm"]["step_id"] == "3"
+    assert slurm.job_metadata({"HOME": "/home/u"}, srun=False) == {}
+
+
+def test_the_two_node_batch_script_asks_each_transport_only_for_its_own_kernels():
+    import shlex
+
+    from fabricbench.cli import _steps, build_parser
+    from fabricbench.transports import supported_kernels
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "slurm-two-nodes.sbatch"
+    runs = [line for line in script.read_text().splitlines() if "fabricbench run " in line]
+    assert len(runs) == 2, runs
+    for line in runs:
+        words = shlex.split(line.replace('"$label"', "L").replace('"$mpi"', "pmi2"))
+        steps = _steps(build_parser().parse_args(words[words.index("run") :]))
+        lacking = [(s.transport, s.kernel) for s in steps if s.kernel not in supported_kernels(s.transport)]
+        assert steps and not lacking, f"{line}: {lacking}"
