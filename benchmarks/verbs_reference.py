@@ -250,12 +250,12 @@ def decode(rows: list) -> dict:
 def measure(args) -> dict[str, list[dict]]:
     """Every rep: both groups in a shuffled order, every contender of a group back to back in a shuffled order."""
     order = random.Random(args.seed)
-    by_group: dict[str, list[dict]] = {"latency": [], "bandwidth": []}
+    by_group: dict[str, list[dict]] = {name: [] for name in args.groups}
     counter = [0]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
-            for name in order.sample(list(by_group), 2):
+            for name in order.sample(list(by_group), len(by_group)):
                 slot = group(name, args, Path(tmp), counter)
                 by_group[name].append(run_shuffled(order, slot, before=lambda: time.sleep(0.5)))
             print(f"# rep {rep + 1} of {args.reps} done, {time.monotonic() - started:.0f} s", file=sys.stderr)
@@ -275,10 +275,18 @@ def main() -> int:
     parser.add_argument("--python-bw", action="store_true", help="also time the pyverbs loop's bandwidth")
     parser.add_argument("--rounds", type=int, default=2000, help="rounds of the loop-cost measurement")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--groups",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=["latency", "bandwidth"],
+        help="which groups to run: latency,bandwidth (default both)",
+    )
     parser.add_argument("--raw", type=Path, help="write every rep's figures here as JSON, after each rep")
     parser.add_argument("--report", type=Path, help="only print the report of a --raw file")
     args = parser.parse_args()
     check_reps(parser, args.reps)
+    if not args.groups or set(args.groups) - {"latency", "bandwidth"}:
+        parser.error("--groups: a comma-separated list of latency and bandwidth")
 
     from fabricbench.plan import parse_size_range, sizes_between
 
@@ -292,8 +300,8 @@ def main() -> int:
     print("# verbs against perftest on one device, paired and shuffled reps; MB = 10^6 B")
     print("# c/pt: median of the paired ratios of the C loop over perftest, with its 95% interval; py/pt: the")
     print("# pyverbs loop's; A/A: perftest over perftest; best/best: each one's best rep; fast/slow: per mode")
-    latency_missed = report(by_group["latency"], LATENCY, [8], bandwidth=False)
-    bandwidth_missed = report(by_group["bandwidth"], BANDWIDTH, bw_sizes, bandwidth=True)
+    latency_missed = "latency" in by_group and report(by_group["latency"], LATENCY, [8], bandwidth=False)
+    bandwidth_missed = "bandwidth" in by_group and report(by_group["bandwidth"], BANDWIDTH, bw_sizes, bandwidth=True)
     if not args.report:
         print("# one post+poll round outside the network: median ns per call (Python: clock cost subtracted)")
         for name, ns in loop_costs(args.rounds).items():
