@@ -357,6 +357,15 @@ def test_unreachable_peer_is_one_line(out):
     one_error_line(result.stderr, f"cannot reach 127.0.0.1:{port}: connection refused")
 
 
+def test_an_unreachable_peer_leaves_no_results_root_behind(tmp_path):
+    # Without --out the run's folder is results/<run id>/ under the working directory: both are removed.
+    port = free_port()
+    result = fabricbench("run", "--peer", f"127.0.0.1:{port}", "-k", "latency", "-m", "8", timeout=30, cwd=tmp_path)
+    assert result.returncode == 3
+    one_error_line(result.stderr, f"cannot reach 127.0.0.1:{port}: connection refused")
+    assert not any(tmp_path.iterdir())
+
+
 def test_serve_on_a_busy_port_is_one_line():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

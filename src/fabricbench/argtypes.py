@@ -41,18 +41,32 @@ def names(what: str):
     return parse
 
 
+MAX_WHOLE = 2**63 - 1  # the largest count a C loop's int64 can hold: what no option may exceed
+
+
 def whole_number(name: str, minimum: int = 1, maximum: int | None = None):
+    """A whole number of ASCII digits from ``minimum`` to ``maximum`` (at most MAX_WHOLE whatever is given)."""
+    top = MAX_WHOLE if maximum is None else min(maximum, MAX_WHOLE)
+
     def parse(text: str) -> int:
         if not _WHOLE.fullmatch(text.strip()):
-            raise UsageError(f"{name} must be a whole number, got {text!r}")
+            raise UsageError(f"{name} must be a whole number, got {reprlib.repr(text)}")
+        if len(text.strip().lstrip("+-")) > 19:
+            raise UsageError(f"{name} must be at most {top}, got a number of {len(text.strip().lstrip('+-'))} digits")
         value = int(text)
         if value < minimum:
             raise UsageError(f"{name} must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise UsageError(f"{name} must be at most {maximum}, got {value}")
+        if value > top:
+            raise UsageError(f"{name} must be at most {top}, got {value}")
         return value
 
     return parse
+
+
+def decimal(text: str) -> float | None:
+    """``text`` as a number when it is one in ASCII digits (8, 0.5, 1e3), else None: float() also reads '5_0'
+    and other scripts' digits."""
+    return float(text) if _DECIMAL.fullmatch(text.strip()) else None
 
 
 def seconds(name: str, minimum: float = 0.0):

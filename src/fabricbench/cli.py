@@ -38,6 +38,7 @@ from fabricbench.transports import TRANSPORTS, check_transport, preflight, suppo
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
 DEFAULT_SERVE_PORT = 18600
+MAX_WINDOW = 65536  # -W: messages in flight; what the peer protocol and the verbs queues can carry
 MAX_REPEAT = 1000  # --repeat: more is a typo, and each repeat is the whole plan again
 
 
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-x", "--warmup", type=whole_number("warm-up", 0, MAX_COUNT), help="untimed iterations per size")
     run.add_argument(
-        "-W", "--window", type=whole_number("window", 1), default=64, help="messages in flight (default 64)"
+        "-W", "--window", type=whole_number("window", 1, MAX_WINDOW), default=64, help="messages in flight (default 64)"
     )
     run.add_argument("--max-time", type=seconds("--max-time"), help="seconds per size; lowers the iteration count")
     run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
@@ -224,10 +225,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-timeout", type=seconds("--max-timeout", MIN_TIMEOUT), default=300.0, help="--timeout (default 300 s)"
     )
     caps.add_argument(
-        "--max-iterations", type=whole_number("--max-iterations"), default=1_000_000, help="-i (default 1000000)"
+        "--max-iterations",
+        type=whole_number("--max-iterations", 1, MAX_COUNT),
+        default=1_000_000,
+        help="-i (default 1000000)",
     )
-    caps.add_argument("--max-warmup", type=whole_number("--max-warmup"), default=100_000, help="-x (default 100000)")
-    caps.add_argument("--max-window", type=whole_number("--max-window"), default=1024, help="-W (default 1024)")
+    caps.add_argument(
+        "--max-warmup", type=whole_number("--max-warmup", 1, MAX_COUNT), default=100_000, help="-x (default 100000)"
+    )
+    caps.add_argument(
+        "--max-window", type=whole_number("--max-window", 1, MAX_WINDOW), default=1024, help="-W (default 1024)"
+    )
     caps.add_argument(
         "--max-bytes",
         type=byte_size("--max-bytes", 1),
@@ -270,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
         "osu-shims",
         help="write osu_latency, osu_bw, osu_allreduce, ... into DIR: OSU's options and text, run by fabricbench",
     )
-    shims.add_argument("dir", metavar="DIR", help="folder for the shims (made if missing); put it on PATH")
+    shims.add_argument(
+        "dir", metavar="DIR", type=_shims_folder, help="folder for the shims (made if missing); put it on PATH"
+    )
     shims.set_defaults(func=cmd_osu_shims)
 
     check = sub.add_parser(
@@ -552,6 +562,12 @@ def cmd_model(args, argv: list[str]) -> int:
     from fabricbench.model import model
 
     return model(args.runs, args.size, args.project_ranks, out=args.out, seed=args.seed, statistic=args.statistic)
+
+
+def _shims_folder(text: str) -> str:
+    if not text.strip():  # '' is the working directory to pathlib: never what was meant
+        raise UsageError("osu-shims DIR is empty: give the folder to write the shims into")
+    return text
 
 
 def cmd_osu_shims(args, argv: list[str]) -> int:

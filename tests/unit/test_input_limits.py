@@ -66,6 +66,14 @@ PARSE_ERRORS = {
     "space in the host": (["run", "--peer", "a b:80"], "it holds ' '"),
     "IPv4 past 255": (["run", "--peer", "999.1.1.1:80"], "'999.1.1.1' is not an IPv4 address"),
     "port of letters": (["run", "--peer", "127.0.0.1:http"], "a port of digits 0-9"),
+    # Counts have bounds: 400 digits reached the memory planner and overflowed a float there.
+    "window of 400 digits": (["run", "-k", "bw", "-W", "9" * 400], "window must be at most 65536, got a number of 400"),
+    "window past the wire": (["run", "-W", "70000"], "window must be at most 65536, got 70000"),
+    "max-window of 400 digits": (["serve", "--max-window", "9" * 400], "--max-window must be at most 65536"),
+    "max-iterations past 10^9": (["serve", "--max-iterations", "1" * 12], "--max-iterations must be at most"),
+    "percentile with an underscore": (["run", "--format", "osu", "--osu-percentiles", "5_0"], "'5_0' is not a number"),
+    "percentile in other digits": (["run", "--format", "osu", "--osu-percentiles", "\u0665\u0660"], "is not a number"),
+    "osu-shims into ''": (["osu-shims", ""], "osu-shims DIR is empty"),
     # --timeout has a floor: below it a busy host's pauses read as a dead peer.
     "timeout 1e-9": (["run", "--timeout", "1e-9"], "--timeout must be at least 1 s, got 1e-9"),
     "timeout 0.5": (["run", "--timeout", "0.5"], "--timeout must be at least 1 s, got 0.5"),
@@ -96,7 +104,7 @@ PLAN_ERRORS = {
         ["-k", "latency", "-m", "8", "-i", "100000000", "--max-memory", "1G"],
         "most of it samples of 100000000 iterations (-i, -x)",
     ),
-    "window over --max-memory": (["-k", "bw", "-m", "8", "-W", "100000", "--max-memory", "16M"], "window of 100000"),
+    "window over --max-memory": (["-k", "bw", "-m", "8", "-W", "65536", "--max-memory", "16M"], "window of 65536"),
     "tcp port range": (["-t", "tcp", "-k", "latency", "--tcp-port", "65535"], "rank 1 would need 65536"),
     "foreign tcp address": (["-t", "tcp", "-k", "latency", "--tcp-address", "8.8.8.8"], "not an address of this host"),
     "empty tcp address": (["-t", "tcp", "-k", "latency", "--tcp-address", ""], "--tcp-address is empty"),

@@ -422,14 +422,15 @@ def run_client(plan: Plan, peer: str, hugepages: str | None, token: bytes | None
     host, port = parse_peer(peer)
     mpi_free(plan)
     check_wire_steps(plan)
-    made_out_dir = not Path(plan.out_dir).exists()
+    out = Path(plan.out_dir).absolute()
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     prepare_out_dir(plan.out_dir)
     try:
         sock, server_version, server_host = _open_session(plan, (host, port), hugepages, token)
     except PeerError:
-        if made_out_dir:
+        for folder in made:  # a refused run leaves no empty results folder, nor the results/ root it made
             with contextlib.suppress(OSError):
-                Path(plan.out_dir).rmdir()  # a refused run leaves no empty results folder
+                folder.rmdir()
         raise
     ctrl = PairControl(sock, 0, plan.timeout)
     metadata = {

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fabricbench import __version__
+from fabricbench.argtypes import decimal
 from fabricbench.errors import UsageError
 from fabricbench.kernels import Kernel, get_kernel
 from fabricbench.stats import PERCENTILES
@@ -62,10 +63,9 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     """OSU's ``-z`` list (``50,90,99``) as the percentiles the rows keep; UsageError otherwise."""
     values = []
     for part in text.split(","):
-        try:
-            value = float(part)
-        except ValueError:
-            raise UsageError(f"bad percentile list {text!r}: {part!r} is not a number") from None
+        value = decimal(part)  # ASCII digits only: float() also reads '5_0' and other scripts' digits
+        if value is None:
+            raise UsageError(f"bad percentile list {text!r}: {part!r} is not a number")
         if value not in PERCENTILES:
             kept = ", ".join(f"{p:g}" for p in PERCENTILES)
             raise UsageError(f"percentile {part} is not kept in fabricbench's rows: choose from {kept}")
