@@ -31,6 +31,7 @@ from fabricbench.errors import UsageError
 from fabricbench.results import NUMERIC
 
 FIELDS = ("transport", "kernel", "size", "buffer", "optional", "name")
+BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
 BOUNDS = ("min", "max")
 # The signals a run ends by: check passes its exit code on instead of judging a cut run.
 STOPPED = {129, 130, 141, 143}
@@ -320,6 +321,10 @@ def parse_thresholds(text: str, source: str, transports: Iterable[str], kernels:
                 elif name in ("buffer", "name"):
                     if not isinstance(value, str) or not value:
                         raise ValueError(f"must be a non-empty string, got {value!r}")
+                    if name == "buffer" and value not in BUFFERS:
+                        raise ValueError(
+                            f"must be one of {', '.join(BUFFERS)} (the table's buffer column), got {value!r}"
+                        )
                     values[name] = value
                 elif name == "optional":
                     if not isinstance(value, bool):

@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     osu_columns.add_argument(
         "--osu-datatype",
         metavar="TYPE",
+        type=_datatype,
         help="OSU's -T: the datatype line; what a reduction sums on mpi (MPI_CHAR, MPI_INT or MPI_FLOAT)",
     )
     run.add_argument(
@@ -401,6 +402,12 @@ def _pairs_options(args, steps: list[Step]) -> dict:
         "outlier_floor": args.outlier_floor / 100,
         "json": args.json,
     }
+
+
+def _datatype(text: str) -> str:
+    if not text.strip():
+        raise UsageError("--osu-datatype is empty: give OSU's -T type, e.g. MPI_CHAR")
+    return text
 
 
 def _percentiles(text: str) -> tuple[float, ...]:

@@ -113,6 +113,7 @@ def test_a_syntax_error_names_its_line_and_column():
         ('[[threshold]]\ntransport = "mpi"\nkernel = "bw"\n', 1, "no limit"),
         ('[[threshold]]\ntransport = "mpi"\nkernel = "bw"\nmin_bw_MBps = 1\n[extra]\nx = 1\n', 5, "'extra': unknown"),
         ('[threshold]\ntransport = "mpi"\nkernel = "bw"\nmin_bw_MBps = 1\n', 1, "write [[threshold]]"),
+        ('[[threshold]]\ntransport = "mpi"\nkernel = "bw"\nbuffer = "gpu"\nmin_bw_MBps = 1\n', 4, "host, cuda"),
     ],
 )
 def test_a_bad_field_names_its_line_and_the_field(text, line, words):

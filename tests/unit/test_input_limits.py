@@ -74,6 +74,7 @@ PARSE_ERRORS = {
     "percentile with an underscore": (["run", "--format", "osu", "--osu-percentiles", "5_0"], "'5_0' is not a number"),
     "percentile in other digits": (["run", "--format", "osu", "--osu-percentiles", "\u0665\u0660"], "is not a number"),
     "osu-shims into ''": (["osu-shims", ""], "osu-shims DIR is empty"),
+    "empty osu datatype": (["run", "--osu-datatype", ""], "--osu-datatype is empty"),
     # --timeout has a floor: below it a busy host's pauses read as a dead peer.
     "timeout 1e-9": (["run", "--timeout", "1e-9"], "--timeout must be at least 1 s, got 1e-9"),
     "timeout 0.5": (["run", "--timeout", "0.5"], "--timeout must be at least 1 s, got 0.5"),
