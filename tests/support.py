@@ -164,3 +164,12 @@ NEEDS_RDMA_DEVICE = [
         reason="needs an RDMA device; tests/test_softroce_vm.py runs these inside the SoftRoCE VM",
     ),
 ]
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process has this pid any more (reaped, or never there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fabricbench.control.peer import MAX_PENDING
-from support import PYTHON, Server, clean_env, fabricbench, read_rows
+from support import PYTHON, Server, clean_env, fabricbench, process_gone, read_rows
 
 QUICK = ["-k", "latency", "-m", "8:64", "-i", "20", "-x", "2", "--format", "none", "--timeout", "30"]
 TOKEN = "correct horse battery staple"
@@ -28,14 +28,6 @@ TOKEN = "correct horse battery staple"
 
 def _peer_run(port: int, out: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return fabricbench("run", "--peer", f"127.0.0.1:{port}", "--out", str(out), *args, timeout=180, env=env)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 class Stranger:
@@ -148,7 +140,7 @@ def test_a_session_ends_when_its_client_has_gone_even_with_its_child_stopped(tmp
         started = time.monotonic()
         ended = server.wait_for("outlived its client", deadline=30)
         assert f"pid {session})" in ended and ended.endswith("killed it; still serving")
-        while not _gone(session):
+        while not process_gone(session):
             assert time.monotonic() - started < 30, "the stopped session child was not reaped"
             time.sleep(0.05)
         good = _peer_run(server.port, tmp_path / "good", *QUICK)

@@ -37,7 +37,7 @@ from fabricbench.control.rendezvous import (
 )
 from fabricbench.errors import PeerError
 from fabricbench.plan import Plan, Step
-from support import PYTHON, Server, clean_env, fabricbench, free_port, one_error_line, read_rows
+from support import PYTHON, Server, clean_env, fabricbench, free_port, one_error_line, process_gone, read_rows
 
 QUICK = ["-k", "latency", "-m", "8:64", "-i", "20", "-x", "2", "--format", "none", "--timeout", "20"]
 TOKEN = "correct horse battery staple"
@@ -64,14 +64,6 @@ def _connect(port: int) -> socket.socket:
 
 def _session_pid(running_line: str) -> int:
     return int(re.search(r"pid (\d+)", running_line).group(1))
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def _drip(port: int, data: bytes, every: float, stop: threading.Event, sent: list[int]) -> None:
@@ -165,7 +157,7 @@ def test_a_busy_server_says_whom_it_serves_and_stopping_it_ends_the_session(tmp_
         server.stop()  # SIGTERM: serve ends its session child too, and leaves no process behind
         assert server.proc.returncode == 0 and "fabricbench serve: stopped" in server.lines
         deadline = time.monotonic() + 30
-        while not _gone(session):
+        while not process_gone(session):
             assert time.monotonic() < deadline, "the session child outlived serve"
             time.sleep(0.05)
         _, stderr = first.communicate(timeout=60)
@@ -194,7 +186,7 @@ def test_a_stopped_session_child_is_killed_after_its_budget_and_serve_goes_on(tm
         killed = server.wait_for("outlived its budget", deadline=60)
         assert f"pid {session})" in killed and killed.endswith("killed it; still serving")
         deadline = time.monotonic() + 30
-        while not _gone(session):
+        while not process_gone(session):
             assert time.monotonic() < deadline, "the stopped session child was not reaped"
             time.sleep(0.05)
     finally:
