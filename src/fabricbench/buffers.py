@@ -48,7 +48,7 @@ def _byte_period(seed: int) -> np.ndarray:
 
 
 def _float_period(seed: int) -> np.ndarray:
-    return ((np.arange(17, dtype=np.int64) % 17) + seed + 1).astype(np.float32)
+    return (np.arange(17, dtype=np.int64) + seed + 1).astype(np.float32)
 
 
 def write_pattern(buf: np.ndarray, seed: int) -> np.ndarray:
