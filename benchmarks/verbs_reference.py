@@ -61,7 +61,7 @@ REFERENCE = {"verbs": "perftest", "verbs-send": "perftest-send"}
 
 def run(transports: str, kernels: str, sizes: str, extra: list[str], out: Path) -> dict:
     """One fabricbench run; its measured figures by (transport, kernel, size)."""
-    from fabricbench.results import read_table
+    from fabricbench.measure.results import read_table
 
     command = [*FABRICBENCH, "run", "-t", transports, "-k", kernels, "-m", sizes, *extra, "--timeout", "600",
                "--out", str(out), "--format", "none"]  # fmt: skip
@@ -288,7 +288,7 @@ def main() -> int:
     if not args.groups or set(args.groups) - {"latency", "bandwidth"}:
         parser.error("--groups: a comma-separated list of latency and bandwidth")
 
-    from fabricbench.plan import parse_size_range, sizes_between
+    from fabricbench.measure.plan import parse_size_range, sizes_between
 
     lo, hi = parse_size_range(args.bw_sizes)
     bw_sizes = sizes_between(lo if lo >= 0 else 65536, hi)

@@ -69,7 +69,7 @@ def run_until_first_row(*args: str) -> subprocess.Popen:
 
 def read_rows(out_dir: Path):
     """The table and metadata a run wrote to OUT_DIR (pandas is imported only here)."""
-    from fabricbench.results import read_table
+    from fabricbench.measure.results import read_table
 
     return read_table(out_dir)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench import cbuild
-from fabricbench.cbuild import CLoopUnavailable, Recipe
+from fabricbench.transports import cbuild
+from fabricbench.transports.cbuild import CLoopUnavailable, Recipe
 from support import PYTHON, clean_env
 
 COMPILER = cbuild.find_compiler()
@@ -78,7 +78,7 @@ def test_the_tcp_loop_is_built_as_an_extension_for_this_python(tmp_path):
         "import sys\n"
         "from fabricbench.transports import tcp\n"
         "loop = tcp.load_c_loop()\n"
-        "assert sys.modules['fabricbench._tcploop'] is loop.module\n"
+        "assert sys.modules['fabricbench.transports._tcploop'] is loop.module\n"
         "print(loop.path, callable(loop.module.pingpong), callable(loop.module.window), sep='\\n')\n"
     )
     env = clean_env({"FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")})

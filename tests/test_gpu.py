@@ -158,7 +158,7 @@ def test_cupy_without_a_driver_names_the_driver():
         [PYTHON, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True
     ).stdout.strip()
     env = clean_env({"PYTHONPATH": os.pathsep.join([str(REPO / "src"), site])})
-    code = "import json; from fabricbench.gpu import probe_here; print(json.dumps(probe_here()))"
+    code = "import json; from fabricbench.transports.gpu import probe_here; print(json.dumps(probe_here()))"
     done = subprocess.run([CUPY_PYTHON, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     found = json.loads(done.stdout)
     assert found["cupy"], found

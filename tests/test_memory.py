@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from fabricbench.kernels import get_kernel
-from fabricbench.memory import case_bytes
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.memory import case_bytes
 from support import PYTHON, Server, clean_env, fabricbench, read_rows
 from test_bad_input import EXAMPLE, refused_cleanly
 

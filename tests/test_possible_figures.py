@@ -12,7 +12,7 @@ import math
 import pytest
 
 from fabricbench.report import osu
-from fabricbench.runner import LINK_HOOK
+from fabricbench.run.runner import LINK_HOOK
 from support import fabricbench, mpiexec, read_rows
 
 RUN = ["run", "-t", "tcp,mpi", "-k", "bw,bibw", "-m", "4K:16K", "-c", "-i", "20", "-x", "2", "-W", "8"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.control.peer import MAX_PENDING
+from fabricbench.launch.peer import MAX_PENDING
 from support import PYTHON, Server, clean_env, fabricbench, process_gone, read_rows
 
 QUICK = ["-k", "latency", "-m", "8:64", "-i", "20", "-x", "2", "--format", "none", "--timeout", "30"]

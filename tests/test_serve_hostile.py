@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from fabricbench import __version__
-from fabricbench.control.peer import NONCE_BYTES, client_handshake, encode_hello
 from fabricbench.control.rendezvous import (
     CHALLENGE,
     HEADER,
@@ -36,7 +35,8 @@ from fabricbench.control.rendezvous import (
     send_message,
 )
 from fabricbench.errors import PeerError
-from fabricbench.plan import Plan, Step
+from fabricbench.launch.peer import NONCE_BYTES, client_handshake, encode_hello
+from fabricbench.measure.plan import Plan, Step
 from support import PYTHON, Server, clean_env, fabricbench, free_port, one_error_line, process_gone, read_rows
 
 QUICK = ["-k", "latency", "-m", "8:64", "-i", "20", "-x", "2", "--format", "none", "--timeout", "20"]

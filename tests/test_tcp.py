@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabricbench.control.peer import encode_hello
 from fabricbench.control.rendezvous import (
     HEADER,
     HELLO,
@@ -28,7 +27,8 @@ from fabricbench.control.rendezvous import (
     recv_message,
 )
 from fabricbench.errors import PeerError
-from fabricbench.plan import Plan, Step
+from fabricbench.launch.peer import encode_hello
+from fabricbench.measure.plan import Plan, Step
 from support import (
     BIN,
     PYTHON,
@@ -129,7 +129,7 @@ def test_c_and_python_loops_validate_and_each_row_says_which_ran(tmp_path):
         assert methods == {"latency": {timed}, "bw": {timed}, "msgrate": {timed}, "bibw": {"python loop"}}
         found = meta["transports"]["tcp"]
         assert found["tcp_c_loop"] is (loop == "c") and found["timed_loop"] == timed
-        if loop == "c":  # built on first use (or found in the cache) by fabricbench.cbuild
+        if loop == "c":  # built on first use (or found in the cache) by fabricbench.transports.cbuild
             assert Path(found["c_loop_library"]).is_file() and found["c_loop_compiler"]
         else:
             assert found["c_loop_unavailable"] == "not asked for"

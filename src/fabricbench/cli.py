@@ -30,10 +30,10 @@ from fabricbench.argtypes import (
     whole_number,
 )
 from fabricbench.errors import FabricbenchError, UsageError
-from fabricbench.kernels import KERNELS, get_kernel
-from fabricbench.memory import check_memory, local_rank_count
-from fabricbench.orchestrate import RUN_ID_VAR
-from fabricbench.plan import Plan, Step, kernel_sizes, parse_rank_counts, parse_size_range
+from fabricbench.launch.orchestrate import RUN_ID_VAR
+from fabricbench.measure.kernels import KERNELS, get_kernel
+from fabricbench.measure.memory import check_memory, local_rank_count
+from fabricbench.measure.plan import Plan, Step, kernel_sizes, parse_rank_counts, parse_size_range
 from fabricbench.transports import TRANSPORTS, check_transport, preflight, supported_kernels
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
@@ -332,7 +332,7 @@ def new_run_id() -> str:
 
 
 def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
-    from fabricbench.pairs import DEFAULT_OUTLIER_Z, MIN_EFFECT, SCHEDULES
+    from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT, SCHEDULES
 
     group = run.add_argument_group("all-pairs kernels (pairs-latency, pairs-bw)")
     group.add_argument(
@@ -510,8 +510,8 @@ def build_plan(args, ranks: int) -> Plan:
 
 
 def cmd_compare(args, argv: list[str]) -> int:
-    from fabricbench.report import load
-    from fabricbench.report.compare import compare
+    from fabricbench.analysis import load
+    from fabricbench.analysis.compare import compare
 
     if args.max_input is not None:
         load.max_input_bytes = args.max_input
@@ -519,13 +519,14 @@ def cmd_compare(args, argv: list[str]) -> int:
 
 
 def cmd_run(args, argv: list[str]) -> int:
-    from fabricbench import launch, orchestrate
-    from fabricbench.results import check_reuse
+    from fabricbench.launch import launcher as launch
+    from fabricbench.launch import orchestrate
+    from fabricbench.measure.results import check_reuse
 
     if args.append and not args.out:
         raise UsageError("--append adds to the table in an earlier run's folder: give it with --out DIR")
     if args.peer:  # no launcher and no MPI: this process is rank 0 of two
-        from fabricbench.control import peer
+        from fabricbench.launch import peer
 
         if args.ranks:
             raise UsageError("--ranks takes sub-communicators of MPI ranks; a --peer run has two ranks and no MPI")
@@ -544,7 +545,7 @@ def cmd_run(args, argv: list[str]) -> int:
 
 
 def cmd_serve(args, argv: list[str]) -> int:
-    from fabricbench.control import peer
+    from fabricbench.launch import peer
 
     caps = peer.Caps(
         args.max_timeout, args.max_iterations, args.max_warmup, args.max_window, args.max_bytes, args.max_session
@@ -554,19 +555,19 @@ def cmd_serve(args, argv: list[str]) -> int:
 
 
 def cmd_doctor(args, argv: list[str]) -> int:
-    from fabricbench import doctor
+    from fabricbench.launch import doctor
 
     return doctor.doctor(as_json=args.json)
 
 
 def cmd_check(args, argv: list[str]) -> int:
-    from fabricbench.check import check
+    from fabricbench.analysis.thresholds import check
 
     return check(args.thresholds, args.target)
 
 
 def cmd_model(args, argv: list[str]) -> int:
-    from fabricbench.model import model
+    from fabricbench.analysis.model import model
 
     return model(args.runs, args.size, args.project_ranks, out=args.out, seed=args.seed, statistic=args.statistic)
 
@@ -578,7 +579,7 @@ def _shims_folder(text: str) -> str:
 
 
 def cmd_osu_shims(args, argv: list[str]) -> int:
-    from fabricbench.osu_shims import write_shims
+    from fabricbench.launch.osu_shims import write_shims
 
     written = write_shims(args.dir)
     folder = os.path.abspath(args.dir)
@@ -588,13 +589,13 @@ def cmd_osu_shims(args, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fabricbench.launch import env_rank, say_interrupted, watch_rank
+    from fabricbench.launch.launcher import env_rank, say_interrupted, watch_rank
 
     argv = sys.argv[1:] if argv is None else argv
     rank_watch = watch_rank()
     try:
         if argv[:1] == ["osu"]:  # a shim: OSU's command line, translated to a run (osu_shims)
-            from fabricbench.osu_shims import translate
+            from fabricbench.launch.osu_shims import translate
 
             argv = translate(argv[1:])
             if argv is None:  # --help or -v, answered

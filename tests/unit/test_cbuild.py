@@ -10,9 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from fabricbench import cbuild
-from fabricbench.cbuild import CLoopUnavailable, Recipe
-from fabricbench.transports import mpi_cloop
+from fabricbench.transports import cbuild, mpi_cloop
+from fabricbench.transports.cbuild import CLoopUnavailable, Recipe
 from support import executable_stub
 
 HINT = "Debian/Ubuntu: apt-get install libibverbs-dev; RHEL/Fedora: dnf install rdma-core-devel"

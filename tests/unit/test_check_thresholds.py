@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.check import Threshold, judge, parse_size, parse_thresholds, read_thresholds, slow_hosts, summary
+from fabricbench.analysis.thresholds import (
+    Threshold,
+    judge,
+    parse_size,
+    parse_thresholds,
+    read_thresholds,
+    slow_hosts,
+    summary,
+)
 from fabricbench.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]

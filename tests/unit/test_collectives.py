@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fabricbench.buffers import EMPTY, POISON
 from fabricbench.collectives import COLLECTIVES, ROOT
-from fabricbench.kernels import get_kernel
-from fabricbench.plan import kernel_sizes
+from fabricbench.measure.buffers import EMPTY, POISON
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.plan import kernel_sizes
+from fabricbench.measure.rows import measured_row
 from fabricbench.report.osu import header
-from fabricbench.rows import measured_row
 from fabricbench.transports import TRANSPORTS, transport_class
 
 RANKS = (2, 3, 4)

@@ -10,13 +10,13 @@ import shutil
 
 import pytest
 
-from fabricbench.check import is_gpu_pair, is_pair, row_name
+from fabricbench.analysis.compare import compare
+from fabricbench.analysis.load import split_series
+from fabricbench.analysis.thresholds import is_gpu_pair, is_pair, row_name
 from fabricbench.errors import PeerError
-from fabricbench.kernels import get_kernel
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.results import COLUMNS, INTEGER, SCHEMA_VERSION
 from fabricbench.report import console
-from fabricbench.report.compare import compare
-from fabricbench.report.load import split_series
-from fabricbench.results import COLUMNS, INTEGER, SCHEMA_VERSION
 from fabricbench.transports.cuda_copy import gpu_routes, peer_gpu_count
 
 HOST = "gpunode1"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fabricbench import gpu
 from fabricbench.errors import PeerError, UsageError
-from fabricbench.kernels import get_kernel
-from fabricbench.transports import nccl
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.transports import gpu, nccl
 from fabricbench.transports.cuda_timing import sample_name
 
 

@@ -8,8 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from fabricbench.control import peer
-from fabricbench.control.peer import decode_hello, encode_hello
 from fabricbench.control.rendezvous import (
     ERROR,
     HEADER,
@@ -23,7 +21,9 @@ from fabricbench.control.rendezvous import (
     send_message,
 )
 from fabricbench.errors import UsageError
-from fabricbench.plan import Plan, Step
+from fabricbench.launch import peer
+from fabricbench.launch.peer import decode_hello, encode_hello
+from fabricbench.measure.plan import Plan, Step
 from fabricbench.transports.tcp import LOOPS, TCPTransport
 from fabricbench.transports.verbs import VerbsTransport
 
@@ -221,8 +221,8 @@ def _default_caps() -> peer.Caps:
 
 
 def test_the_default_peer_sweep_of_every_transport_fits_the_default_caps():
-    from fabricbench.kernels import get_kernel
-    from fabricbench.plan import kernel_sizes
+    from fabricbench.measure.kernels import get_kernel
+    from fabricbench.measure.plan import kernel_sizes
     from fabricbench.transports import supported_kernels
 
     for transport in ("tcp", "verbs", "verbs-send", "perftest"):
@@ -320,7 +320,7 @@ def test_max_time_does_not_bound_a_reference_tool_and_the_pairs_kernels_run_both
 
 
 def test_buffer_bytes_is_size_times_window_times_directions():
-    from fabricbench.kernels import get_kernel
+    from fabricbench.measure.kernels import get_kernel
 
     assert peer.buffer_bytes(get_kernel("latency"), 1024, 64) == 1024
     assert peer.buffer_bytes(get_kernel("bw"), 1024, 64) == 64 * 1024

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench import argtypes, cli, memory
+from fabricbench import argtypes, cli
+from fabricbench.analysis import load
 from fabricbench.argtypes import MASK, TOKEN_VAR, masked_command_line
 from fabricbench.cli import build_parser, build_plan
-from fabricbench.control.peer import decode_hello, encode_hello
 from fabricbench.control.rendezvous import ProtocolError
 from fabricbench.errors import UsageError
-from fabricbench.kernels import get_kernel
-from fabricbench.plan import MAX_MESSAGE_SIZE, Plan, Step, iteration_bytes, size_limits
-from fabricbench.report import load
-from fabricbench.runner import SLOW_BYTES_PER_S, Watchdog
+from fabricbench.launch.peer import decode_hello, encode_hello
+from fabricbench.measure import memory
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.plan import MAX_MESSAGE_SIZE, Plan, Step, iteration_bytes, size_limits
+from fabricbench.run.runner import SLOW_BYTES_PER_S, Watchdog
 
 MiB = 1 << 20
 EXAMPLE = Path(__file__).resolve().parents[2] / "results" / "examples" / "default-sweep"

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fabricbench.model import (
+from fabricbench.analysis.model import (
     ALGORITHMS,
     DEFAULT_RANKS,
     allreduce_time_us,

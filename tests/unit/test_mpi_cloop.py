@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from fabricbench import cbuild
-from fabricbench.transports import mpi_cloop
+from fabricbench.transports import cbuild, mpi_cloop
 from support import executable_stub
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from fabricbench.collectives import COLLECTIVES, ROOT
 from fabricbench.errors import Unsupported
-from fabricbench.kernels import get_kernel
+from fabricbench.measure.kernels import get_kernel
 from fabricbench.transports.mpi import MPITransport, collective_roles, cuda_route
 from fabricbench.transports.mpi_rma import MPIRMATransport, buffer_unsupported
 

@@ -9,8 +9,7 @@ import stat
 import pytest
 
 from fabricbench.errors import UsageError
-from fabricbench.kernels import get_kernel
-from fabricbench.osu_shims import (
+from fabricbench.launch.osu_shims import (
     BENCHMARKS,
     osu_datatype,
     parse,
@@ -21,7 +20,8 @@ from fabricbench.osu_shims import (
     usage,
     write_shims,
 )
-from fabricbench.plan import kernel_sizes, parse_size_range
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.plan import kernel_sizes, parse_size_range
 
 
 def _run(name: str, line: str) -> list[str]:

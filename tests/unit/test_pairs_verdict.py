@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fabricbench.pairs import DEFAULT_OUTLIER_Z, per_node, phases, round_robin, summary_lines, verdict
+from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, per_node, phases, round_robin, summary_lines, verdict
 from fabricbench.report import console
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.kernels import ATOMIC_KERNELS, get_kernel
-from fabricbench.plan import Plan, Step
+from fabricbench.measure.kernels import ATOMIC_KERNELS, get_kernel
+from fabricbench.measure.plan import Plan, Step
 from fabricbench.transports import perftest, supported_kernels, transport_class
 from fabricbench.transports.perftest import (
     DEFAULT_INLINE,

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabricbench.control.peer import check_wire_steps, decode_hello, encode_hello
+from fabricbench.analysis.compare import MIN_REPEATS, comparison_table, report
+from fabricbench.analysis.load import Series, by_rank_count
 from fabricbench.errors import UsageError
-from fabricbench.plan import Plan, Step, parse_rank_counts
-from fabricbench.report.compare import MIN_REPEATS, comparison_table, report
-from fabricbench.report.load import Series, by_rank_count
-from fabricbench.stats import bootstrap_median, bootstrap_ratio, significant
+from fabricbench.launch.peer import check_wire_steps, decode_hello, encode_hello
+from fabricbench.measure.plan import Plan, Step, parse_rank_counts
+from fabricbench.measure.stats import bootstrap_median, bootstrap_ratio, significant
 
 # ---- the bootstrap ---------------------------------------------------------------------------------------------
 

@@ -320,7 +320,7 @@ def test_osu_header_of_cuda_buffers_is_osus_minus_d_cuda():
 
 def test_osu_columns_a_kernel_cannot_fill_are_refused():
     from fabricbench.errors import UsageError
-    from fabricbench.kernels import get_kernel
+    from fabricbench.measure.kernels import get_kernel
 
     with pytest.raises(UsageError, match="-T.*allreduce sums MPI_CHAR, MPI_INT or MPI_FLOAT"):
         osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_double"))

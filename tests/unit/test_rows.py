@@ -1,4 +1,4 @@
-"""Samples to statistics to one tidy row, on hand-made numbers: fabricbench.rows and fabricbench.stats.
+"""Samples to statistics to one tidy row, on hand-made numbers: fabricbench.measure.rows and fabricbench.measure.stats.
 
 Every rank's summary is built with rank_summary, as the runner builds it, and gathered by stacking;
 the case is plain data with the three fields measured_row reads.
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fabricbench.kernels import get_kernel
-from fabricbench.plan import Plan
-from fabricbench.rows import measured_row, rank_summary, refuse_impossible, unsupported_row
-from fabricbench.stats import across_ranks, bandwidth_MBps, latency_stats, stability_note
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.plan import Plan
+from fabricbench.measure.rows import measured_row, rank_summary, refuse_impossible, unsupported_row
+from fabricbench.measure.stats import across_ranks, bandwidth_MBps, latency_stats, stability_note
 
 PLAN = Plan(steps=[], run_id="run-1", label="fabric-a")
 NO_SAMPLES = np.zeros(0, dtype=np.int64)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench import launch, slurm
 from fabricbench.errors import UsageError
+from fabricbench.launch import launcher as launch
+from fabricbench.launch import slurm
 
 # MPI_Get_library_version as the MPIs print it (the PyPI wheel's is this suite's own MPI).
 MPICH_WHEEL = (

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fabricbench.errors import UsageError
-from fabricbench.kernels import get_kernel, peer_of
-from fabricbench.plan import kernel_sizes, parse_size, parse_size_range, sizes_between
-from fabricbench.stats import across_ranks, latency_stats, nearest_rank, stability_note
+from fabricbench.measure.kernels import get_kernel, peer_of
+from fabricbench.measure.plan import kernel_sizes, parse_size, parse_size_range, sizes_between
+from fabricbench.measure.stats import across_ranks, latency_stats, nearest_rank, stability_note
 
 
 def test_percentiles_use_osus_nearest_rank():

@@ -1,4 +1,4 @@
-"""The one check of a table read from disk (report/load.py), on hand-written schema 4 folders: no process.
+"""The one check of a table read from disk (analysis/load.py), on hand-written schema 4 folders: no process.
 
 compare, check, model and run --append read through it; each refusal is one line naming the file, row and column.
 """
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from fabricbench.analysis import load
 from fabricbench.errors import UsageError
-from fabricbench.report import load
-from fabricbench.results import COLUMNS, CSV_NAME, META_NAME, PARQUET_NAME, TableWriter, write_parquet
+from fabricbench.measure.results import COLUMNS, CSV_NAME, META_NAME, PARQUET_NAME, TableWriter, write_parquet
 
 SIZES = [8 << k for k in range(8)]  # 8 B .. 1 KiB: eight ok rows, as a latency sweep writes them
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabricbench.kernels import get_kernel
+from fabricbench.measure.kernels import get_kernel
 from fabricbench.transports import verbs_cloop
 from fabricbench.transports.verbs import VerbsSendTransport, VerbsTransport, _c_only_settings
 

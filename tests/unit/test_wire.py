@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from fabricbench.control.pair import PairControl
+from fabricbench.control.connection import PairControl
 from fabricbench.control.rendezvous import (
     ERROR,
     HEADER,

@@ -17,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from fabricbench.buffers import aligned, float_pattern, poisoned
+from fabricbench.measure.buffers import aligned, float_pattern, poisoned
 
 OSU_MAX_SIZE = 1024 * 1024  # OSU's largest collective message by default: 1 MiB
 ROOT = 0  # the rank that broadcasts (bcast) or receives the result (reduce)

@@ -6,7 +6,6 @@ from functools import partial
 
 import numpy as np
 
-from fabricbench.buffers import filled, pattern, poisoned
 from fabricbench.collectives import (
     BYTE,
     OSU_MAX_SIZE,
@@ -16,6 +15,7 @@ from fabricbench.collectives import (
     ring_factor,
     with_result,
 )
+from fabricbench.measure.buffers import filled, pattern, poisoned
 
 
 def expected(size: int, ranks: int, rank: int) -> np.ndarray:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fabricbench.buffers import EMPTY
 from fabricbench.collectives import CollectiveBuffers, CollectiveSpec
+from fabricbench.measure.buffers import EMPTY
 
 
 def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:

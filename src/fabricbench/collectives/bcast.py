@@ -6,7 +6,6 @@ from functools import partial
 
 import numpy as np
 
-from fabricbench.buffers import EMPTY, filled, pattern, poisoned
 from fabricbench.collectives import (
     BYTE,
     OSU_MAX_SIZE,
@@ -16,6 +15,7 @@ from fabricbench.collectives import (
     block_bytes,
     unit_factor,
 )
+from fabricbench.measure.buffers import EMPTY, filled, pattern, poisoned
 
 
 def expected(size: int, ranks: int, rank: int) -> np.ndarray:

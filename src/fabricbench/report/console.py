@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from fabricbench.kernels import get_kernel
+from fabricbench.measure.kernels import get_kernel
 
 
 def _num(value, width: int, digits: int = 2) -> str:

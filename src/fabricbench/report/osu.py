@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from fabricbench import __version__
 from fabricbench.argtypes import decimal
 from fabricbench.errors import UsageError
-from fabricbench.kernels import Kernel, get_kernel
-from fabricbench.stats import PERCENTILES
+from fabricbench.measure.kernels import Kernel, get_kernel
+from fabricbench.measure.stats import PERCENTILES
 from fabricbench.transports import transport_class
 
 OSU_VERSION = "v7.4"

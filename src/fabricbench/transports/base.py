@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabricbench.buffers import EMPTY, POISON
 from fabricbench.control.rendezvous import FieldReader
 from fabricbench.errors import FabricbenchError, Unsupported
-from fabricbench.kernels import Kernel
+from fabricbench.measure.buffers import EMPTY, POISON
+from fabricbench.measure.kernels import Kernel
 
 
 class Case:
@@ -134,7 +134,7 @@ class Transport:
         raise NotImplementedError
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
-        """An all-pairs kernel's case for one phase (``fabricbench.matrix``): this rank sends to ``send_to`` (its
+        """An all-pairs kernel's case for one phase (``fabricbench.run.matrix``): this rank sends to ``send_to`` (its
         samples time that pair) and receives from ``recv_from``; None for either where it has no such part, and
         returns None when it has neither. Raises Unsupported on every rank alike, whatever its part."""
         raise Unsupported(f"{self.name} has no all-pairs loop")

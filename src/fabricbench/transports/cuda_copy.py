@@ -20,10 +20,10 @@ import contextlib
 
 import numpy as np
 
-from fabricbench import gpu
-from fabricbench.buffers import pattern
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.kernels import COPY_KERNELS, Kernel
+from fabricbench.measure.buffers import pattern
+from fabricbench.measure.kernels import COPY_KERNELS, Kernel
+from fabricbench.transports import gpu
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.cuda_timing import EventTimer, sample_name
 
@@ -102,7 +102,7 @@ class CopyCase(Case):
     def _host(self, size: int, pinned: bool) -> np.ndarray:
         """Host memory: page-locked (cudaHostAlloc through CuPy) or numpy's pageable, written before use."""
         if not pinned:
-            from fabricbench.buffers import aligned
+            from fabricbench.measure.buffers import aligned
 
             return aligned(size)
         memory = self.cupy.cuda.alloc_pinned_memory(max(size, 1))

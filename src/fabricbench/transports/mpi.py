@@ -30,11 +30,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fabricbench.buffers import POISON as POISON_BYTE
-from fabricbench.buffers import filled, pattern, poisoned, times_address
 from fabricbench.collectives import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import PeerError, Unsupported, UsageError
-from fabricbench.kernels import Kernel, peer_of
+from fabricbench.measure.buffers import POISON as POISON_BYTE
+from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
+from fabricbench.measure.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load
 
@@ -423,7 +423,7 @@ class Collective(Case):
 def probe_mpi() -> Diagnosis:
     """MPI as a rank would load it, found in a child process: initialising MPI in ``doctor`` itself
     would tie it to that library (and a broken one would take it down)."""
-    from fabricbench.launch import find_mpiexec
+    from fabricbench.control.mpi import find_mpiexec
 
     code = (
         "import json, mpi4py\nfrom mpi4py import MPI\n"
@@ -515,7 +515,7 @@ class MPITransport(Transport):
         """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts;
         ``--buffer cuda``: CuPy and a GPU, or one line naming what is missing."""
         if options.get("buffer") == "cuda":
-            from fabricbench import gpu
+            from fabricbench.transports import gpu
 
             gpu.require("mpi --buffer cuda", nccl=False)
         if options.get("loop") == "c":
@@ -544,7 +544,7 @@ class MPITransport(Transport):
         self.window = plan.window
         self.cuda = None  # CuPy, for --buffer cuda
         if options.get("buffer") == "cuda":
-            from fabricbench import gpu
+            from fabricbench.transports import gpu
 
             self.buffer = "cuda"
             self.binding = gpu.Binding(ctrl, plan.transport_options.get("gpu", {}).get("gpu_map"))

@@ -3,8 +3,8 @@
 A Python loop adds the interpreter's cost to every MPI call, a visible part of a small message's time; the C loops
 make the same calls without it. They must link the very MPI library mpi4py loaded, and only that MPI's own compiler
 wrapper knows how, so the library is compiled at run time, not at install time, by the one builder of every C loop
-(``fabricbench.cbuild``), and cached per source, library and wrapper. It is plain C called through ctypes, which
-releases the GIL for each call: the runner's watchdog thread keeps running while a loop does.
+(``fabricbench.transports.cbuild``), and cached per source, library and wrapper. It is plain C called through
+ctypes, which releases the GIL for each call: the runner's watchdog thread keeps running while a loop does.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabricbench import cbuild
-from fabricbench.cbuild import CLoopUnavailable  # also the mpi transports' name for it
+from fabricbench.transports import cbuild
+from fabricbench.transports.cbuild import CLoopUnavailable  # also the mpi transports' name for it
 
 SOURCE = Path(__file__).with_name("_mpiloop.c")
 NO_WRAPPER = "no MPI compiler wrapper found (set MPICC, or install the MPI's development package)"

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from fabricbench.buffers import POISON, filled, pattern, poisoned
-from fabricbench.kernels import Kernel, peer_of
+from fabricbench.measure.buffers import POISON, filled, pattern, poisoned
+from fabricbench.measure.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Transport
 from fabricbench.transports.mpi import MPITransport, check, import_mpi, loop_metadata, open_loop, times_address
 from fabricbench.transports.mpi_cloop import CLoop

@@ -1,6 +1,6 @@
 """Transport ``nccl``: NCCL through CuPy (``cupy.cuda.nccl``), one rank per GPU, as nccl-tests measures it.
 
-- Bootstrap as nccl-tests: each rank selects its GPU (``fabricbench.gpu``),
+- Bootstrap as nccl-tests: each rank selects its GPU (``fabricbench.transports.gpu``),
   rank 0 makes the unique id and the control plane broadcasts it (hex in
   JSON, never pickled), then every rank joins the communicator.
 - Collectives are NCCL's own; alltoall is grouped send/recv, as nccl-tests'
@@ -18,10 +18,10 @@ import json
 
 import numpy as np
 
-from fabricbench import gpu
 from fabricbench.collectives import ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
-from fabricbench.kernels import Kernel, peer_of
+from fabricbench.measure.kernels import Kernel, peer_of
+from fabricbench.transports import gpu
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cuda_timing import TIMINGS, EventTimer, sample_name
 
@@ -371,7 +371,7 @@ class NCCLTransport(Transport):
 
     @classmethod
     def preflight(cls, options: dict, ranks: int) -> None:
-        from fabricbench.memory import local_rank_count
+        from fabricbench.measure.memory import local_rank_count
 
         gpu.require(cls.name, nccl=True, ranks_here=local_rank_count(ranks))
 

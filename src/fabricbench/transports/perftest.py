@@ -46,8 +46,8 @@ from dataclasses import asdict, dataclass
 
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.kernels import Kernel
-from fabricbench.rows import base_row
+from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.rows import base_row
 from fabricbench.transports.base import Diagnosis, Transport
 from fabricbench.transports.rdma import (
     MAX_WINDOW,

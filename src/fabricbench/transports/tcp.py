@@ -39,16 +39,16 @@ from types import ModuleType
 
 import numpy as np
 
-from fabricbench import cbuild
 from fabricbench.argtypes import port_number
-from fabricbench.buffers import aligned, filled, pattern, poisoned
-from fabricbench.cbuild import CLoopUnavailable
 from fabricbench.collectives import ROOT
 from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError
-from fabricbench.kernels import Kernel, peer_of
+from fabricbench.measure.buffers import aligned, filled, pattern, poisoned
+from fabricbench.measure.kernels import Kernel, peer_of
+from fabricbench.transports import cbuild
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.tcp_link import (
     ANY,
     NO_RATE,
@@ -62,8 +62,8 @@ from fabricbench.transports.tcp_link import (
 )
 
 LOOPS = {"auto": 0, "c": 1, "python": 2}  # --loop, and its code in the peer handshake
-SOURCE = Path(__file__).parents[1] / "_tcploop.c"
-MODULE = "fabricbench._tcploop"
+SOURCE = Path(__file__).with_name("_tcploop.c")
+MODULE = "fabricbench.transports._tcploop"
 PYTHON_HEADERS = "Debian/Ubuntu: apt-get install python3-dev; RHEL/Fedora: dnf install python3-devel"
 
 

@@ -44,14 +44,14 @@ import time
 
 import numpy as np
 
-from fabricbench.buffers import POISON, pattern, times_address
-from fabricbench.cbuild import CLoopUnavailable
 from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageError
-from fabricbench.kernels import ATOMIC_KERNELS, Kernel, peer_of
+from fabricbench.measure.buffers import POISON, pattern, times_address
+from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, peer_of
 from fabricbench.transports import verbs_cloop
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.link_rate import link_rate_MBps, port_label, software_device
 from fabricbench.transports.rdma import (
     MAX_WINDOW,

@@ -3,7 +3,7 @@
 Through pyverbs each post and each poll is an interpreter call that builds
 Python objects, a visible part of an RDMA round trip; the C loops make the
 plain libibverbs calls instead, as perftest does. The library is compiled by
-the one builder (``fabricbench.cbuild``) against the host's libibverbs
+the one builder (``fabricbench.transports.cbuild``) against the host's libibverbs
 (headers from libibverbs-dev / rdma-core-devel) and cached per source,
 library and compiler. pyverbs still chooses the device, port and GID
 (``verbs_link.Port``), so both loops address the fabric alike.
@@ -18,8 +18,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabricbench.cbuild import CLoopUnavailable, Recipe, find_compiler, load_library
 from fabricbench.errors import PeerError, UsageError
+from fabricbench.transports.cbuild import CLoopUnavailable, Recipe, find_compiler, load_library
 from fabricbench.transports.rdma import MTU_BYTES, UD_GRH_BYTES, Endpoint, VerbsUnavailable, gid_text
 from fabricbench.transports.verbs_link import MARKERS, Port
 

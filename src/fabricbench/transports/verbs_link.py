@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from fabricbench.buffers import PAGE, aligned
 from fabricbench.errors import PeerError, UsageError
+from fabricbench.measure.buffers import PAGE, aligned
 from fabricbench.transports.rdma import (
     GID_TYPES,
     LINK_LAYERS,

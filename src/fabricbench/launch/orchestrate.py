@@ -15,15 +15,15 @@ from collections.abc import Callable
 
 from fabricbench.control import ControlPlane
 from fabricbench.errors import FabricbenchError
-from fabricbench.plan import Plan
+from fabricbench.measure.plan import Plan
 
 RUN_ID_VAR = "FABRICBENCH_RUN_ID"  # a self-launching parent names the run once; its ranks keep that name
 
 
 def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progress: bool, append: bool) -> int:
     """Started alone: check what can be checked here, then run ``argv`` again on ``ranks`` local ranks."""
-    from fabricbench import launch
-    from fabricbench.results import check_reuse, prepare_out_dir
+    from fabricbench.launch import launcher as launch
+    from fabricbench.measure.results import check_reuse, prepare_out_dir
 
     check_reuse(plan.out_dir, append)
     prepare_out_dir(plan.out_dir)
@@ -38,8 +38,10 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
     Bad input found on rank 0 reaches every rank through the broadcast, so
     every rank exits with the same code and one line is printed.
     """
-    from fabricbench import env, launch, slurm
     from fabricbench.control.mpi import MPIControl, import_mpi, load_mpi
+    from fabricbench.launch import launcher as launch
+    from fabricbench.launch import metadata as env
+    from fabricbench.launch import slurm
 
     srun = launcher == launch.SRUN
     if srun:  # a PMI plugin this MPI cannot speak: one line before MPI_Init aborts or forms 1-rank worlds
@@ -50,7 +52,7 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
     envelope = None
     if ctrl.rank == 0:
         try:
-            from fabricbench.results import check_reuse, prepare_out_dir
+            from fabricbench.measure.results import check_reuse, prepare_out_dir
 
             plan = make_plan(ctrl.size)
             check_reuse(plan.out_dir, append)
@@ -79,8 +81,8 @@ def execute_plan(
     """
     from pathlib import Path
 
-    from fabricbench import env
-    from fabricbench.runner import Stopped, execute, stop_if_failed
+    from fabricbench.launch import metadata as env
+    from fabricbench.run.runner import Stopped, execute, stop_if_failed
 
     if hugepages:
         env.set_numpy_hugepages(hugepages == "on")
@@ -88,7 +90,7 @@ def execute_plan(
     reporter = None
     failure = None
     if ctrl.rank == 0:
-        from fabricbench.report.reporter import Reporter
+        from fabricbench.run.reporter import Reporter
 
         metadata = env.run_metadata(plan, ranks, launcher)
         metadata.update(extra_metadata or {})

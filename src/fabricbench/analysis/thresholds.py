@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
-from fabricbench.results import NUMERIC
+from fabricbench.measure.results import NUMERIC
 
 FIELDS = ("transport", "kernel", "size", "buffer", "optional", "name")
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
@@ -349,7 +349,7 @@ def parse_thresholds(text: str, source: str, transports: Iterable[str], kernels:
 
 def read_thresholds(path: str) -> list[Threshold]:
     """The thresholds file at ``path``, checked against the transports and kernels this fabricbench has."""
-    from fabricbench.kernels import KERNELS
+    from fabricbench.measure.kernels import KERNELS
     from fabricbench.transports import TRANSPORTS
 
     source = Path(path)
@@ -528,7 +528,7 @@ def summary(verdict: Verdict, thresholds: int) -> str:
 
 def _rows(path: str) -> list[dict]:
     """A finished run's rows, read and migrated as compare reads them."""
-    from fabricbench.report import load
+    from fabricbench.analysis import load
 
     frame, _ = load._load(path)  # the checked reader compare uses, one input at a time
     return frame.to_dict("records")
@@ -536,9 +536,9 @@ def _rows(path: str) -> list[dict]:
 
 def _start_run(words: list[str]) -> tuple[str, int]:
     """Run ``fabricbench run WORDS`` as a child; the folder it wrote and its exit code."""
-    from fabricbench import launch
     from fabricbench.cli import build_parser, new_run_id
-    from fabricbench.orchestrate import RUN_ID_VAR
+    from fabricbench.launch import launcher as launch
+    from fabricbench.launch.orchestrate import RUN_ID_VAR
 
     if launch.launcher() is not None:
         raise UsageError(

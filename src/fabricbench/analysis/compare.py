@@ -15,10 +15,10 @@ import sys
 
 import pandas as pd
 
+from fabricbench.analysis.load import KEY, SCALING, Series, comparable, split_series
 from fabricbench.errors import UsageError
-from fabricbench.report.load import KEY, SCALING, Series, comparable, split_series
-from fabricbench.results import NUMERIC, prepare_out_dir
-from fabricbench.stats import CONFIDENCE, bootstrap_median, bootstrap_ratio, significant
+from fabricbench.measure.results import NUMERIC, prepare_out_dir
+from fabricbench.measure.stats import CONFIDENCE, bootstrap_median, bootstrap_ratio, significant
 
 DEFAULT_METRICS = ["lat_p50_us", "bw_MBps", "busbw_GBps"]
 UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")
@@ -337,7 +337,7 @@ def all_pairs_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
     if not pairs.any():
         return tidy, False
     if out_dir:
-        from fabricbench.report.plots import write_heatmaps
+        from fabricbench.analysis.plots import write_heatmaps
 
         written = write_heatmaps(tidy[pairs], out_dir)
         print(f"# wrote {', '.join(p.name for p in written)} in {out_dir}/ (all-pairs matrices)", file=sys.stderr)
@@ -362,11 +362,11 @@ def compare(paths: list[str], out: str | None = None, metric_names: list[str] | 
     if out_dir:
         table.to_csv(out_dir / "comparison.csv", index=False)
         # Imported here: plots imports this module's formatters, and matplotlib, needed only for --out.
-        from fabricbench.report.plots import write_plots
+        from fabricbench.analysis.plots import write_plots
 
         plots = write_plots(series, table, chosen, out_dir)
         if (tidy[SCALING] != "").any():
-            from fabricbench.report.plots import write_scaling_plot
+            from fabricbench.analysis.plots import write_scaling_plot
 
             plots.append(write_scaling_plot(series, tidy, out_dir))
         files = ", ".join(["comparison.csv", *(p.name for p in plots)])

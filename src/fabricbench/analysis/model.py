@@ -276,7 +276,7 @@ def _points(rows, kernel: str, statistic: str) -> tuple[np.ndarray, np.ndarray]:
 
 def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") -> list[Model]:
     """Every (input, transport, buffer) of ``paths`` fitted; inputs are read and checked as compare reads them."""
-    from fabricbench.report import load
+    from fabricbench.analysis import load
 
     models = []
     for path in paths:
@@ -339,7 +339,7 @@ def model(
     statistic: str = "typical",
 ) -> int:
     """Print each series' fits, the projection of allreduce at ``size`` and its error against measured rows."""
-    from fabricbench.report.compare import format_size
+    from fabricbench.analysis.compare import format_size
 
     ranks = _parse_ranks(ranks_text)
     if size <= 0:
@@ -415,7 +415,7 @@ def _write(out: str, models: list[Model], fits: list[dict], projection: list[dic
     """model.csv, projection.csv, allreduce_vs_model.csv (when there are measured rows), fit.png, projection.png."""
     import pandas as pd
 
-    from fabricbench.results import prepare_out_dir
+    from fabricbench.measure.results import prepare_out_dir
 
     folder = prepare_out_dir(out)
     written = []
@@ -467,7 +467,7 @@ def _fit_plot(models: list[Model], path):
 
 def _projection_plot(rows: list[dict], size: int, path):
     """Projected allreduce time and bus bandwidth against the rank count: a colour per series, a style per algorithm."""
-    from fabricbench.report.compare import format_size
+    from fabricbench.analysis.compare import format_size
 
     figure, (time_ax, busbw_ax) = _figure(2)
     styles = dict(zip(ALGORITHMS, ("-", "--", ":"), strict=True))

@@ -43,7 +43,7 @@ class Kernel:
 
     pattern: ``pair`` uses rank 0 and rank N/2; ``pairs`` uses every rank r < N/2
     with r + N/2; ``all`` is every rank; ``matrix`` meets every ordered pair of ranks in
-    turn, phase by phase (fabricbench.pairs), one row per pair; ``gpu-pairs`` is every ordered pair of
+    turn, phase by phase (fabricbench.measure.verdict), one row per pair; ``gpu-pairs`` is every ordered pair of
     the GPUs on rank 0's host (cuda-copy peer), one row per pair.
     sample: what one entry of the per-iteration time array is: ``rtt`` (a
     round trip, reported halved), ``window`` (W messages and the ack) or ``op``.
@@ -193,7 +193,7 @@ _ALL = [
     Kernel("put-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test"),
     Kernel("get-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test"),
     # Every ordered pair of ranks (or hosts, --per-node), phase by phase as --schedule says: latency's and bw's loops
-    # between each source and destination, one row per pair (fabricbench.pairs).
+    # between each source and destination, one row per pair (fabricbench.measure.verdict).
     Kernel("pairs-latency", "latency", "matrix", "rtt", 0, 4 * MiB, "{lib} All-Pairs Latency Test"),
     Kernel("pairs-bw", "bandwidth", "matrix", "window", 1, 4 * MiB, "{lib} All-Pairs Bandwidth Test"),
     # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is

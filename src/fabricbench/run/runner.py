@@ -16,12 +16,12 @@ import traceback
 import numpy as np
 
 from fabricbench.errors import FabricbenchError, Unsupported
-from fabricbench.kernels import Kernel
-from fabricbench.launch import InterruptWatch
-from fabricbench.matrix import measure_pairs
-from fabricbench.memory import case_bytes
-from fabricbench.plan import Plan, iteration_bytes
-from fabricbench.rows import measured_row, rank_summary, unsupported_row
+from fabricbench.launch.launcher import InterruptWatch
+from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.memory import case_bytes
+from fabricbench.measure.plan import Plan, iteration_bytes
+from fabricbench.measure.rows import measured_row, rank_summary, unsupported_row
+from fabricbench.run.matrix import measure_pairs
 from fabricbench.transports import open_transport
 
 CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check

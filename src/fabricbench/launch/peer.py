@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from fabricbench import __version__
 from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS, TOKEN_VAR, masked_command_line
-from fabricbench.control.pair import RANKS, PairControl
+from fabricbench.control.connection import RANKS, PairControl
 from fabricbench.control.rendezvous import (
     ACCEPT,
     CHALLENGE,
@@ -57,9 +57,9 @@ from fabricbench.control.rendezvous import (
     send_message,
 )
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
-from fabricbench.kernels import Kernel, get_kernel
-from fabricbench.orchestrate import execute_plan
-from fabricbench.plan import Plan, Step, size_limits
+from fabricbench.launch.orchestrate import execute_plan
+from fabricbench.measure.kernels import Kernel, get_kernel
+from fabricbench.measure.plan import Plan, Step, size_limits
 from fabricbench.transports import TRANSPORTS, transport_class
 
 MAX_STEPS = 64
@@ -417,7 +417,7 @@ def run_client(plan: Plan, peer: str, hugepages: str | None, token: bytes | None
     """Rank 0 of a peer run: handshake, then the ordinary runner over PairControl."""
     from pathlib import Path
 
-    from fabricbench.results import prepare_out_dir
+    from fabricbench.measure.results import prepare_out_dir
 
     host, port = parse_peer(peer)
     mpi_free(plan)

@@ -49,8 +49,8 @@ from pathlib import Path
 
 from fabricbench import __version__
 from fabricbench.errors import UsageError
-from fabricbench.kernels import get_kernel
-from fabricbench.plan import parse_size_range
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.plan import parse_size_range
 
 OSU_VERSION = "7.4"
 RESULTS_VAR = "FABRICBENCH_OSU_RESULTS"  # the results root: a shim's results folders go under it
@@ -349,7 +349,7 @@ def usage(bench: Benchmark) -> str:
 
 def translate(argv: list[str]) -> list[str] | None:
     """``fabricbench osu NAME OSU-ARGS``: the ``run`` command line, or None once --help or -v was answered."""
-    from fabricbench.launch import env_rank
+    from fabricbench.launch.launcher import env_rank
 
     if not argv:
         raise UsageError(f"osu needs a benchmark name: one of {', '.join(BENCHMARKS)}")

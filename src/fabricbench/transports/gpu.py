@@ -281,7 +281,7 @@ def probe_here() -> dict:
 @functools.cache
 def probe() -> dict:
     """``probe_here`` in a child process (once per process): CUDA is not started in the CLI or ``doctor``."""
-    code = "import json; from fabricbench.gpu import probe_here; print(json.dumps(probe_here()))"
+    code = "import json; from fabricbench.transports.gpu import probe_here; print(json.dumps(probe_here()))"
     try:
         done = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=_child_env()

@@ -66,7 +66,7 @@ COLUMNS = [
 NUMERIC = {c for c in COLUMNS if c.endswith(("_us", "_MBps", "_GBps", "_per_s"))}
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
 INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu"}
-# The table's and its metadata's layout; compare migrates older ones (report/load.py).
+# The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
 # 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
 # 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
 # 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU.
@@ -177,14 +177,14 @@ def _make_whole(out: Path) -> None:
 
     Called before any rank starts. The CSV is the table and the Parquet file its copy (made again at
     the end of the run), and metadata.json (or, without it, the Parquet's own copy) says how many
-    rows the runs wrote. Each table is read with the check compare reads it with (report/load.py).
+    rows the runs wrote. Each table is read with the check compare reads it with (analysis/load.py).
     Then: a CSV whose row count is the metadata's stands, if the Parquet copy holds the same rows or
     fewer of them (a copy that cannot be read is made again); a CSV that is missing or holds only the
     first rows of a Parquet copy whose count is the metadata's is rebuilt from it; metadata.json is
     rebuilt from the Parquet's when missing. Every other state is refused and nothing is changed, so
     the rows an earlier run wrote are never lost.
     """
-    from fabricbench.report import load  # pandas, on rank 0 and only for --append
+    from fabricbench.analysis import load  # pandas, on rank 0 and only for --append
 
     csv_path, parquet_path, meta_path = out / CSV_NAME, out / PARQUET_NAME, out / META_NAME
     meta = _metadata(meta_path)

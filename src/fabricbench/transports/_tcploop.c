@@ -340,7 +340,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "fabricbench._tcploop",
+    .m_name = "fabricbench.transports._tcploop",
     .m_doc = "The tcp transport's ping-pong and streaming loops in C, with the GIL released.",
     .m_size = -1,
     .m_methods = methods,

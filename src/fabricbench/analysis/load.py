@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from fabricbench.errors import UsageError
-from fabricbench.memory import format_bytes
-from fabricbench.results import (
+from fabricbench.measure.memory import format_bytes
+from fabricbench.measure.results import (
     CSV_NAME,
     INTEGER,
     META_NAME,
@@ -231,7 +231,7 @@ def _json(raw: str | bytes, name: str) -> object:
 
 
 def _known() -> tuple[set[str], set[str]]:
-    from fabricbench.kernels import KERNELS
+    from fabricbench.measure.kernels import KERNELS
     from fabricbench.transports import TRANSPORTS
 
     return set(TRANSPORTS), set(KERNELS)

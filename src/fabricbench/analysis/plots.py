@@ -16,8 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from fabricbench.report.compare import format_size, short_name, shown_metrics
-from fabricbench.report.load import Series, comparable
+from fabricbench.analysis.compare import format_size, short_name, shown_metrics
+from fabricbench.analysis.load import Series, comparable
 
 # Axis labels; latency columns are built from the row's sample kind.
 AXIS_LABELS = {
@@ -134,7 +134,7 @@ SCALING_SIZES = 4  # lines per series in a scaling panel: the sizes spread from 
 def write_scaling_plot(series: list[Series], tidy: pd.DataFrame, out: Path) -> Path:
     """run --ranks: time (p50) and bus bandwidth against the rank count, a row of panels per collective, a line
     per (series, size), medians over repeats."""
-    from fabricbench.report.load import SCALING
+    from fabricbench.analysis.load import SCALING
 
     rows = tidy[comparable(tidy) & (tidy[SCALING] != "")].copy()
     rows["ranks"] = pd.to_numeric(rows["ranks"])
@@ -194,9 +194,9 @@ ANNOTATED_UP_TO = 16  # ranks on an axis up to which every cell shows its figure
 
 def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
     """One PNG per all-pairs kernel (``heatmap_pairs-bw.png``): a panel per (series, transport, schedule, size),
-    sources down and destinations across, named by host and rank; slow pairs (fabricbench.pairs) boxed in red.
+    sources down and destinations across, named by host and rank; slow pairs (fabricbench.measure.verdict) boxed in red.
     GPU pairs (cuda-copy ``peer``) get ``heatmap_peer.png``: a panel per (series, host, size), GPU by GPU."""
-    from fabricbench.pairs import METRICS
+    from fabricbench.measure.verdict import METRICS
 
     written = []
     rows = pairs[comparable(pairs)].copy()
@@ -273,9 +273,9 @@ def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -
 
 
 def _box_slow_pairs(ax, group: pd.DataFrame, place: dict) -> None:
-    """Red boxes round the pairs fabricbench.pairs' verdict calls slow, and every pair of a slow host; ``place``:
-    each rank's place on the axes, as _heatmap drew them."""
-    from fabricbench.pairs import verdict
+    """Red boxes round the pairs the all-pairs verdict (fabricbench.measure.verdict) calls slow, and every pair of a
+    slow host; ``place``: each rank's place on the axes, as _heatmap drew them."""
+    from fabricbench.measure.verdict import verdict
 
     pairs = set(zip(group["src"], group["dst"], strict=True))
     found = verdict(group.assign(src_rank=group["src"], dst_rank=group["dst"]).to_dict("records"))

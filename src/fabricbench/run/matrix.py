@@ -1,6 +1,6 @@
 """The all-pairs kernels on every rank: phase by phase, each pair timed by its transport's own loop.
 
-For one size, every phase of the schedule (``fabricbench.pairs``) runs
+For one size, every phase of the schedule (``fabricbench.measure.verdict``) runs
 between barriers: each rank asks its transport for the case of its part in
 the phase (``Transport.pair_case``: a source, a destination, both under
 ``shift``, or none), warms up, times, and validates when asked. The ranks
@@ -19,11 +19,11 @@ import numpy as np
 
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.kernels import Kernel
-from fabricbench.pairs import per_node, phases
-from fabricbench.plan import Plan
-from fabricbench.rows import base_row
-from fabricbench.stats import bandwidth_MBps, latency_stats
+from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.plan import Plan
+from fabricbench.measure.rows import base_row
+from fabricbench.measure.stats import bandwidth_MBps, latency_stats
+from fabricbench.measure.verdict import per_node, phases
 from fabricbench.transports.base import Case
 
 STATS = ("lat_min_us", "lat_p50_us", "lat_mean_us", "lat_p90_us", "lat_p99_us", "lat_p999_us", "lat_max_us")
@@ -54,7 +54,7 @@ def measure_pairs(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchd
     Raises Unsupported on every rank alike, before any traffic, where the
     transport cannot run the kernel at this size or --per-node leaves one rank.
     """
-    from fabricbench.runner import check, stop_if_failed
+    from fabricbench.run.runner import check, stop_if_failed
 
     schedule = plan.pairs.get("schedule", "isolated")
     ranks, hosts = participants(ctrl, bool(plan.pairs.get("per_node")))

@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 
 from fabricbench.errors import UsageError
-from fabricbench.kernels import Kernel
-from fabricbench.plan import Plan
+from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.plan import Plan
 
 BUFFER_COPIES = 2  # the send buffer and the receive buffer: one each, reused by every message of a window
 CHECK_COPIES = 2  # with -c: the expected copy of what arrives, and the comparison's mask (a byte per byte)

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from fabricbench.kernels import Kernel
-from fabricbench.stats import across_ranks, bandwidth_MBps, latency_stats, stability_note
+from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.stats import across_ranks, bandwidth_MBps, latency_stats, stability_note
 
 # What every rank reports after a size: one float64 vector, gathered on rank 0.
 SUMMARY = ("initiator", "iterations", "total_ns", "valid")

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 
 from fabricbench.argtypes import MAX_COUNT, byte_size, names, whole_number
 from fabricbench.errors import UsageError
-from fabricbench.kernels import Kernel, get_kernel
+from fabricbench.measure.kernels import Kernel, get_kernel
 
 # The largest message any kernel takes: MPI counts are C ints, and 1 GiB is the largest power of two
-# below 2^31. Memory bounds it further (fabricbench.memory).
+# below 2^31. Memory bounds it further (fabricbench.measure.memory).
 MAX_MESSAGE_SIZE = 1 << 30
 
 parse_size = byte_size("message size")
