@@ -1,0 +1,147 @@
+"""What a run produces, with the numbers taken out: to show that a change to the core changes no behaviour.
+
+    python benchmarks/behaviour_snapshot.py snapshot OUT.json      # run the five cases on this checkout
+    python benchmarks/behaviour_snapshot.py diff BEFORE.json AFTER.json
+
+The cases: the default sweep (``fabricbench run``), ``pairs-bw`` on 4 ranks, a ``cuda-copy`` run on a host
+without a GPU (its refusal), a ``--peer`` run against a local ``serve``, and ``--format osu`` text for a
+latency, a bandwidth and a collective kernel. For each it keeps the table's columns, every row's (transport,
+kernel, size_B, status, method) and the exit code and stderr; OSU text is kept with every number masked. Rows
+are compared as sets in run order; figures differ between runs and are never compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PYTHON = sys.executable
+KEY = ("transport", "kernel", "size_B", "status", "method")
+# A number with the spaces that pad it: OSU's columns are fixed-width, so a layout is the same when every run of
+# digits, points and spaces holding a digit has the same length.
+NUMBER = re.compile(r"[-+\d. ]*\d[-+\d. ]*")
+
+
+def fabricbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FABRICBENCH_", "PMI", "OMPI_", "SLURM_"))}
+    return subprocess.run(
+        [PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def table(out: Path) -> dict:
+    with open(out / "results.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = [[row[name] for name in KEY] for row in reader]
+        return {"columns": reader.fieldnames, "rows": rows}
+
+
+def masked(text: str) -> str:
+    """OSU text with numbers (and their padding) masked, so layout and words are compared and figures are not."""
+    return "\n".join(NUMBER.sub(lambda m: "#" * len(m.group()), line) for line in text.splitlines())
+
+
+def comparable(case: dict) -> dict:
+    """A case as the diff sees it: OSU text masked (the snapshot keeps it raw, figures and all)."""
+    return {field: masked(value) if field == "osu_text" else value for field, value in case.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def snapshot(path: Path) -> None:
+    cases: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        quick = ["-i", "20", "-x", "2"]
+
+        result = fabricbench("run", "--out", str(work / "default"), "--format", "none")
+        cases["default sweep"] = {"rc": result.returncode, **table(work / "default")}
+
+        result = fabricbench("run", "--np", "4", "-k", "pairs-bw", "-m", "1:4K", *quick, "--out", str(work / "pairs"))
+        cases["pairs-bw, 4 ranks"] = {"rc": result.returncode, **table(work / "pairs")}
+
+        result = fabricbench("run", "-t", "cuda-copy", "--out", str(work / "cuda"))
+        cases["cuda-copy refusal"] = {"rc": result.returncode, "stderr": result.stderr.strip().splitlines()}
+
+        port = free_port()
+        server = subprocess.Popen(
+            [PYTHON, "-m", "fabricbench", "serve", "--address", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            for _ in range(200):
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.05)
+            result = fabricbench(
+                "run", "--peer", f"127.0.0.1:{port}", "-k", "latency,bw,bibw,allreduce", "-m", "1:4K", "-c",
+                *quick, "--out", str(work / "peer"), "--format", "none",
+            )  # fmt: skip
+            cases["--peer run"] = {"rc": result.returncode, **table(work / "peer")}
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+        for kernels in ("latency", "bw", "allreduce", "latency,bw,bibw,allreduce"):
+            result = fabricbench("run", "-k", kernels, "-m", "1:4K", *quick, "--format", "osu", "--out",
+                                 str(work / f"osu-{kernels}"))  # fmt: skip
+            cases[f"--format osu -k {kernels}"] = {"rc": result.returncode, "osu_text": result.stdout}
+        result = fabricbench("run", "-k", "allreduce", "-m", "4:4K", "-c", *quick, "--format", "osu",
+                             "--osu-full", "--osu-percentiles", "50,99", "--out", str(work / "osu-full"))  # fmt: skip
+        cases["--format osu --osu-full -c"] = {"rc": result.returncode, "osu_text": result.stdout}
+    path.write_text(json.dumps(cases, indent=1) + "\n")
+    print(f"{len(cases)} cases in {path}")
+
+
+def diff(before_path: Path, after_path: Path) -> int:
+    before, after = (
+        {name: comparable(case) for name, case in json.loads(path.read_text()).items()}
+        for path in (before_path, after_path)
+    )
+    failures = 0
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            detail = f"{len(old['rows'])} rows, {len(old['columns'])} columns" if "rows" in old else "identical"
+            print(f"same      {name}: {detail}")
+            continue
+        failures += 1
+        print(f"DIFFERENT {name}")
+        for field in sorted(set(old or {}) | set(new or {})):
+            if (old or {}).get(field) != (new or {}).get(field):
+                print(f"  {field}:\n    before {(old or {}).get(field)!r}\n    after  {(new or {}).get(field)!r}")
+    print(f"{failures} of {len(set(before) | set(after))} cases differ")
+    return 1 if failures else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("snapshot").add_argument("out", type=Path)
+    compare = sub.add_parser("diff")
+    compare.add_argument("before", type=Path)
+    compare.add_argument("after", type=Path)
+    args = parser.parse_args()
+    if args.command == "snapshot":
+        snapshot(args.out)
+        return 0
+    return diff(args.before, args.after)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
