@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
-import secrets
-import socket
 import sys
 
 # numpy's OpenBLAS starts a thread per core that spins for a while after import. fabricbench
@@ -34,6 +31,7 @@ from fabricbench.launch.orchestrate import RUN_ID_VAR
 from fabricbench.measure.kernels import KERNELS, get_kernel
 from fabricbench.measure.memory import check_memory, local_rank_count
 from fabricbench.measure.plan import Plan, Step, kernel_sizes, parse_rank_counts, parse_size_range
+from fabricbench.measure.results import new_run_id
 from fabricbench.transports import TRANSPORTS, check_transport, preflight, supported_kernels
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
@@ -324,11 +322,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model.set_defaults(func=cmd_model)
     return parser
-
-
-def new_run_id() -> str:
-    """A run's name: when and where it started, and 4 random hex digits to tell apart runs of the same second."""
-    return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
 
 
 def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:

@@ -536,9 +536,10 @@ def _rows(path: str) -> list[dict]:
 
 def _start_run(words: list[str]) -> tuple[str, int]:
     """Run ``fabricbench run WORDS`` as a child; the folder it wrote and its exit code."""
-    from fabricbench.cli import build_parser, new_run_id
+    from fabricbench.cli import build_parser
     from fabricbench.launch import launcher as launch
     from fabricbench.launch.orchestrate import RUN_ID_VAR
+    from fabricbench.measure.results import new_run_id
 
     if launch.launcher() is not None:
         raise UsageError(

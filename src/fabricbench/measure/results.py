@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
 import io
 import json
 import math
 import os
+import secrets
+import socket
 import sys
 from pathlib import Path
 
@@ -436,3 +439,8 @@ def read_table(path: str | Path):
     else:
         frame = pd.read_csv(source, keep_default_na=False, na_values={c: [""] for c in NUMERIC})
     return frame, metadata
+
+
+def new_run_id() -> str:
+    """A run's name: when and where it started, and 4 random hex digits to tell apart runs of the same second."""
+    return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"
