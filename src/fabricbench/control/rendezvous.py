@@ -27,6 +27,7 @@ import contextlib
 import errno
 import socket
 import struct
+from functools import partialmethod
 
 from fabricbench import __version__
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
@@ -82,24 +83,6 @@ class Fields:
             raise UsageError(f"value {value!r} does not fit the protocol field: {exc}") from None
         return self
 
-    def u8(self, value: int) -> Fields:
-        return self._pack("!B", value)
-
-    def u16(self, value: int) -> Fields:
-        return self._pack("!H", value)
-
-    def u32(self, value: int) -> Fields:
-        return self._pack("!I", value)
-
-    def u64(self, value: int) -> Fields:
-        return self._pack("!Q", value)
-
-    def i64(self, value: int) -> Fields:
-        return self._pack("!q", value)
-
-    def f64(self, value: float) -> Fields:
-        return self._pack("!d", value)
-
     def blob(self, data: bytes) -> Fields:
         self.u32(len(data))
         self._parts.append(bytes(data))
@@ -136,24 +119,6 @@ class FieldReader:
     def _unpack(self, fmt: str):
         return struct.unpack(fmt, self._take(struct.calcsize(fmt)))[0]
 
-    def u8(self) -> int:
-        return self._unpack("!B")
-
-    def u16(self) -> int:
-        return self._unpack("!H")
-
-    def u32(self) -> int:
-        return self._unpack("!I")
-
-    def u64(self) -> int:
-        return self._unpack("!Q")
-
-    def i64(self) -> int:
-        return self._unpack("!q")
-
-    def f64(self) -> float:
-        return self._unpack("!d")
-
     def blob(self, max_len: int = MAX_PAYLOAD) -> bytes:
         length = self.u32()
         if length > max_len:
@@ -172,6 +137,14 @@ class FieldReader:
     def end(self) -> None:
         if self._pos != len(self._data):
             raise ProtocolError(f"malformed {self.what}: {len(self._data) - self._pos} unexpected trailing bytes")
+
+
+# The fixed-width fields, in network byte order, written once for both sides: Fields.u8(value) appends one and
+# returns the builder, FieldReader.u8() reads one back.
+FIXED_FIELDS = {"u8": "!B", "u16": "!H", "u32": "!I", "u64": "!Q", "i64": "!q", "f64": "!d"}
+for _field, _format in FIXED_FIELDS.items():
+    setattr(Fields, _field, partialmethod(Fields._pack, _format))
+    setattr(FieldReader, _field, partialmethod(FieldReader._unpack, _format))
 
 
 def _receive_failed(waiting_for: str, sock: socket.socket, exc: OSError | None = None) -> PeerError:
