@@ -1,4 +1,4 @@
-"""The one check of a table read from disk (analysis/load.py), on hand-written schema 4 folders: no process.
+"""The one check of a table read from disk (measure/table_cells.py), on hand-written schema 4 folders: no process.
 
 compare, check, model and run --append read through it; each refusal is one line naming the file, row and column.
 """
@@ -15,7 +15,9 @@ import pytest
 
 from fabricbench.analysis import load
 from fabricbench.errors import UsageError
-from fabricbench.measure.results import COLUMNS, CSV_NAME, META_NAME, PARQUET_NAME, TableWriter, write_parquet
+from fabricbench.measure.results import TableWriter, write_parquet
+from fabricbench.measure.schema import COLUMNS, CSV_NAME, META_NAME, PARQUET_NAME
+from fabricbench.measure.table_cells import first_difference
 
 SIZES = [8 << k for k in range(8)]  # 8 B .. 1 KiB: eight ok rows, as a latency sweep writes them
 
@@ -74,7 +76,7 @@ def test_the_folder_as_written_reads_with_its_figures_and_sizes(tmp_path, run):
     assert list(frame["size_B"][:8]) == SIZES and math.isnan(frame["size_B"][8])
     assert frame["lat_p50_us"][0] == pytest.approx(1.508) and math.isnan(frame["bw_MBps"][0])
     copy, _ = load._load(str(_run(tmp_path / "with-parquet", parquet=True)))
-    assert load.first_difference(frame, copy) is None and len(copy) == 9
+    assert first_difference(frame, copy) is None and len(copy) == 9
 
 
 @pytest.mark.parametrize(
@@ -195,6 +197,6 @@ def test_first_difference_names_the_row_and_column(run, tmp_path):
     frame, _ = load._load(str(run))
     other = frame.copy()
     other.loc[5, "note"] = "edited"
-    assert load.first_difference(frame, other) == (6, "note")
-    assert load.first_difference(frame.iloc[:4], frame) is None
-    assert load.first_difference(frame, frame.iloc[:4]) == (5, "")
+    assert first_difference(frame, other) == (6, "note")
+    assert first_difference(frame.iloc[:4], frame) is None
+    assert first_difference(frame, frame.iloc[:4]) == (5, "")

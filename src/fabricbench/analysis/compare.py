@@ -17,7 +17,8 @@ import pandas as pd
 
 from fabricbench.analysis.load import KEY, SCALING, Series, comparable, split_series
 from fabricbench.errors import UsageError
-from fabricbench.measure.results import NUMERIC, prepare_out_dir
+from fabricbench.measure.results import prepare_out_dir
+from fabricbench.measure.schema import NUMERIC
 from fabricbench.measure.stats import CONFIDENCE, bootstrap_median, bootstrap_ratio, significant
 
 DEFAULT_METRICS = ["lat_p50_us", "bw_MBps", "busbw_GBps"]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
-from fabricbench.measure.results import NUMERIC
+from fabricbench.measure.schema import NUMERIC
 
 FIELDS = ("transport", "kernel", "size", "buffer", "optional", "name")
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
