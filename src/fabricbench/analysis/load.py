@@ -1,11 +1,11 @@
-"""Reading finished runs for ``fabricbench compare``: checked inputs, schema migration, series.
+"""Reading finished runs for compare, check and model: one public reader (``read_run``), migration, series.
 
 Every input is read, checked (measure/table_cells.py, the check ``run --append``
-reads through too) and migrated to the current schema here, so the comparison and
-the plots only see tables of one shape.
+reads through too) and migrated to the current schema by ``read_run``, so the
+comparison, the plots, the thresholds and the model only see tables of one shape.
 A series is one (run, transport, buffer) of one input, so a run that measured both
-mpi and tcp gives two series. Only those commands import this module, on one
-process (rank 0 for --append), so pandas is imported at the top.
+mpi and tcp gives two series. Only those commands import this module, so pandas is
+imported at the top.
 """
 
 from __future__ import annotations
@@ -122,8 +122,9 @@ def _check_file(name: str, source: Path) -> None:
         )
 
 
-def _load(path: str) -> tuple[pd.DataFrame, dict]:
-    """One input as a checked DataFrame of the current schema, or a one-line UsageError."""
+def read_run(path: str) -> tuple[pd.DataFrame, dict]:
+    """A finished run (its folder, CSV or Parquet file) as a checked DataFrame of the current schema, and its
+    metadata; a one-line UsageError for anything else. compare, check and model read every input through it."""
     source = Path(path)
     if not source.exists():
         raise UsageError(f"no such file or directory: {path!r}")
@@ -171,7 +172,8 @@ def _load(path: str) -> tuple[pd.DataFrame, dict]:
     return frame, metadata
 
 
-def _path_name(path: str) -> str:
+def path_name(path: str) -> str:
+    """What an input is called when nothing inside names it: its folder's name, or its file's without the suffix."""
     source = Path(path).resolve()
     if source.name in (CSV_NAME, PARQUET_NAME):
         return source.parent.name
@@ -183,7 +185,7 @@ def _run_label(path: str, metadata: dict, run_id: str, rows: pd.DataFrame) -> st
     if metadata.get("label") and metadata.get("run_id", run_id) == run_id:
         return metadata["label"]
     labels = [label for label in rows["label"].unique() if label]
-    return labels[0] if labels else run_id or _path_name(path)
+    return labels[0] if labels else run_id or path_name(path)
 
 
 def comparable(rows: pd.DataFrame) -> pd.Series:
@@ -213,7 +215,7 @@ def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str
     found: list[tuple[str, dict, str, str, str, str, pd.DataFrame]] = []
     notes = []
     for path in paths:
-        frame, metadata = _load(path)
+        frame, metadata = read_run(path)
         if MIGRATED in metadata:
             notes.append(f"{path}: {metadata[MIGRATED]}")
         for (run_id, transport, buffer), rows in frame.groupby(["run_id", "transport", "buffer"], sort=False):

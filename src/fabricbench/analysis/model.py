@@ -280,9 +280,9 @@ def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") ->
 
     models = []
     for path in paths:
-        frame, metadata = load._load(path)  # the checked reader compare uses, one input at a time
+        frame, metadata = load.read_run(path)
         usable = frame[load.comparable(frame) & frame["size_B"].notna() & (frame["src_host"] == "")]
-        label = metadata.get("label") or load._path_name(path)
+        label = metadata.get("label") or load.path_name(path)
         for (transport, buffer), rows in usable.groupby(["transport", "buffer"], sort=False):
             points = {k: _points(rows, k, statistic) for k in ("latency", "bw")}
             fits = {k: fit_hockney(*points[k], seed=seed) for k in points}

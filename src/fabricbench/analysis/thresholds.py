@@ -530,7 +530,7 @@ def _rows(path: str) -> list[dict]:
     """A finished run's rows, read and migrated as compare reads them."""
     from fabricbench.analysis import load
 
-    frame, _ = load._load(path)  # the checked reader compare uses, one input at a time
+    frame, _ = load.read_run(path)
     return frame.to_dict("records")
 
 
