@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from fabricbench.errors import UsageError
-from fabricbench.measure.memory import format_bytes
+from fabricbench.measure.formatting import format_bytes
 from fabricbench.measure.schema import CSV_NAME, META_NAME, OPTIONAL, PARQUET_NAME, SCHEMA_VERSION
 from fabricbench.measure.table_cells import check_cells, check_row_count, csv_cells, parquet_cells, parse_json
 
@@ -191,6 +191,11 @@ def _run_label(path: str, metadata: dict, run_id: str, rows: pd.DataFrame) -> st
 def comparable(rows: pd.DataFrame) -> pd.Series:
     """Rows whose numbers stand: measured, and not failed validation."""
     return rows["status"].str.startswith("ok") & (rows["validation"] != "fail")
+
+
+def shown_metrics(chosen: dict[str, list[str]]) -> list[str]:
+    """Every metric that some kernel shows (compare's {kernel: metrics}), once each, in the order they were chosen."""
+    return list(dict.fromkeys(m for ms in chosen.values() for m in ms))
 
 
 def by_rank_count(rows: pd.DataFrame) -> pd.DataFrame:

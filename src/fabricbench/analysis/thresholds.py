@@ -28,6 +28,7 @@ from pathlib import Path
 
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
+from fabricbench.measure.formatting import format_size
 from fabricbench.measure.schema import NUMERIC
 
 FIELDS = ("transport", "kernel", "size", "buffer", "optional", "name")
@@ -108,10 +109,10 @@ class Threshold:
         if self.size_min is None and self.size_max is None:
             sizes = "every size"
         elif self.size_min == self.size_max:
-            sizes = _size_text(self.size_min)
+            sizes = format_size(self.size_min)
         else:
-            low = _size_text(self.size_min) if self.size_min is not None else ""
-            high = _size_text(self.size_max) if self.size_max is not None else ""
+            low = format_size(self.size_min) if self.size_min is not None else ""
+            high = format_size(self.size_max) if self.size_max is not None else ""
             sizes = f"{low or '0 B'}-{high}" if high else f"{low} and up"
         buffer = f" {self.buffer} buffers" if self.buffer else ""
         return f"{','.join(self.transports)} {','.join(self.kernels)} {sizes}{buffer}"
@@ -139,14 +140,6 @@ class Verdict:
 
 def _number(value: float) -> str:
     return f"{value:.4g}"
-
-
-def _size_text(size: float) -> str:
-    """Bytes as message sizes are read: 512 B, 1 KiB, 4 MiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.4g} {unit}"
-    return f"{size:.4g} B"
 
 
 # --- parsing -------------------------------------------------------------------------------------------------------
@@ -399,7 +392,7 @@ def is_gpu_pair(row: dict) -> bool:
 def row_name(row: dict) -> str:
     """``tcp pairs-bw 1 MiB fbh1 -> fbh3 (ranks 0 -> 2, shift)``, or ``cuda-copy peer 64 MiB gpu1 GPU 0 -> GPU 1``:
     which row, pair and repeat a line is about."""
-    text = f"{row['transport']} {row['kernel']} {_size_text(row['size_B'])}"
+    text = f"{row['transport']} {row['kernel']} {format_size(row['size_B'])}"
     if row.get("buffer", "host") not in ("host", ""):
         text += f" {row['buffer']} buffers"
     if is_pair(row):

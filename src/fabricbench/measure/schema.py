@@ -48,7 +48,8 @@ COLUMNS = [
     "status",
     "note",
 ]
-NUMERIC = {c for c in COLUMNS if c.endswith(("_us", "_MBps", "_GBps", "_per_s"))}
+UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")  # a measured column's name ends in its unit
+NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)}
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
 INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu"}
 # The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
