@@ -19,7 +19,7 @@ from fabricbench.analysis.load import KEY, SCALING, Series, comparable, shown_me
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_size, format_sizes, short_name
 from fabricbench.measure.results import prepare_out_dir
-from fabricbench.measure.schema import NUMERIC
+from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.stats import CONFIDENCE, bootstrap_median, bootstrap_ratio, significant
 
 DEFAULT_METRICS = ["lat_p50_us", "bw_MBps", "busbw_GBps"]
@@ -284,7 +284,7 @@ def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
         lines.append(f"# {who}: {'; '.join(parts)}")
     failed = table[~comparable(table)]
     for (letter, kernel, status), rows in failed.groupby(["letter", "kernel", "status"], sort=False):
-        why = "failed validation" if status.startswith("ok") else status
+        why = "failed validation" if is_measured(status) else status
         sizes = [float(s) for s in rows["size_B"]] if rows["size_B"].notna().all() else []
         lines.append(f"# not compared, {letter} ({names[letter]}): {kernel} {format_sizes(sizes)}: {why}")
     return lines

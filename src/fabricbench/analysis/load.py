@@ -21,7 +21,7 @@ import pandas as pd
 
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_bytes
-from fabricbench.measure.schema import CSV_NAME, META_NAME, OPTIONAL, PARQUET_NAME, SCHEMA_VERSION
+from fabricbench.measure.schema import CSV_NAME, META_NAME, OPTIONAL, PARQUET_NAME, SCHEMA_VERSION, is_measured
 from fabricbench.measure.table_cells import check_cells, check_row_count, csv_cells, parquet_cells, parse_json
 
 # Metadata fields the report reads that must be strings (and "hosts", a list of strings).
@@ -190,7 +190,7 @@ def _run_label(path: str, metadata: dict, run_id: str, rows: pd.DataFrame) -> st
 
 def comparable(rows: pd.DataFrame) -> pd.Series:
     """Rows whose numbers stand: measured, and not failed validation."""
-    return rows["status"].str.startswith("ok") & (rows["validation"] != "fail")
+    return rows["status"].map(is_measured).astype(bool) & (rows["validation"] != "fail")
 
 
 def shown_metrics(chosen: dict[str, list[str]]) -> list[str]:

@@ -29,7 +29,8 @@ from pathlib import Path
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_size
-from fabricbench.measure.schema import NUMERIC
+from fabricbench.measure.schema import NUMERIC, is_measured
+from fabricbench.measure.verdict import slow_host
 
 FIELDS = ("transport", "kernel", "size", "buffer", "optional", "name")
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
@@ -358,10 +359,6 @@ def read_thresholds(path: str) -> list[Threshold]:
 # --- judging -------------------------------------------------------------------------------------------------------
 
 
-def _measured(row: dict) -> bool:
-    return str(row.get("status", "")).startswith("ok")
-
-
 def _value(row: dict, column: str) -> float:
     value = row.get(column)
     try:
@@ -408,7 +405,8 @@ def row_name(row: dict) -> str:
 
 
 def slow_hosts(pairs: list[dict], failing: list[dict]) -> dict[str, tuple[set[str], set[str]]]:
-    """Hosts most of whose peers share a failing pair with them: {host: (failing peers, all peers)}.
+    """Hosts most of whose peers share a failing pair with them (the verdict's slow_host rule): {host: (failing
+    peers, all peers)}.
 
     A host needs at least two peers to be named: with one, a slow link and a slow host look alike. A
     pair counts for both its hosts, in either direction, so a host whose own link is slow (every
@@ -429,7 +427,7 @@ def slow_hosts(pairs: list[dict], failing: list[dict]) -> dict[str, tuple[set[st
     return {
         host: (bad[host], peers[host])
         for host in sorted(peers)
-        if len(peers[host]) >= 2 and len(bad[host]) > len(peers[host]) / 2
+        if len(peers[host]) >= 2 and slow_host(len(bad[host]), len(peers[host]))
     }
 
 
@@ -487,7 +485,7 @@ def judge(thresholds: list[Threshold], rows: list[dict]) -> Verdict:
     checked = set()
     for threshold in thresholds:
         covered = [row for row in rows if threshold.covers(row)]
-        measured = [row for row in covered if _measured(row)]
+        measured = [row for row in covered if is_measured(row.get("status", ""))]
         if not measured:
             level = "warn" if threshold.optional else "FAIL"
             why = "no row" if not covered else f"only rows that were not measured ({covered[0].get('status')})"

@@ -60,6 +60,7 @@ SCHEMA_VERSION = 4
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
+MEASURED = "ok"  # a measured row's status; every other status says why its size was not measured
 PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
 # schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
@@ -80,3 +81,8 @@ OPTIONAL = {
     "src_gpu": "",
     "dst_gpu": "",
 }
+
+
+def is_measured(status: object) -> bool:
+    """Whether a row's status says it was measured (``ok``), not why it was not (``unsupported: ...``)."""
+    return str(status).startswith(MEASURED)

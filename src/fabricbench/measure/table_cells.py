@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fabricbench.errors import UsageError
-from fabricbench.measure.schema import INTEGER, NUMERIC, OPTIONAL, PREVIOUS_RUNS
+from fabricbench.measure.schema import INTEGER, NUMERIC, OPTIONAL, PREVIOUS_RUNS, is_measured
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ def check_cells(cells: Cells) -> pd.DataFrame:
     at = {column: index for index, column in enumerate(header)}
     transports, kernels = _known()
     statuses = [row[at["status"]] for row in cells.rows]
-    measured = [status.startswith("ok") for status in statuses]
+    measured = [is_measured(status) for status in statuses]
     for number, row in enumerate(cells.rows, 1):
         if row[at["transport"]] not in transports:
             raise refuse(number, "transport", row[at["transport"]], "not a transport fabricbench has")
