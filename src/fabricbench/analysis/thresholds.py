@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +37,7 @@ BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GP
 BOUNDS = ("min", "max")
 # The signals a run ends by: check passes its exit code on instead of judging a cut run.
 STOPPED = {129, 130, 141, 143}
+RunOut = Callable[[list[str]], str | None]  # run's words -> their --out (None: the run names its own folder)
 _HEADER = re.compile(r"\s*\[\[\s*threshold\s*\]\]")
 _size = byte_size("size")
 # Bounds on a thresholds file, checked before and after tomllib reads it: tomllib recurses once per bracket
@@ -525,9 +526,8 @@ def _rows(path: str) -> list[dict]:
     return frame.to_dict("records")
 
 
-def _start_run(words: list[str]) -> tuple[str, int]:
+def _start_run(words: list[str], run_out: RunOut) -> tuple[str, int]:
     """Run ``fabricbench run WORDS`` as a child; the folder it wrote and its exit code."""
-    from fabricbench.cli import build_parser
     from fabricbench.launch import launcher as launch
     from fabricbench.launch.orchestrate import RUN_ID_VAR
     from fabricbench.measure.results import new_run_id
@@ -537,12 +537,8 @@ def _start_run(words: list[str]) -> tuple[str, int]:
             "check -- run starts its own ranks; under a launcher run `fabricbench run --out DIR`, "
             "then `fabricbench check THRESHOLDS DIR`"
         )
-    parser = build_parser()
-    parsed, extra = parser.parse_known_args(["run", *words])  # bad run options: one line, exit 2, now
-    if extra:
-        parser.refuse_unrecognized(parsed, extra, " for run")  # names no value: one may be a --token's
+    out = run_out(words)  # bad run options: one line, exit 2, now
     env = dict(os.environ)
-    out = parsed.out
     if not out:
         run_id = new_run_id()
         env[RUN_ID_VAR] = run_id  # the run names itself, and its folder, by this id
@@ -551,15 +547,18 @@ def _start_run(words: list[str]) -> tuple[str, int]:
     return out, code
 
 
-def check(thresholds_path: str, target: list[str]) -> int:
-    """``check THRESHOLDS RUN`` or ``check THRESHOLDS -- run ARGS``: print the verdict; 0 pass, 1 fail."""
+def check(thresholds_path: str, target: list[str], run_out: RunOut) -> int:
+    """``check THRESHOLDS RUN`` or ``check THRESHOLDS -- run ARGS``: print the verdict; 0 pass, 1 fail.
+
+    ``run_out`` reads ``run``'s own words as ``run`` does (the command line's parser, which lives above this
+    module) and returns their --out, or None; it raises UsageError for words run would refuse."""
     words = target[1:] if target[:1] == ["--"] else target
     if not words:
         raise UsageError("check needs a finished run's folder, or -- run ARGS to start one")
     thresholds = read_thresholds(thresholds_path)  # a malformed file stops check before any run starts
     run_code = 0
     if words[0] == "run" and (len(words) > 1 or target[:1] == ["--"]):
-        run, run_code = _start_run(words[1:])
+        run, run_code = _start_run(words[1:], run_out)
         if run_code < 0:  # killed by a signal: the shell's 128 + N
             return 128 - run_code
         if run_code == 2 or run_code in STOPPED:  # bad input, or stopped: nothing to judge
