@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from fabricbench.measure.results import COLUMNS
+from fabricbench.measure.schema import COLUMNS
 from support import fabricbench, one_error_line
 
 QUICK = ["-i", "20", "-x", "2", "--format", "none"]

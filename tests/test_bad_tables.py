@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.measure.results import COLUMNS
+from fabricbench.measure.schema import COLUMNS
 from support import fabricbench, one_error_line
 
 THRESHOLDS = '[[threshold]]\ntransport = "mpi"\nkernel = "latency"\nmax_lat_p50_us = 1000000\n'

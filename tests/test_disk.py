@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.measure.results import COLUMNS
+from fabricbench.measure.schema import COLUMNS
 from support import MPIEXEC, PYTHON, Server, clean_env, fabricbench, one_error_line, read_rows
 
 DISK_SIZE = "64k"

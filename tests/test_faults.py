@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.measure.results import COLUMNS
+from fabricbench.measure.schema import COLUMNS
 from support import MPIEXEC, PYTHON, clean_env, read_rows, run_until_first_row
 
 

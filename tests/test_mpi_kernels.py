@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from fabricbench.measure.results import COLUMNS
+from fabricbench.measure.schema import COLUMNS
 from support import fabricbench, mpiexec, read_rows
 
 P2P = ["latency", "bw", "bibw", "msgrate", "multi-latency"]

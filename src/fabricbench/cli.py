@@ -553,10 +553,19 @@ def cmd_doctor(args, argv: list[str]) -> int:
     return doctor.doctor(as_json=args.json)
 
 
+def _run_out(words: list[str]) -> str | None:
+    """The --out of ``fabricbench run WORDS``, for check's ``-- run``: words run would refuse are refused now."""
+    parser = build_parser()
+    parsed, extra = parser.parse_known_args(["run", *words])
+    if extra:
+        parser.refuse_unrecognized(parsed, extra, " for run")  # names no value: one may be a --token's
+    return parsed.out
+
+
 def cmd_check(args, argv: list[str]) -> int:
     from fabricbench.analysis.thresholds import check
 
-    return check(args.thresholds, args.target)
+    return check(args.thresholds, args.target, _run_out)
 
 
 def cmd_model(args, argv: list[str]) -> int:

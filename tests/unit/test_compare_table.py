@@ -8,10 +8,11 @@ import math
 import pandas as pd
 import pytest
 
-from fabricbench.analysis.compare import compare, comparison_table, format_sizes, parse_metrics
+from fabricbench.analysis.compare import compare, comparison_table, parse_metrics
 from fabricbench.analysis.load import MIGRATED, OPTIONAL, migrate, split_series
 from fabricbench.errors import UsageError
-from fabricbench.measure.results import SCHEMA_VERSION
+from fabricbench.measure.formatting import format_sizes
+from fabricbench.measure.schema import SCHEMA_VERSION
 
 METRICS = ["lat_p50_us", "bw_MBps"]
 

@@ -15,7 +15,7 @@ from fabricbench.analysis.load import split_series
 from fabricbench.analysis.thresholds import is_gpu_pair, is_pair, row_name
 from fabricbench.errors import PeerError
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.measure.results import COLUMNS, INTEGER, SCHEMA_VERSION
+from fabricbench.measure.schema import COLUMNS, INTEGER, SCHEMA_VERSION
 from fabricbench.report import console
 from fabricbench.transports.cuda_copy import gpu_routes, peer_gpu_count
 

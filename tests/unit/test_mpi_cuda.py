@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fabricbench.collectives import COLLECTIVES, ROOT
+from fabricbench.collectives import COLLECTIVES
+from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import Unsupported
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.transports.mpi import MPITransport, collective_roles, cuda_route

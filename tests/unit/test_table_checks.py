@@ -1,4 +1,4 @@
-"""The one check of a table read from disk (analysis/load.py), on hand-written schema 4 folders: no process.
+"""The one check of a table read from disk (measure/table_cells.py), on hand-written schema 4 folders: no process.
 
 compare, check, model and run --append read through it; each refusal is one line naming the file, row and column.
 """
@@ -15,7 +15,9 @@ import pytest
 
 from fabricbench.analysis import load
 from fabricbench.errors import UsageError
-from fabricbench.measure.results import COLUMNS, CSV_NAME, META_NAME, PARQUET_NAME, TableWriter, write_parquet
+from fabricbench.measure.results import TableWriter, write_parquet
+from fabricbench.measure.schema import COLUMNS, CSV_NAME, META_NAME, PARQUET_NAME
+from fabricbench.measure.table_cells import first_difference
 
 SIZES = [8 << k for k in range(8)]  # 8 B .. 1 KiB: eight ok rows, as a latency sweep writes them
 
@@ -57,7 +59,7 @@ def _edit(folder: Path, row: int, column: str, text: str) -> None:
 
 def _refused(path: Path) -> str:
     with pytest.raises(UsageError) as refused:
-        load._load(str(path))
+        load.read_run(str(path))
     message = str(refused.value)
     assert "\n" not in message
     return message
@@ -69,12 +71,12 @@ def run(tmp_path) -> Path:
 
 
 def test_the_folder_as_written_reads_with_its_figures_and_sizes(tmp_path, run):
-    frame, metadata = load._load(str(run))
+    frame, metadata = load.read_run(str(run))
     assert len(frame) == 9 and metadata["rows"] == 9
     assert list(frame["size_B"][:8]) == SIZES and math.isnan(frame["size_B"][8])
     assert frame["lat_p50_us"][0] == pytest.approx(1.508) and math.isnan(frame["bw_MBps"][0])
-    copy, _ = load._load(str(_run(tmp_path / "with-parquet", parquet=True)))
-    assert load.first_difference(frame, copy) is None and len(copy) == 9
+    copy, _ = load.read_run(str(_run(tmp_path / "with-parquet", parquet=True)))
+    assert first_difference(frame, copy) is None and len(copy) == 9
 
 
 @pytest.mark.parametrize(
@@ -101,7 +103,7 @@ def test_a_bad_cell_is_refused_naming_the_file_row_and_column(run, row, column, 
 
 def test_an_unsupported_rows_cells_are_not_measurements(run):
     _edit(run, 9, "lat_p50_us", "inf")  # run by no one: not compared, checked or fitted
-    frame, _ = load._load(str(run))
+    frame, _ = load.read_run(str(run))
     assert math.isinf(frame["lat_p50_us"][8]) and math.isnan(frame["size_B"][8])
 
 
@@ -179,7 +181,7 @@ def test_the_counts_of_every_run_in_the_folder_add_up(tmp_path, metadata):
     run = _run(tmp_path / "run", **metadata)
     if "rows" not in metadata:
         (run / META_NAME).write_text(json.dumps({"schema_version": 4, **metadata}))
-    frame, _ = load._load(str(run))
+    frame, _ = load.read_run(str(run))
     assert len(frame) == 9
 
 
@@ -192,9 +194,9 @@ def test_the_parquet_copys_own_metadata_counts_when_there_is_no_metadata_json(tm
 
 
 def test_first_difference_names_the_row_and_column(run, tmp_path):
-    frame, _ = load._load(str(run))
+    frame, _ = load.read_run(str(run))
     other = frame.copy()
     other.loc[5, "note"] = "edited"
-    assert load.first_difference(frame, other) == (6, "note")
-    assert load.first_difference(frame.iloc[:4], frame) is None
-    assert load.first_difference(frame, frame.iloc[:4]) == (5, "")
+    assert first_difference(frame, other) == (6, "note")
+    assert first_difference(frame.iloc[:4], frame) is None
+    assert first_difference(frame, frame.iloc[:4]) == (5, "")

@@ -15,13 +15,14 @@ import sys
 
 import pandas as pd
 
-from fabricbench.analysis.load import KEY, SCALING, Series, comparable, split_series
+from fabricbench.analysis.load import KEY, SCALING, Series, comparable, shown_metrics, split_series
 from fabricbench.errors import UsageError
-from fabricbench.measure.results import NUMERIC, prepare_out_dir
+from fabricbench.measure.formatting import format_size, format_sizes, short_name
+from fabricbench.measure.results import prepare_out_dir
+from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.stats import CONFIDENCE, bootstrap_median, bootstrap_ratio, significant
 
 DEFAULT_METRICS = ["lat_p50_us", "bw_MBps", "busbw_GBps"]
-UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")
 CONSOLE_UNITS = {"_us": " us", "_MBps": " MB/s", "_GBps": " GB/s", "_per_s": "/s"}
 CI_TITLE = "95% CI"
 MIN_REPEATS = 3  # repeats each side needs before a ratio is called significant or not
@@ -31,15 +32,6 @@ SAMPLE_MEANING = {
     "window": "latency is the time of one window of messages",
     "op": "latency is the time of one operation",
 }
-
-
-def short_name(column: str) -> str:
-    """``lat_p50_us`` -> ``p50``, ``busbw_GBps`` -> ``busbw``: what ``--metric`` also accepts."""
-    name = column.removeprefix("lat_")
-    for suffix in UNIT_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
 
 
 def parse_metrics(names: list[str] | None) -> list[str]:
@@ -57,33 +49,6 @@ def parse_metrics(names: list[str] | None) -> list[str]:
     return metrics
 
 
-def format_size(size: float) -> str:
-    """Bytes as people read message sizes: 512 B, 1 KiB, 4 MiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.4g} {unit}"
-    return f"{size:.4g} B"
-
-
-def format_sizes(sizes: list[float]) -> str:
-    """A sorted size list, with runs of doublings shortened to ``1 B-32 B (6 sizes)``."""
-    if not sizes or any(math.isnan(s) for s in sizes):
-        return "all sizes"
-    runs: list[list[float]] = []
-    for size in sorted(sizes):
-        if runs and size == (runs[-1][-1] * 2 or 1):
-            runs[-1].append(size)
-        else:
-            runs.append([size])
-    parts = []
-    for run in runs:
-        if len(run) == 1:
-            parts.append(format_size(run[0]))
-        else:
-            parts.append(f"{format_size(run[0])}-{format_size(run[-1])} ({len(run)} sizes)")
-    return ", ".join(parts)
-
-
 def kernel_metrics(tidy: pd.DataFrame, metrics: list[str]) -> dict[str, list[str]]:
     """For each kernel, in order of first appearance, the wanted metrics that hold values."""
     measured = tidy[comparable(tidy)]
@@ -91,11 +56,6 @@ def kernel_metrics(tidy: pd.DataFrame, metrics: list[str]) -> dict[str, list[str
     for kernel, rows in measured.groupby("kernel", sort=False):
         chosen[kernel] = [m for m in metrics if m in rows.columns and rows[m].notna().any()]
     return {k: v for k, v in chosen.items() if v}
-
-
-def shown_metrics(chosen: dict[str, list[str]]) -> list[str]:
-    """Every metric that some kernel shows, once each, in the order they were chosen."""
-    return list(dict.fromkeys(m for ms in chosen.values() for m in ms))
 
 
 def repeated(tidy: pd.DataFrame) -> bool:
@@ -324,7 +284,7 @@ def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
         lines.append(f"# {who}: {'; '.join(parts)}")
     failed = table[~comparable(table)]
     for (letter, kernel, status), rows in failed.groupby(["letter", "kernel", "status"], sort=False):
-        why = "failed validation" if status.startswith("ok") else status
+        why = "failed validation" if is_measured(status) else status
         sizes = [float(s) for s in rows["size_B"]] if rows["size_B"].notna().all() else []
         lines.append(f"# not compared, {letter} ({names[letter]}): {kernel} {format_sizes(sizes)}: {why}")
     return lines
@@ -361,7 +321,7 @@ def compare(paths: list[str], out: str | None = None, metric_names: list[str] | 
     print(report(series, table, chosen, notes), flush=True)
     if out_dir:
         table.to_csv(out_dir / "comparison.csv", index=False)
-        # Imported here: plots imports this module's formatters, and matplotlib, needed only for --out.
+        # Imported here: plots imports matplotlib, needed only for --out.
         from fabricbench.analysis.plots import write_plots
 
         plots = write_plots(series, table, chosen, out_dir)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabricbench.errors import UsageError
+from fabricbench.measure.formatting import format_size
 
 RESAMPLES = 1000  # bootstrap resamples per segment
 MAX_SEGMENTS = 3  # segments per fit: enough for an eager/rendezvous switch and one cache edge
@@ -280,9 +281,9 @@ def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") ->
 
     models = []
     for path in paths:
-        frame, metadata = load._load(path)  # the checked reader compare uses, one input at a time
+        frame, metadata = load.read_run(path)
         usable = frame[load.comparable(frame) & frame["size_B"].notna() & (frame["src_host"] == "")]
-        label = metadata.get("label") or load._path_name(path)
+        label = metadata.get("label") or load.path_name(path)
         for (transport, buffer), rows in usable.groupby(["transport", "buffer"], sort=False):
             points = {k: _points(rows, k, statistic) for k in ("latency", "bw")}
             fits = {k: fit_hockney(*points[k], seed=seed) for k in points}
@@ -339,8 +340,6 @@ def model(
     statistic: str = "typical",
 ) -> int:
     """Print each series' fits, the projection of allreduce at ``size`` and its error against measured rows."""
-    from fabricbench.analysis.compare import format_size
-
     ranks = _parse_ranks(ranks_text)
     if size <= 0:
         raise UsageError("--size must be at least 1 byte")
@@ -376,7 +375,7 @@ def model(
         )
         rows = project(m.alpha_us, m.beta_GBps, size, ranks)
         projection_rows += [{"series": m.name, "alpha_us": m.alpha_us, "beta_GBps": m.beta_GBps} | r for r in rows]
-        _print_projection(rows, size, ranks, format_size)
+        _print_projection(rows, size, ranks)
         if m.allreduce:
             print("  measured allreduce against the model (error = model / measured - 1):")
             for point in m.allreduce:
@@ -398,7 +397,7 @@ def model(
     return 0
 
 
-def _print_projection(rows: list[dict], size: int, ranks: list[int], format_size) -> None:
+def _print_projection(rows: list[dict], size: int, ranks: list[int]) -> None:
     print(f"  allreduce of {format_size(size)}, projected: time and bus bandwidth (GB/s)")
     header = "".join(f"{a:>28}" for a in ALGORITHMS)
     print(f"  {'ranks':>8}{header}")
@@ -467,8 +466,6 @@ def _fit_plot(models: list[Model], path):
 
 def _projection_plot(rows: list[dict], size: int, path):
     """Projected allreduce time and bus bandwidth against the rank count: a colour per series, a style per algorithm."""
-    from fabricbench.analysis.compare import format_size
-
     figure, (time_ax, busbw_ax) = _figure(2)
     styles = dict(zip(ALGORITHMS, ("-", "--", ":"), strict=True))
     series = list(dict.fromkeys(r["series"] for r in rows))

@@ -16,8 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from fabricbench.analysis.compare import format_size, short_name, shown_metrics
-from fabricbench.analysis.load import Series, comparable
+from fabricbench.analysis.load import Series, comparable, shown_metrics
+from fabricbench.measure.formatting import format_size, short_name
 
 # Axis labels; latency columns are built from the row's sample kind.
 AXIS_LABELS = {

@@ -22,19 +22,22 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
-from fabricbench.measure.results import NUMERIC
+from fabricbench.measure.formatting import format_size
+from fabricbench.measure.schema import NUMERIC, is_measured
+from fabricbench.measure.verdict import slow_host
 
 FIELDS = ("transport", "kernel", "size", "buffer", "optional", "name")
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
 BOUNDS = ("min", "max")
 # The signals a run ends by: check passes its exit code on instead of judging a cut run.
 STOPPED = {129, 130, 141, 143}
+RunOut = Callable[[list[str]], str | None]  # run's words -> their --out (None: the run names its own folder)
 _HEADER = re.compile(r"\s*\[\[\s*threshold\s*\]\]")
 _size = byte_size("size")
 # Bounds on a thresholds file, checked before and after tomllib reads it: tomllib recurses once per bracket
@@ -108,10 +111,10 @@ class Threshold:
         if self.size_min is None and self.size_max is None:
             sizes = "every size"
         elif self.size_min == self.size_max:
-            sizes = _size_text(self.size_min)
+            sizes = format_size(self.size_min)
         else:
-            low = _size_text(self.size_min) if self.size_min is not None else ""
-            high = _size_text(self.size_max) if self.size_max is not None else ""
+            low = format_size(self.size_min) if self.size_min is not None else ""
+            high = format_size(self.size_max) if self.size_max is not None else ""
             sizes = f"{low or '0 B'}-{high}" if high else f"{low} and up"
         buffer = f" {self.buffer} buffers" if self.buffer else ""
         return f"{','.join(self.transports)} {','.join(self.kernels)} {sizes}{buffer}"
@@ -139,14 +142,6 @@ class Verdict:
 
 def _number(value: float) -> str:
     return f"{value:.4g}"
-
-
-def _size_text(size: float) -> str:
-    """Bytes as message sizes are read: 512 B, 1 KiB, 4 MiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.4g} {unit}"
-    return f"{size:.4g} B"
 
 
 # --- parsing -------------------------------------------------------------------------------------------------------
@@ -365,10 +360,6 @@ def read_thresholds(path: str) -> list[Threshold]:
 # --- judging -------------------------------------------------------------------------------------------------------
 
 
-def _measured(row: dict) -> bool:
-    return str(row.get("status", "")).startswith("ok")
-
-
 def _value(row: dict, column: str) -> float:
     value = row.get(column)
     try:
@@ -399,7 +390,7 @@ def is_gpu_pair(row: dict) -> bool:
 def row_name(row: dict) -> str:
     """``tcp pairs-bw 1 MiB fbh1 -> fbh3 (ranks 0 -> 2, shift)``, or ``cuda-copy peer 64 MiB gpu1 GPU 0 -> GPU 1``:
     which row, pair and repeat a line is about."""
-    text = f"{row['transport']} {row['kernel']} {_size_text(row['size_B'])}"
+    text = f"{row['transport']} {row['kernel']} {format_size(row['size_B'])}"
     if row.get("buffer", "host") not in ("host", ""):
         text += f" {row['buffer']} buffers"
     if is_pair(row):
@@ -415,7 +406,8 @@ def row_name(row: dict) -> str:
 
 
 def slow_hosts(pairs: list[dict], failing: list[dict]) -> dict[str, tuple[set[str], set[str]]]:
-    """Hosts most of whose peers share a failing pair with them: {host: (failing peers, all peers)}.
+    """Hosts most of whose peers share a failing pair with them (the verdict's slow_host rule): {host: (failing
+    peers, all peers)}.
 
     A host needs at least two peers to be named: with one, a slow link and a slow host look alike. A
     pair counts for both its hosts, in either direction, so a host whose own link is slow (every
@@ -436,7 +428,7 @@ def slow_hosts(pairs: list[dict], failing: list[dict]) -> dict[str, tuple[set[st
     return {
         host: (bad[host], peers[host])
         for host in sorted(peers)
-        if len(peers[host]) >= 2 and len(bad[host]) > len(peers[host]) / 2
+        if len(peers[host]) >= 2 and slow_host(len(bad[host]), len(peers[host]))
     }
 
 
@@ -494,7 +486,7 @@ def judge(thresholds: list[Threshold], rows: list[dict]) -> Verdict:
     checked = set()
     for threshold in thresholds:
         covered = [row for row in rows if threshold.covers(row)]
-        measured = [row for row in covered if _measured(row)]
+        measured = [row for row in covered if is_measured(row.get("status", ""))]
         if not measured:
             level = "warn" if threshold.optional else "FAIL"
             why = "no row" if not covered else f"only rows that were not measured ({covered[0].get('status')})"
@@ -530,13 +522,12 @@ def _rows(path: str) -> list[dict]:
     """A finished run's rows, read and migrated as compare reads them."""
     from fabricbench.analysis import load
 
-    frame, _ = load._load(path)  # the checked reader compare uses, one input at a time
+    frame, _ = load.read_run(path)
     return frame.to_dict("records")
 
 
-def _start_run(words: list[str]) -> tuple[str, int]:
+def _start_run(words: list[str], run_out: RunOut) -> tuple[str, int]:
     """Run ``fabricbench run WORDS`` as a child; the folder it wrote and its exit code."""
-    from fabricbench.cli import build_parser
     from fabricbench.launch import launcher as launch
     from fabricbench.launch.orchestrate import RUN_ID_VAR
     from fabricbench.measure.results import new_run_id
@@ -546,12 +537,8 @@ def _start_run(words: list[str]) -> tuple[str, int]:
             "check -- run starts its own ranks; under a launcher run `fabricbench run --out DIR`, "
             "then `fabricbench check THRESHOLDS DIR`"
         )
-    parser = build_parser()
-    parsed, extra = parser.parse_known_args(["run", *words])  # bad run options: one line, exit 2, now
-    if extra:
-        parser.refuse_unrecognized(parsed, extra, " for run")  # names no value: one may be a --token's
+    out = run_out(words)  # bad run options: one line, exit 2, now
     env = dict(os.environ)
-    out = parsed.out
     if not out:
         run_id = new_run_id()
         env[RUN_ID_VAR] = run_id  # the run names itself, and its folder, by this id
@@ -560,15 +547,18 @@ def _start_run(words: list[str]) -> tuple[str, int]:
     return out, code
 
 
-def check(thresholds_path: str, target: list[str]) -> int:
-    """``check THRESHOLDS RUN`` or ``check THRESHOLDS -- run ARGS``: print the verdict; 0 pass, 1 fail."""
+def check(thresholds_path: str, target: list[str], run_out: RunOut) -> int:
+    """``check THRESHOLDS RUN`` or ``check THRESHOLDS -- run ARGS``: print the verdict; 0 pass, 1 fail.
+
+    ``run_out`` reads ``run``'s own words as ``run`` does (the command line's parser, which lives above this
+    module) and returns their --out, or None; it raises UsageError for words run would refuse."""
     words = target[1:] if target[:1] == ["--"] else target
     if not words:
         raise UsageError("check needs a finished run's folder, or -- run ARGS to start one")
     thresholds = read_thresholds(thresholds_path)  # a malformed file stops check before any run starts
     run_code = 0
     if words[0] == "run" and (len(words) > 1 or target[:1] == ["--"]):
-        run, run_code = _start_run(words[1:])
+        run, run_code = _start_run(words[1:], run_out)
         if run_code < 0:  # killed by a signal: the shell's 128 + N
             return 128 - run_code
         if run_code == 2 or run_code in STOPPED:  # bad input, or stopped: nothing to judge

@@ -6,7 +6,7 @@ from functools import partial
 
 import numpy as np
 
-from fabricbench.collectives import (
+from fabricbench.collectives.spec import (
     FLOAT32,
     OSU_MAX_SIZE,
     REDUCIBLE,

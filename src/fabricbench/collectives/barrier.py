@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabricbench.collectives import CollectiveBuffers, CollectiveSpec
+from fabricbench.collectives.spec import CollectiveBuffers, CollectiveSpec
 from fabricbench.measure.buffers import EMPTY
 
 

@@ -7,7 +7,8 @@ from functools import partial
 
 import numpy as np
 
-from fabricbench.collectives import (
+from fabricbench.collectives import allreduce
+from fabricbench.collectives.spec import (
     FLOAT32,
     OSU_MAX_SIZE,
     REDUCIBLE,
@@ -15,7 +16,6 @@ from fabricbench.collectives import (
     CollectiveBuffers,
     CollectiveSpec,
     Element,
-    allreduce,
     block_bytes,
     filled_values,
     unit_factor,

@@ -13,7 +13,7 @@ import numpy as np
 
 from fabricbench import __version__
 from fabricbench.argtypes import masked_command_line
-from fabricbench.measure.results import SCHEMA_VERSION
+from fabricbench.measure.schema import SCHEMA_VERSION
 
 
 def _read(path: str) -> str:

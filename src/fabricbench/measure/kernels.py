@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fabricbench.collectives import COLLECTIVES, CollectiveSpec
+from fabricbench.collectives import COLLECTIVES
+from fabricbench.collectives.spec import CollectiveSpec
 from fabricbench.errors import UsageError
 
 KiB = 1024

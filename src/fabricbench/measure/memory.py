@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from fabricbench.errors import UsageError
+from fabricbench.measure.formatting import format_bytes
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import Plan
 
@@ -94,14 +95,6 @@ def plan_need(plan: Plan, ranks: int) -> Need | None:
             if worst is None or need.total > worst.total:
                 worst = need
     return worst
-
-
-def format_bytes(count: float) -> str:
-    """Bytes as a person reads memory: 512 B, 64.0 MiB, 21.3 GiB."""
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count:.0f} B"
 
 
 def describe(need: Need) -> str:

@@ -1,4 +1,4 @@
-"""The tidy table and its writers (rank 0 only).
+"""The tidy table's writers (rank 0 only), and the check and repair of an --append folder.
 
 Rows are appended to the CSV and made durable as each size finishes, each row
 whole or not at all, so a run that dies keeps everything it measured. Parquet,
@@ -22,62 +22,16 @@ import sys
 from pathlib import Path
 
 from fabricbench.errors import FabricbenchError, UsageError
-
-# Units are in the names: µs, MB/s with MB = 10^6 bytes, GB/s with GB = 10^9 bytes.
-COLUMNS = [
-    "run_id",
-    "label",
-    "repeat",
-    "transport",
-    "kernel",
-    "method",
-    "buffer",
-    "size_B",
-    "ranks",
-    "pairs",
-    "schedule",
-    "src_rank",
-    "dst_rank",
-    "src_host",
-    "dst_host",
-    "src_gpu",
-    "dst_gpu",
-    "window",
-    "iterations",
-    "warmup",
-    "sample",
-    "lat_min_us",
-    "lat_p50_us",
-    "lat_mean_us",
-    "lat_p90_us",
-    "lat_p99_us",
-    "lat_p999_us",
-    "lat_max_us",
-    "lat_stdev_us",
-    "lat_rank_min_us",
-    "lat_rank_avg_us",
-    "lat_rank_max_us",
-    "bw_MBps",
-    "bw_peak_MBps",
-    "msgrate_per_s",
-    "algbw_GBps",
-    "busbw_GBps",
-    "validation",
-    "status",
-    "note",
-]
-NUMERIC = {c for c in COLUMNS if c.endswith(("_us", "_MBps", "_GBps", "_per_s"))}
-INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
-INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu"}
-# The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
-# 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
-# 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
-# 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU.
-SCHEMA_VERSION = 4
-CSV_NAME = "results.csv"
-PARQUET_NAME = "results.parquet"
-META_NAME = "metadata.json"
-PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
+from fabricbench.measure.schema import (
+    COLUMNS,
+    CSV_NAME,
+    INTEGER,
+    META_NAME,
+    NUMERIC,
+    PARQUET_NAME,
+    PREVIOUS_RUNS,
+    SCHEMA_VERSION,
+)
 
 
 class ResultsError(FabricbenchError):
@@ -180,14 +134,14 @@ def _make_whole(out: Path) -> None:
 
     Called before any rank starts. The CSV is the table and the Parquet file its copy (made again at
     the end of the run), and metadata.json (or, without it, the Parquet's own copy) says how many
-    rows the runs wrote. Each table is read with the check compare reads it with (analysis/load.py).
+    rows the runs wrote. Each table is read with the check compare reads it with (table_cells.py).
     Then: a CSV whose row count is the metadata's stands, if the Parquet copy holds the same rows or
     fewer of them (a copy that cannot be read is made again); a CSV that is missing or holds only the
     first rows of a Parquet copy whose count is the metadata's is rebuilt from it; metadata.json is
     rebuilt from the Parquet's when missing. Every other state is refused and nothing is changed, so
     the rows an earlier run wrote are never lost.
     """
-    from fabricbench.analysis import load  # pandas, on rank 0 and only for --append
+    from fabricbench.measure import table_cells  # pandas, on rank 0 and only for --append
 
     csv_path, parquet_path, meta_path = out / CSV_NAME, out / PARQUET_NAME, out / META_NAME
     meta = _metadata(meta_path)
@@ -200,18 +154,18 @@ def _make_whole(out: Path) -> None:
             cells, own = got if isinstance(got, tuple) else (got, None)
             if cells.header != COLUMNS:
                 raise UsageError(f"{str(path)!r} has other columns than a schema {SCHEMA_VERSION} fabricbench table")
-            return cells, load.check_cells(cells) if cells.rows else None, own
+            return cells, table_cells.check_cells(cells) if cells.rows else None, own
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
 
     try:
-        table = read(load.csv_cells, csv_path) if csv_path.exists() and csv_path.stat().st_size else None
+        table = read(table_cells.csv_cells, csv_path) if csv_path.exists() and csv_path.stat().st_size else None
     except UsageError as exc:
         raise UsageError(f"--append: {exc}") from None
     copy, unreadable = None, ""
     if parquet_path.exists():
         try:
-            copy = read(load.parquet_cells, parquet_path)
+            copy = read(table_cells.parquet_cells, parquet_path)
             copy = (*copy[:2], _schema_metadata(copy[2], parquet_path))
         except UsageError as exc:
             unreadable = str(exc).removeprefix("--append: ")
@@ -223,7 +177,7 @@ def _make_whole(out: Path) -> None:
         raise UsageError(f"--append: {out} holds {CSV_NAME} but no {META_NAME}: nothing says which runs wrote its rows")
     described, meta_name = (meta, str(meta_path)) if meta is not None else (copy[2], str(parquet_path))
     try:
-        total, exact = load.expected_rows(described)
+        total, exact = table_cells.expected_rows(described)
     except UsageError as exc:
         raise UsageError(f"--append: {meta_name!r} {exc}") from None
 
@@ -232,7 +186,7 @@ def _make_whole(out: Path) -> None:
 
     def prefix(short, long) -> tuple[int, str] | None:
         """Where ``short``'s rows differ from the first rows of ``long`` (row from 1, column), None if nowhere."""
-        return load.first_difference(short[1], long[1]) if short[1] is not None else None
+        return table_cells.first_difference(short[1], long[1]) if short[1] is not None else None
 
     csv_rows = len(table[0].rows) if table else 0
     copy_rows = len(copy[0].rows) if copy else 0

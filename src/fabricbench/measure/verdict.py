@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from fabricbench.measure.schema import is_measured
+
 SCHEDULES = ("isolated", "shift")
 DEFAULT_OUTLIER_Z = 4.0
 MAD_TO_SIGMA = 1.4826  # MAD times this estimates a normal distribution's standard deviation
@@ -38,9 +40,6 @@ VERDICT_FORMAT = "fabricbench-pairs-verdict"
 VERDICT_VERSION = 1
 # The figure judged for each pairs kernel, and whether a low value (bandwidth) or a high one (latency) is slow.
 METRICS = {"pairs-bw": ("bw_MBps", "low"), "pairs-latency": ("lat_p50_us", "high")}
-
-
-Judged = tuple[float, float, float, set]  # judge_group's median, MAD of the logs, threshold and slow keys
 
 
 def round_robin(participants: Sequence[int]) -> list[list[tuple[int, int]]]:
@@ -118,6 +117,12 @@ def judge_group(
     return math.exp(centre), mad, threshold, slow
 
 
+def slow_host(slow_links: int, links: int) -> bool:
+    """The slow-host rule, here and in ``fabricbench check``: a host (or rank) is slow when more than half of its
+    links are; with half or fewer, its slow links are the links' own."""
+    return slow_links * 2 > links
+
+
 def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float, floor: float) -> set[int]:
     """The ranks more than half of whose links are slow against the pairs between the other ranks.
 
@@ -135,7 +140,7 @@ def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float
         slow = judge_group(values, worse, z, reference, floor)[3] if leave_out else overall
         links = {frozenset(pair) for pair in values if rank in pair}
         bad = {frozenset(pair) for pair in slow if rank in pair}
-        if len(bad) * 2 > len(links):
+        if slow_host(len(bad), len(links)):
             slow_ranks.add(rank)
     return slow_ranks
 
@@ -156,7 +161,7 @@ def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = ""
     groups: dict[tuple, dict[tuple[int, int], list[float]]] = {}
     hosts: dict[int, str] = {}
     for row in rows:
-        if row.get("kernel") not in METRICS or not str(row.get("status", "")).startswith("ok"):
+        if row.get("kernel") not in METRICS or not is_measured(row.get("status", "")):
             continue
         if row.get("validation") == "fail":
             continue
@@ -224,7 +229,7 @@ def _group_verdict(transport, kernel, schedule, size, metric, worse, values, hos
     for rank in sorted({r for link in links for r in link}):
         mine = [link for link in links if rank in link]
         bad = [link for link in mine if links[link]]
-        if rank in slow_ranks or len(bad) * 2 > len(mine):
+        if rank in slow_ranks or slow_host(len(bad), len(mine)):
             flagged.add(rank)
             own = [v for (s, d), v in values.items() if rank in (s, d)]
             figure = _median(own)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.schema import is_measured
 
 
 def _num(value, width: int, digits: int = 2) -> str:
@@ -59,7 +60,7 @@ def header(transport: str, kernel_name: str, ranks: int, title: str) -> str:
 
 
 def line(row: dict) -> str:
-    if not str(row.get("status", "")).startswith("ok"):
+    if not is_measured(row.get("status", "")):
         size = row.get("size_B")
         where = f"{size} B: " if size is not None else ""
         return f"# {where}{row['status']}"

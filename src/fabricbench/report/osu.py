@@ -25,6 +25,7 @@ from fabricbench import __version__
 from fabricbench.argtypes import decimal
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import Kernel, get_kernel
+from fabricbench.measure.schema import is_measured
 from fabricbench.measure.stats import PERCENTILES
 from fabricbench.transports import transport_class
 
@@ -162,7 +163,7 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
 def line(row: dict, columns: Columns = Columns()) -> str:
     """One size as OSU prints it: ``"%-*d"`` (10), then ``"%*.*f"`` (FIELD, 2) per value, ``"%*d"`` (12) for
     the iterations, ``"%*s"`` (FIELD) for Pass/Fail, then the tail latencies."""
-    if not str(row.get("status", "")).startswith("ok"):
+    if not is_measured(row.get("status", "")):
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
     text = f"{row['size_B']:<{SIZE_FIELD}d}"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from fabricbench.errors import ConsoleClosed
 from fabricbench.measure.results import (
-    PREVIOUS_RUNS,
     ResultsError,
     TableWriter,
     earlier_runs,
@@ -19,6 +18,7 @@ from fabricbench.measure.results import (
     write_metadata,
     write_parquet,
 )
+from fabricbench.measure.schema import PREVIOUS_RUNS
 from fabricbench.report import console, osu
 
 

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fabricbench.collectives import CHAR, FLOAT32, INT32, ROOT, Element
+from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.measure.buffers import POISON as POISON_BYTE
 from fabricbench.measure.buffers import filled, pattern, poisoned, times_address

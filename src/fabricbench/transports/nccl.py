@@ -18,7 +18,7 @@ import json
 
 import numpy as np
 
-from fabricbench.collectives import ROOT
+from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.measure.kernels import Kernel, peer_of
 from fabricbench.transports import gpu

@@ -40,7 +40,7 @@ from types import ModuleType
 import numpy as np
 
 from fabricbench.argtypes import port_number
-from fabricbench.collectives import ROOT
+from fabricbench.collectives.spec import ROOT
 from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError

@@ -1,0 +1,88 @@
+"""The tidy table's layout: its columns and their kinds, its schema version, and the files a run folder holds.
+
+The writers (results.py) and the reader's check (table_cells.py) both follow it.
+"""
+
+from __future__ import annotations
+
+# Units are in the names: µs, MB/s with MB = 10^6 bytes, GB/s with GB = 10^9 bytes.
+COLUMNS = [
+    "run_id",
+    "label",
+    "repeat",
+    "transport",
+    "kernel",
+    "method",
+    "buffer",
+    "size_B",
+    "ranks",
+    "pairs",
+    "schedule",
+    "src_rank",
+    "dst_rank",
+    "src_host",
+    "dst_host",
+    "src_gpu",
+    "dst_gpu",
+    "window",
+    "iterations",
+    "warmup",
+    "sample",
+    "lat_min_us",
+    "lat_p50_us",
+    "lat_mean_us",
+    "lat_p90_us",
+    "lat_p99_us",
+    "lat_p999_us",
+    "lat_max_us",
+    "lat_stdev_us",
+    "lat_rank_min_us",
+    "lat_rank_avg_us",
+    "lat_rank_max_us",
+    "bw_MBps",
+    "bw_peak_MBps",
+    "msgrate_per_s",
+    "algbw_GBps",
+    "busbw_GBps",
+    "validation",
+    "status",
+    "note",
+]
+UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")  # a measured column's name ends in its unit
+NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)}
+INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
+INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu"}
+# The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
+# 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
+# 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
+# 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU.
+SCHEMA_VERSION = 4
+CSV_NAME = "results.csv"
+PARQUET_NAME = "results.parquet"
+META_NAME = "metadata.json"
+MEASURED = "ok"  # a measured row's status; every other status says why its size was not measured
+PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
+# Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
+# schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
+# GPU-pair columns (no GPU pair rows then).
+OPTIONAL = {
+    "run_id": "",
+    "label": "",
+    "buffer": "host",
+    "method": "",
+    "validation": "",
+    "sample": "",
+    "repeat": 0,
+    "schedule": "",
+    "src_rank": "",
+    "dst_rank": "",
+    "src_host": "",
+    "dst_host": "",
+    "src_gpu": "",
+    "dst_gpu": "",
+}
+
+
+def is_measured(status: object) -> bool:
+    """Whether a row's status says it was measured (``ok``), not why it was not (``unsupported: ...``)."""
+    return str(status).startswith(MEASURED)
