@@ -168,13 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="local ranks to start when run outside a launcher (default 2)",
     )
     run.add_argument(
-        "--loop",
-        choices=["auto", "c", "python"],
-        default="auto",
-        help="time the kernels in C (no interpreter cost per call) or in Python (like-for-like with mpi4py), "
-        "for the transports that have both, on every rank; auto: C where every rank has it (default)",
-    )
-    run.add_argument(
         "--peer",
         type=host_and_port,
         metavar="HOST:PORT",

@@ -24,8 +24,9 @@ from fabricbench.errors import UsageError
 from fabricbench.launch import peer
 from fabricbench.launch.peer import decode_hello, encode_hello
 from fabricbench.measure.plan import Plan, Step
-from fabricbench.transports.tcp import LOOPS, TCPTransport
-from fabricbench.transports.verbs import VerbsTransport
+from fabricbench.transports.options import LOOP
+from fabricbench.transports.rdma import RDMA_OPTIONS
+from fabricbench.transports.tcp import TCP_OPTIONS
 
 SERVER = {"tcp": {"address": "10.0.0.2"}, "verbs": {"device": "rxe0"}}
 
@@ -46,7 +47,7 @@ def test_a_plan_survives_the_round_trip_and_the_servers_own_options_stay():
     assert decoded.output_format == "none"
 
 
-@pytest.mark.parametrize("loop", list(LOOPS))
+@pytest.mark.parametrize("loop", LOOP.CHOICES)
 def test_the_clients_tcp_loop_reaches_the_server(loop):
     tcp = {} if loop == "auto" else {"loop": loop}
     plan = _plan(transport_options={"tcp": tcp | {"port": 1}})
@@ -140,20 +141,20 @@ def test_a_bad_hugepages_code_and_a_bad_tcp_loop_code_are_refused():
 
 
 def test_a_transport_section_of_another_version_is_refused_naming_both(monkeypatch):
-    monkeypatch.setattr(TCPTransport, "handshake_version", 2)
+    monkeypatch.setattr(TCP_OPTIONS, "handshake_version", 2)
     payload = encode_hello(_plan(), None)
-    monkeypatch.setattr(TCPTransport, "handshake_version", 1)
+    monkeypatch.setattr(TCP_OPTIONS, "handshake_version", 1)
     with pytest.raises(ProtocolError, match="tcp fields are version 2; this server speaks tcp version 1"):
         decode_hello(payload, SERVER)
 
 
 def test_missing_unexpected_and_repeated_sections_are_refused(monkeypatch):
-    monkeypatch.setattr(TCPTransport, "handshake_version", 0)
+    monkeypatch.setattr(TCP_OPTIONS, "handshake_version", 0)
     without = encode_hello(_plan(), None)
     monkeypatch.undo()
     with pytest.raises(ProtocolError, match="no transport section for tcp"):
         decode_hello(without, SERVER)
-    owners = {"tcp": TCPTransport, "verbs": VerbsTransport}
+    owners = {"tcp": TCP_OPTIONS, "verbs": RDMA_OPTIONS}
     monkeypatch.setattr(peer, "_handshake_owners", lambda plan: owners)
     extra = encode_hello(_plan(), None)
     monkeypatch.undo()

@@ -77,4 +77,4 @@ def test_mpi_rma_refuses_gpu_buffers_in_one_line():
 def test_mpi_rma_preflight_asks_for_no_gpu():
     """Its rows with --buffer cuda say unsupported and it opens no GPU, so its preflight must pass without one
     (mpi's own preflight, on the same options, is what asks for CuPy and a device)."""
-    MPIRMATransport.preflight({"buffer": "cuda", "method": "staged"}, 2)
+    MPIRMATransport.preflight({"mpi": {"buffer": "cuda", "method": "staged"}}, 2)

@@ -129,7 +129,8 @@ def test_the_atomics_are_ib_atomic_lat_and_ib_atomic_bw_with_their_operation():
 def test_perftest_send_mirrors_verbs_send():
     assert supported_kernels("perftest-send") == supported_kernels("verbs-send") == {"latency", "bw", "bibw"}
     cls = transport_class("perftest-send")
-    assert cls.self_timed and cls.options_key == "verbs" and set(cls.tools.values()) == {"ib_send_lat", "ib_send_bw"}
+    assert cls.self_timed and [group.name for group in cls.option_groups] == ["verbs"]
+    assert set(cls.tools.values()) == {"ib_send_lat", "ib_send_bw"}
     assert supported_kernels("perftest") >= supported_kernels("verbs")
 
 

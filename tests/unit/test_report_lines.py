@@ -305,7 +305,7 @@ def test_osu_datatype_line_names_minus_T_in_osus_capitals():
 
 
 def test_osu_header_of_cuda_buffers_is_osus_minus_d_cuda():
-    on_gpu = osu.Columns(device="cuda")
+    on_gpu = osu.Columns(transport_options={"mpi": {"buffer": "cuda"}})
     latency = osu.header("mpi", "latency", 64, 1, on_gpu).splitlines()
     assert latency[1:3] == [
         "# OSU MPI-CUDA Latency Test v7.4",

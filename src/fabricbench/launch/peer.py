@@ -60,7 +60,7 @@ from fabricbench.errors import FabricbenchError, PeerError, UsageError
 from fabricbench.launch.orchestrate import execute_plan
 from fabricbench.measure.kernels import Kernel, get_kernel
 from fabricbench.measure.plan import Plan, Step, size_limits
-from fabricbench.transports import TRANSPORTS, transport_class
+from fabricbench.transports import TRANSPORTS, handshake_sections, transport_class
 
 MAX_STEPS = 64
 MAX_SIZES = 64
@@ -103,13 +103,9 @@ def check_wire_steps(plan: Plan) -> None:
 
 
 def _handshake_owners(plan: Plan) -> dict:
-    """{options key: transport class} for the plan's transports that add fields to the HELLO, in step order."""
-    owners = {}
-    for step in plan.steps:
-        cls = transport_class(step.transport)
-        if cls.handshake_version:
-            owners.setdefault(cls.options_key, cls)
-    return owners
+    """{option group name: group} for the groups of the plan's transports that add fields to the HELLO, in step
+    order."""
+    return handshake_sections(step.transport for step in plan.steps)
 
 
 def encode_hello(plan: Plan, hugepages: str | None) -> bytes:

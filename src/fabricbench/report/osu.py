@@ -19,7 +19,7 @@ and its point-to-point tests print them. ``-T`` names the datatype line
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fabricbench import __version__
 from fabricbench.argtypes import decimal
@@ -46,7 +46,9 @@ class Columns:
     full: bool = False
     percentiles: tuple[float, ...] = ()
     datatype: str = ""
-    device: str = ""  # "cuda" with mpi --buffer cuda (OSU's -d cuda): the MPI-CUDA title and buffer line
+    # The run's Plan.transport_options: each transport's declared buffer place in them gives OSU's -d title
+    # ("MPI-CUDA") and buffer lines.
+    transport_options: dict = field(default_factory=dict)
 
     @classmethod
     def from_plan(cls, plan) -> Columns:
@@ -56,7 +58,7 @@ class Columns:
             full=bool(osu.get("full")),
             percentiles=tuple(osu.get("percentiles") or ()),
             datatype=osu.get("datatype") or "",
-            device="cuda" if plan.transport_options.get("mpi", {}).get("buffer") == "cuda" else "",
+            transport_options=plan.transport_options,
         )
 
 
@@ -109,14 +111,14 @@ def _either(types: tuple[str, ...]) -> str:
 
 def header(transport: str, kernel_name: str, window: int, pairs: int, columns: Columns = Columns()) -> str:
     kernel = get_kernel(kernel_name)
-    on_gpu = columns.device == "cuda" and transport == "mpi"  # mpi-rma's windows stay in host memory
+    cls = transport_class(transport)
+    place = cls.buffer_place(columns.transport_options)
     lines = [
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        title(transport, kernel_name, "CUDA" if on_gpu else ""),
-        *transport_class(transport).osu_header_lines(kernel),
+        title(transport, kernel_name, place.osu_device),
+        *cls.osu_header_lines(kernel),
+        *place.osu_buffer_lines(point_to_point=kernel.pattern in ("pair", "pairs")),
     ]
-    if on_gpu and kernel.pattern in ("pair", "pairs"):  # OSU names a point-to-point test's buffer locations
-        lines.append("# Send Buffer on DEVICE (D) and Receive Buffer on DEVICE (D)")
     if _message_rate(kernel):
         lines.append(f"# [ pairs: {pairs} ] [ window size: {window} ]")
     if kernel.osu_datatype:

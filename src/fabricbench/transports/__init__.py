@@ -13,6 +13,7 @@ from importlib import import_module
 
 from fabricbench.errors import UsageError
 from fabricbench.transports.base import Transport
+from fabricbench.transports.options import OptionGroup
 
 TRANSPORTS = {
     "mpi": ("fabricbench.transports.mpi", "MPITransport"),
@@ -49,35 +50,65 @@ def supported_kernels(name: str) -> frozenset[str]:
 
 
 def preflight(name: str, transport_options: dict, ranks: int, local: bool = False) -> None:
-    """The transport's own check that it can run here on ``ranks`` ranks (a missing library, no device, a port
-    range past 65535), before ranks start; ``local``: every rank runs on this host, so what they will take of
-    it (a port) can be checked here too."""
+    """The transport's own check that it can run here on ``ranks`` ranks (a missing library, no device), then its
+    option groups' (a port range past 65535), before ranks start; ``local``: every rank runs on this host, so
+    what they will take of it (a port) can be checked here too."""
     cls = transport_class(name)
-    options = transport_options.get(cls.options_key, {})
-    cls.preflight(options, ranks)
+    groups = transport_groups(cls)
+    settings = {group.name: group.of(transport_options) for group in groups}
+    cls.preflight(settings, ranks)
+    for group in groups:
+        group.preflight(settings[group.name], ranks)
     if local:
-        cls.preflight_local(options, ranks)
+        cls.preflight_local(settings, ranks)
+        for group in groups:
+            group.preflight_local(settings[group.name], ranks)
 
 
-def option_owners() -> dict[str, type[Transport]]:
-    """One transport per options key: the one whose argparse group and handshake fields stand for the key."""
-    owners: dict[str, type[Transport]] = {}
-    for name in TRANSPORTS:
-        cls = transport_class(name)
-        if cls.options_key:
-            owners.setdefault(cls.options_key, cls)
-    return owners
+def transport_groups(cls: type[Transport]) -> list[OptionGroup]:
+    """The option groups a transport reads: its own, then those of the places its buffers can be."""
+    groups = list(cls.option_groups)
+    for place in cls.buffer_places:
+        groups += [group for group in place.option_groups if group not in groups]
+    return groups
+
+
+def option_groups() -> dict[str, OptionGroup]:
+    """Every option group once, {name: group}: the transports' own in registry order, then their buffer
+    places' (so each argparse group keeps its place in --help)."""
+    classes = [transport_class(name) for name in TRANSPORTS]
+    found: dict[str, OptionGroup] = {}
+    for group in [g for cls in classes for g in cls.option_groups] + [
+        g for cls in classes for place in cls.buffer_places for g in place.option_groups
+    ]:
+        found.setdefault(group.name, group)
+    return found
 
 
 def add_arguments(parser: argparse.ArgumentParser, role: str) -> None:
-    """Every transport's options on ``run`` or ``serve``."""
-    for cls in option_owners().values():
-        cls.add_arguments(parser, role)
+    """Every option group's options on ``run`` or ``serve``, each once: the run-wide ones the groups include
+    (--loop), then each group's own."""
+    groups = list(option_groups().values())
+    for included in dict.fromkeys(g for group in groups for g in group.includes):
+        included.add_arguments(parser, role)
+    for group in groups:
+        group.add_arguments(parser, role)
 
 
 def transport_options(args: argparse.Namespace, role: str) -> dict:
-    """Plan.transport_options from the command line: {options key: that transport's settings}."""
-    return {key: cls.options(args, role) for key, cls in option_owners().items()}
+    """Plan.transport_options from the command line: {group name: that group's settings}."""
+    return {name: group.settings(args, role) for name, group in option_groups().items()}
+
+
+def handshake_sections(names) -> dict[str, OptionGroup]:
+    """The option groups that add a section to the peer HELLO for transports ``names``, {name: group} in the
+    order the transports first need them: each has handshake_version, encode_handshake and decode_handshake."""
+    sections: dict[str, OptionGroup] = {}
+    for name in names:
+        for group in transport_groups(transport_class(name)):
+            if group.handshake_version:
+                sections.setdefault(group.name, group)
+    return sections
 
 
 def default_suite() -> list[tuple[str, list[str]]]:

@@ -4,22 +4,22 @@ A transport connects the ranks and turns (kernel, size) into a Case. A Case
 owns its buffers and its timed loop and nothing else: the runner does warm-up,
 barriers, time budgets, validation and statistics for every transport alike.
 
-A transport also declares what it brings (its options, whether it needs a
-launcher, its fields in the peer handshake, its preflight and doctor checks),
+A transport also declares what it brings (the option groups it reads, where
+its buffers can live, whether it needs a launcher, its preflight and doctor checks),
 so adding one is its module, one line in the registry and its tests.
 """
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabricbench.control.rendezvous import FieldReader
 from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.measure.buffers import EMPTY, POISON
 from fabricbench.measure.kernels import Kernel
+from fabricbench.transports.buffer_place import HOST, BufferPlace
+from fabricbench.transports.options import OptionGroup
 
 
 class Case:
@@ -74,38 +74,27 @@ class Transport:
     default_kernels: tuple[str, ...] = ()  # what ``fabricbench run`` with no -t/-k measures on it
     needs_launcher = False  # MPI ranks only: refused by ``serve`` and ``run --peer``
     osu_name = ""  # how OSU's text header names it ("MPI"); empty: "fabricbench NAME"
-    options_key = ""  # its key in Plan.transport_options; transports that share options share a key
-    handshake_version = 0  # version of the fields it adds to the peer HELLO; 0: it adds none
-    buffer = "host"
+    # The option groups whose settings it reads (fabricbench.transports.options); the registry adds each to the
+    # command line once, whichever transports include it.
+    option_groups: tuple[OptionGroup, ...] = ()
+    buffer_places: tuple[BufferPlace, ...] = (HOST,)  # where it can put its message buffers
+    buffer = "host"  # the rows' buffer column: where this run's buffers are (or, refused, were asked to be)
     self_timed = False  # a reference tool that times itself: the runner takes its rows from reference_row()
     sub_communicators = False  # runs on a control plane of the first N ranks (run --ranks), its .comm for MPI
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser, role: str) -> None:
-        """Its argparse group on ``run`` (role "run") or ``serve`` (role "serve"), once per options_key."""
+    def buffer_place(cls, transport_options: dict) -> BufferPlace:
+        """Where its buffers are with a plan's transport_options: what the OSU text's title and buffer lines say."""
+        return HOST
 
     @classmethod
-    def options(cls, args: argparse.Namespace, role: str) -> dict:
-        """Its settings from the parsed command line, as Plan.transport_options[options_key]; UsageError if bad."""
-        return {}
-
-    @classmethod
-    def encode_handshake(cls, options: dict) -> bytes:
-        """The fields a ``run --peer`` client sends for this transport (rendezvous Fields)."""
-        return b""
-
-    @classmethod
-    def decode_handshake(cls, reader: FieldReader, options: dict) -> dict:
-        """The server's ``options`` with what the client chose, every field checked (ProtocolError)."""
-        return options
-
-    @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
+    def preflight(cls, settings: dict, ranks: int) -> None:
         """Raise a one-line FabricbenchError before any rank starts when the transport cannot work here
-        (``ranks``: the run's rank count; 2 when ``doctor`` asks)."""
+        (``settings``: {group name: settings} of its option groups; ``ranks``: the run's rank count, 2 when
+        ``doctor`` asks). Its groups' own checks (a port range) run beside it."""
 
     @classmethod
-    def preflight_local(cls, options: dict, ranks: int) -> None:
+    def preflight_local(cls, settings: dict, ranks: int) -> None:
         """As ``preflight``, for what the ranks will take of a host that runs all of them (a port in use), so
         the refusal is one line before any rank or results folder exists. Not asked under ``--peer``, nor
         where a launcher spreads the ranks over hosts."""

@@ -220,10 +220,10 @@ class CudaCopyTransport(Transport):
     default_kernels = ()  # runs when asked (-t cuda-copy), never in a CPU host's default sweep
     needs_launcher = True
     osu_name = "CUDA"
-    options_key = "gpu"  # --gpu-map, --gpu-timing and --cuda-graph, declared by nccl
+    option_groups = (gpu.GPU_OPTIONS,)  # its --gpu-map, --gpu-timing and --cuda-graph
 
     @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
+    def preflight(cls, settings: dict, ranks: int) -> None:
         gpu.require(cls.name, nccl=False)
 
     @classmethod
@@ -232,7 +232,7 @@ class CudaCopyTransport(Transport):
         return Diagnosis(not found["missing"], found["missing"] or "", gpu.doctor_details(found))
 
     def __init__(self, ctrl, plan):
-        options = plan.transport_options.get(self.options_key, {})
+        options = gpu.GPU_OPTIONS.of(plan.transport_options)
         self.ctrl = ctrl
         self.timing = options.get("timing", "loop")
         self.graph = bool(options.get("graph"))

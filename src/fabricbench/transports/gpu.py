@@ -18,6 +18,8 @@ import sys
 from importlib import metadata
 
 from fabricbench.errors import UsageError
+from fabricbench.transports.cuda_timing import TIMINGS
+from fabricbench.transports.options import OptionGroup
 
 # Where launchers put a rank's index among the ranks on its host, in the order they are trusted.
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK")
@@ -26,6 +28,19 @@ INSTALL_CUPY = "pip install 'fabricbench[cuda12]' (CUDA 12 driver) or 'fabricben
 # The CuPy wheels and the NCCL wheel that matches each.
 CUPY_PACKAGES = {"cupy-cuda13x": "nvidia-nccl-cu13", "cupy-cuda12x": "nvidia-nccl-cu12"}
 PROBE_TIMEOUT_S = 120  # the first CuPy import on a cold file cache takes a while
+# --dtype: NCCL's name for it (cupy.cuda.nccl.NCCL_*) and numpy's.
+DTYPES = {
+    "float32": "float32",
+    "float16": "float16",
+    "float64": "float64",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int64": "int64",
+    "uint64": "uint64",
+}
+OPS = ("sum", "prod", "max", "min", "avg")  # --op
 
 
 def launcher_local_rank(env=None) -> int | None:
@@ -361,3 +376,50 @@ class Binding:
             "runtime_cuda": cuda_version(runtime.runtimeGetVersion()),
             "gpus_by_rank": [{k: v for k, v in r.items() if k != "nccl_env"} for r in self.ranks],
         }
+
+
+class GPUOptions(OptionGroup):
+    """The GPU options: which GPU each rank takes and how GPU time is taken (nccl, cuda-copy and GPU buffers),
+    and nccl's element type, reduction and in-place collectives."""
+
+    name = "gpu"
+
+    def add_arguments(self, parser, role: str) -> None:
+        if role != "run":
+            return
+        group = parser.add_argument_group("GPU transports (nccl, cuda-copy) and mpi --buffer cuda")
+        group.add_argument(
+            "--gpu-map",
+            metavar="LIST",
+            help="GPU of each local rank, e.g. 3,2,1,0 (default: local rank mod the visible GPU count)",
+        )
+        group.add_argument("--dtype", choices=list(DTYPES), help="nccl: element type (default float32)")
+        group.add_argument("--op", choices=OPS, help="nccl: reduction of the reducing collectives (default sum)")
+        group.add_argument(
+            "--gpu-timing",
+            choices=TIMINGS,
+            help="loop: events around all iterations, each gets the mean (nccl-tests, default); "
+            "iteration: events around each, for percentiles",
+        )
+        group.add_argument(
+            "--cuda-graph", action="store_true", help="capture the timed launches (and the warm-up's) in a CUDA graph"
+        )
+        group.add_argument(
+            "--in-place", action="store_true", help="nccl: collectives in place (nccl-tests' second block)"
+        )
+
+    def parse(self, args, role: str) -> dict:
+        if role != "run":
+            return {}
+        found = {
+            "gpu_map": parse_gpu_map(args.gpu_map) if args.gpu_map is not None else None,
+            "dtype": args.dtype,
+            "op": args.op,
+            "timing": args.gpu_timing,
+            "graph": args.cuda_graph or None,
+            "in_place": args.in_place or None,
+        }
+        return {key: value for key, value in found.items() if value is not None}
+
+
+GPU_OPTIONS = GPUOptions()

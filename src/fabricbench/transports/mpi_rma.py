@@ -18,7 +18,16 @@ import numpy as np
 from fabricbench.measure.buffers import POISON, filled, pattern, poisoned
 from fabricbench.measure.kernels import Kernel, peer_of
 from fabricbench.transports.base import EMPTY, Case, Transport
-from fabricbench.transports.mpi import MPITransport, check, import_mpi, loop_metadata, open_loop, times_address
+from fabricbench.transports.mpi import (
+    MPI_OPTIONS,
+    MPITransport,
+    check,
+    import_mpi,
+    loop_metadata,
+    open_loop,
+    preflight_loop,
+    times_address,
+)
 from fabricbench.transports.mpi_cloop import CLoop
 
 ORIGIN_SEED = 101
@@ -120,14 +129,14 @@ class MPIRMATransport(Transport):
     default_kernels = ("put", "get", "put-bw")
     needs_launcher = True
     osu_name = "MPI"
-    options_key = MPITransport.options_key  # the same MPI, loop and library as the mpi transport
+    option_groups = (MPI_OPTIONS,)  # the same MPI, loop and library as the mpi transport
     doctor = MPITransport.doctor
 
     @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
+    def preflight(cls, settings: dict, ranks: int) -> None:
         """mpi's checks less the GPU's: with --buffer cuda these kernels say unsupported and open no GPU, so a
         host without one must not be told to install CuPy for them."""
-        MPITransport.preflight({key: value for key, value in options.items() if key != "buffer"}, ranks)
+        preflight_loop(MPI_OPTIONS.of(settings))
 
     @classmethod
     def osu_header_lines(cls, kernel: Kernel) -> list[str]:
@@ -139,7 +148,7 @@ class MPIRMATransport(Transport):
         import_mpi()
         self.comm = ctrl.comm.Dup()
         self.window = plan.window
-        options = plan.transport_options.get(self.options_key, {})
+        options = MPI_OPTIONS.of(plan.transport_options)
         self.buffer_reason = buffer_unsupported(options)
         self.buffer = options.get("buffer", "host")  # the rows say what was asked for, beside why it was not run
         try:

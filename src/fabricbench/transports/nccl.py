@@ -23,21 +23,8 @@ from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.measure.kernels import Kernel, peer_of
 from fabricbench.transports import gpu
 from fabricbench.transports.base import Case, Diagnosis, Transport
-from fabricbench.transports.cuda_timing import TIMINGS, EventTimer, sample_name
+from fabricbench.transports.cuda_timing import EventTimer, sample_name
 
-# --dtype: NCCL's name for it (cupy.cuda.nccl.NCCL_*) and numpy's.
-DTYPES = {
-    "float32": "float32",
-    "float16": "float16",
-    "float64": "float64",
-    "int8": "int8",
-    "uint8": "uint8",
-    "int32": "int32",
-    "uint32": "uint32",
-    "int64": "int64",
-    "uint64": "uint64",
-}
-OPS = ("sum", "prod", "max", "min", "avg")
 COLLECTIVE_KERNELS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast", "reduce")
 REDUCING = {"allreduce", "reduce_scatter", "reduce"}
 PATTERN_PERIOD = 17  # data is small integers, (i mod 17) + 1 + a per-rank offset: exact in every dtype's range
@@ -328,49 +315,10 @@ class NCCLTransport(Transport):
     default_kernels = ()  # a GPU transport runs when asked (-t nccl), never in a CPU host's default sweep
     needs_launcher = True
     osu_name = "NCCL"
-    options_key = "gpu"  # shared with cuda-copy and mpi --buffer cuda: --gpu-map and the timing
+    option_groups = (gpu.GPU_OPTIONS,)
 
     @classmethod
-    def add_arguments(cls, parser, role: str) -> None:
-        if role != "run":
-            return
-        group = parser.add_argument_group("GPU transports (nccl, cuda-copy) and mpi --buffer cuda")
-        group.add_argument(
-            "--gpu-map",
-            metavar="LIST",
-            help="GPU of each local rank, e.g. 3,2,1,0 (default: local rank mod the visible GPU count)",
-        )
-        group.add_argument("--dtype", choices=list(DTYPES), help="nccl: element type (default float32)")
-        group.add_argument("--op", choices=OPS, help="nccl: reduction of the reducing collectives (default sum)")
-        group.add_argument(
-            "--gpu-timing",
-            choices=TIMINGS,
-            help="loop: events around all iterations, each gets the mean (nccl-tests, default); "
-            "iteration: events around each, for percentiles",
-        )
-        group.add_argument(
-            "--cuda-graph", action="store_true", help="capture the timed launches (and the warm-up's) in a CUDA graph"
-        )
-        group.add_argument(
-            "--in-place", action="store_true", help="nccl: collectives in place (nccl-tests' second block)"
-        )
-
-    @classmethod
-    def options(cls, args, role: str) -> dict:
-        if role != "run":
-            return {}
-        found = {
-            "gpu_map": gpu.parse_gpu_map(args.gpu_map) if args.gpu_map is not None else None,
-            "dtype": args.dtype,
-            "op": args.op,
-            "timing": args.gpu_timing,
-            "graph": args.cuda_graph or None,
-            "in_place": args.in_place or None,
-        }
-        return {key: value for key, value in found.items() if value is not None}
-
-    @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
+    def preflight(cls, settings: dict, ranks: int) -> None:
         from fabricbench.measure.memory import local_rank_count
 
         gpu.require(cls.name, nccl=True, ranks_here=local_rank_count(ranks))
@@ -381,7 +329,7 @@ class NCCLTransport(Transport):
         return Diagnosis(not found["missing_nccl"], found["missing_nccl"] or "", gpu.doctor_details(found))
 
     def __init__(self, ctrl, plan):
-        options = plan.transport_options.get(self.options_key, {})
+        options = gpu.GPU_OPTIONS.of(plan.transport_options)
         self.ctrl = ctrl
         self.window = plan.window
         self.dtype = options.get("dtype", "float32")

@@ -53,6 +53,7 @@ from fabricbench.transports.rdma import (
     MAX_WINDOW,
     MTU_BYTES,
     QP_TYPES,
+    RDMA_OPTIONS,
     VerbsUnavailable,
     check_cq_mod,
     default_cq_mod,
@@ -309,11 +310,11 @@ class PerftestTransport(Transport):
     name = "perftest"
     tools = TOOLS
     kernels = frozenset(TOOLS)
-    options_key = "verbs"  # the same device, port, GID, window, CQ moderation and QP type as the verbs transports
+    option_groups = (RDMA_OPTIONS,)  # the same device, port, GID, CQ moderation and QP type as the verbs transports
     self_timed = True
 
     @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
+    def preflight(cls, settings: dict, ranks: int) -> None:
         missing = sorted({tool for tool in cls.tools.values() if shutil.which(tool) is None})
         if missing:
             raise VerbsUnavailable(f"perftest is not installed: no {', '.join(missing)} ({INSTALL_HINT})")
@@ -333,7 +334,7 @@ class PerftestTransport(Transport):
     def __init__(self, ctrl, plan):
         self.preflight({}, ctrl.size)
         self.ctrl, self.plan = ctrl, plan
-        self.settings = settings = plan.transport_options.get(self.options_key, {})
+        self.settings = settings = RDMA_OPTIONS.of(plan.transport_options)
         self.window = plan.window
         self.inline = settings.get("inline")  # this host's own, as the device settings
         self.common = []

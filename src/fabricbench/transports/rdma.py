@@ -2,7 +2,7 @@
 
 pyverbs is imported only by ``load_pyverbs()``, on the ranks that open a
 verbs transport. Everything else here is plain data: the command-line
-options, the queue-pair exchange record and its checks, and the GID choice
+options (``RDMA_OPTIONS``), the queue-pair exchange record and its checks, and the GID choice
 perftest makes. Those run (and are tested) on machines with no RDMA at all.
 """
 
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from fabricbench.argtypes import whole_number
+from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
+from fabricbench.transports.options import LOOP, OptionGroup
 
 PROTOCOL_VERSION = 1  # of the queue-pair exchange record
 BAD_RKEY_HOOK = "FABRICBENCH_TEST_VERBS_BAD_RKEY"  # test hook: corrupt the rkey received from the peer
@@ -80,60 +82,83 @@ def _host_arguments(group, port_flag: str) -> None:
     )
 
 
-def add_arguments(parser, role: str) -> None:
-    """The verbs transports' options: on ``run`` (role "run") and on ``serve``, whose --port is its listening port.
+class RDMAOptions(OptionGroup):
+    """The RDMA transports' options (verbs, verbs-send, perftest, perftest-send): this host's device, and on
+    ``run`` the queue pairs' settings, which with the --loop choice travel in the HELLO's "verbs" section.
 
     On ``serve`` they describe the server's own device, so they are the server's to choose and never come
     from the client.
     """
-    if role == "serve":
-        _host_arguments(parser.add_argument_group("verbs and perftest transports, on this host"), "--device-port")
-        return
-    group = parser.add_argument_group("verbs and perftest transports")
-    _host_arguments(group, "--port")
-    group.add_argument(
-        "--cq-mod",
-        type=whole_number("--cq-mod"),
-        help="bandwidth kernels signal every Nth work request; N divides --window (default: a quarter of it)",
-    )
-    group.add_argument(
-        "--qp-type",
-        choices=QP_TYPES,
-        default="rc",
-        help="queue pair type, as perftest's -c: rc (default), uc (WRITEs and SENDs, unacknowledged), "
-        "ud (SENDs of at most the path MTU, a 40-byte GRH before each in the receive buffer); C loop only",
-    )
-    group.add_argument(
-        "--post-list",
-        type=whole_number("--post-list"),
-        default=1,
-        help="bandwidth kernels post N work requests per ibv_post_send call, as perftest's -l; N divides --window "
-        "(default 1)",
-    )
-    group.add_argument(
-        "--events",
-        action="store_true",
-        help="wait for completions on a completion channel (ibv_get_cq_event) instead of busy-polling the CQ, "
-        "as perftest's -e; C loop only",
-    )
+
+    name = "verbs"  # its key in Plan.transport_options and its HELLO section's, as the verbs transports named it
+    includes = (LOOP,)
+    handshake_version = 2  # 1: --cq-mod; 2: --qp-type, --post-list, --events and --loop
+
+    def add_arguments(self, parser, role: str) -> None:
+        if role == "serve":
+            _host_arguments(parser.add_argument_group("verbs and perftest transports, on this host"), "--device-port")
+            return
+        group = parser.add_argument_group("verbs and perftest transports")
+        _host_arguments(group, "--port")
+        group.add_argument(
+            "--cq-mod",
+            type=whole_number("--cq-mod"),
+            help="bandwidth kernels signal every Nth work request; N divides --window (default: a quarter of it)",
+        )
+        group.add_argument(
+            "--qp-type",
+            choices=QP_TYPES,
+            default="rc",
+            help="queue pair type, as perftest's -c: rc (default), uc (WRITEs and SENDs, unacknowledged), "
+            "ud (SENDs of at most the path MTU, a 40-byte GRH before each in the receive buffer); C loop only",
+        )
+        group.add_argument(
+            "--post-list",
+            type=whole_number("--post-list"),
+            default=1,
+            help="bandwidth kernels post N work requests per ibv_post_send call, as perftest's -l; N divides "
+            "--window (default 1)",
+        )
+        group.add_argument(
+            "--events",
+            action="store_true",
+            help="wait for completions on a completion channel (ibv_get_cq_event) instead of busy-polling the CQ, "
+            "as perftest's -e; C loop only",
+        )
+
+    def parse(self, args, role: str) -> dict:
+        given = {
+            "device": args.device,
+            "port": args.device_port,
+            "gid_index": args.gid_index,
+            "inline": args.inline,
+            "spin": args.spin,
+        }
+        if role == "run":
+            check_cq_mod(args.cq_mod, args.window)
+            check_post_list(args.post_list, args.window)
+            given.update(cq_mod=args.cq_mod, qp_type=args.qp_type, post_list=args.post_list, events=args.events)
+        return {key: value for key, value in given.items() if value is not None}
+
+    def encode_handshake(self, settings: dict) -> bytes:
+        fields = Fields().u32(settings.get("cq_mod") or 0).u8(QP_TYPES.index(settings.get("qp_type", "rc")))
+        fields.u32(settings.get("post_list") or 1).u8(int(bool(settings.get("events"))))
+        return fields.u8(LOOP.code(settings)).payload()
+
+    def decode_handshake(self, reader: FieldReader, settings: dict) -> dict:
+        """The client's loop and queue-pair settings, every one range-checked; the device settings stay the
+        server's own."""
+        cq_mod, qp_type, post_list, events, loop = reader.u32(), reader.u8(), reader.u32(), reader.u8(), reader.u8()
+        if cq_mod > MAX_WINDOW:
+            raise ProtocolError(f"--cq-mod {cq_mod} out of range")
+        loop_chosen = LOOP.chosen(loop)
+        if qp_type >= len(QP_TYPES) or not 1 <= post_list <= MAX_WINDOW or events > 1 or loop_chosen is None:
+            raise ProtocolError("bad verbs queue-pair or loop settings")
+        chosen = {"qp_type": QP_TYPES[qp_type], "post_list": post_list, "events": bool(events)} | loop_chosen
+        return settings | chosen | ({"cq_mod": cq_mod} if cq_mod else {})
 
 
-def options(args, role: str) -> dict:
-    """The verbs settings from the command line, as Plan.transport_options['verbs']."""
-    given = {
-        "device": args.device,
-        "port": args.device_port,
-        "gid_index": args.gid_index,
-        "inline": args.inline,
-        "spin": args.spin,
-    }
-    if role == "run":
-        check_cq_mod(args.cq_mod, args.window)
-        check_post_list(args.post_list, args.window)
-        given.update(cq_mod=args.cq_mod, qp_type=args.qp_type, post_list=args.post_list, events=args.events)
-        if args.loop != "auto":
-            given["loop"] = args.loop
-    return {key: value for key, value in given.items() if value is not None}
+RDMA_OPTIONS = RDMAOptions()
 
 
 def check_cq_mod(cq_mod: int | None, window: int) -> None:

@@ -49,6 +49,7 @@ from fabricbench.measure.kernels import Kernel, peer_of
 from fabricbench.transports import cbuild
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
+from fabricbench.transports.options import LOOP, OptionGroup
 from fabricbench.transports.tcp_link import (
     ANY,
     NO_RATE,
@@ -61,7 +62,6 @@ from fabricbench.transports.tcp_link import (
     open_links,
 )
 
-LOOPS = {"auto": 0, "c": 1, "python": 2}  # --loop, and its code in the peer handshake
 SOURCE = Path(__file__).with_name("_tcploop.c")
 MODULE = "fabricbench.transports._tcploop"
 PYTHON_HEADERS = "Debian/Ubuntu: apt-get install python3-dev; RHEL/Fedora: dnf install python3-devel"
@@ -442,17 +442,14 @@ class ChainReduce(_Ring):
 COLLECTIVE_CASES = {"allreduce": RingAllreduce, "allgather": RingAllgather, "reduce": ChainReduce}
 
 
-class TCPTransport(Transport):
+class TCPOptions(OptionGroup):
+    """tcp's own: where its data connections bind, and (carried in its HELLO section) the --loop choice."""
+
     name = "tcp"
-    kernels = frozenset(
-        {"latency", "bw", "bibw", "msgrate", "allreduce", "allgather", "reduce", "pairs-latency", "pairs-bw"}
-    )
-    default_kernels = ("latency", "bw", "allreduce")
-    options_key = "tcp"
+    includes = (LOOP,)
     handshake_version = 1  # 1: the loop choice
 
-    @classmethod
-    def add_arguments(cls, parser, role: str) -> None:
+    def add_arguments(self, parser, role: str) -> None:
         group = parser.add_argument_group("tcp transport")
         group.add_argument("--tcp-address", help="address to bind and advertise for data connections (default: all)")
         group.add_argument("--tcp-interface", help="bind to this interface's IPv4 address instead, e.g. eth0")
@@ -461,52 +458,60 @@ class TCPTransport(Transport):
         )
         if role == "run":  # the former name of --loop; serve takes the client's choice
             group.add_argument(
-                "--tcp-loop", dest="loop", choices=list(LOOPS), default=argparse.SUPPRESS, help="same as --loop"
+                "--tcp-loop", dest="loop", choices=list(LOOP.CHOICES), default=argparse.SUPPRESS, help="same as --loop"
             )
 
-    @classmethod
-    def options(cls, args, role: str) -> dict:
+    def parse(self, args, role: str) -> dict:
         given = {"address": args.tcp_address, "interface": args.tcp_interface, "port": args.tcp_port}
-        if role == "run" and args.loop != "auto":
-            given["loop"] = args.loop
         if role == "serve" and args.address != ANY and not args.tcp_interface:
             given["address"] = given["address"] or args.address  # data goes where clients already reach us
         return {key: value for key, value in given.items() if value is not None}
 
-    @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
-        """What this host can tell before any rank starts: the C loop (built now for ``--loop c``), the port range,
-        the address, the interface."""
-        if options.get("loop") == "c":
-            try:
-                load_c_loop()
-            except CLoopUnavailable as exc:
-                raise UsageError(f"--loop c: {exc}") from None
-        port = options.get("port")
+    def preflight(self, settings: dict, ranks: int) -> None:
+        """The port range and the address or interface, before any rank starts."""
+        port = settings.get("port")
         if port and port + ranks - 1 > 65535:
             raise UsageError(
                 f"--tcp-port {port}: rank r listens on {port}+r, so rank {ranks - 1} would need {port + ranks - 1}; "
                 f"give a port of at most {65536 - ranks}"
             )
-        check_local_address(options)
+        check_local_address(settings)
 
-    @classmethod
-    def preflight_local(cls, options: dict, ranks: int) -> None:
+    def preflight_local(self, settings: dict, ranks: int) -> None:
         """Every rank's --tcp-port free on this host, the host of all of them."""
-        check_ports_free(options, ranks)
+        check_ports_free(settings, ranks)
 
-    @classmethod
-    def encode_handshake(cls, options: dict) -> bytes:
-        return Fields().u8(LOOPS[options.get("loop", "auto")]).payload()
+    def encode_handshake(self, settings: dict) -> bytes:
+        return Fields().u8(LOOP.code(settings)).payload()
 
-    @classmethod
-    def decode_handshake(cls, reader: FieldReader, options: dict) -> dict:
-        loop = {code: name for name, code in LOOPS.items()}.get(reader.u8())
+    def decode_handshake(self, reader: FieldReader, settings: dict) -> dict:
+        loop = LOOP.chosen(reader.u8())
         if loop is None:
             raise ProtocolError("bad tcp loop setting")
         # Whether this host can build the C loop for --loop c is the session's to find (open_c_loop), not the
         # handshake's: a compile would stall serve's other handshakes.
-        return options | {"loop": loop} if loop != "auto" else options
+        return settings | loop
+
+
+TCP_OPTIONS = TCPOptions()
+
+
+class TCPTransport(Transport):
+    name = "tcp"
+    kernels = frozenset(
+        {"latency", "bw", "bibw", "msgrate", "allreduce", "allgather", "reduce", "pairs-latency", "pairs-bw"}
+    )
+    default_kernels = ("latency", "bw", "allreduce")
+    option_groups = (TCP_OPTIONS,)
+
+    @classmethod
+    def preflight(cls, settings: dict, ranks: int) -> None:
+        """``--loop c``: build (or find) the C loop now, so a missing compiler is one line before any rank starts."""
+        if TCP_OPTIONS.of(settings).get("loop") == "c":
+            try:
+                load_c_loop()
+            except CLoopUnavailable as exc:
+                raise UsageError(f"--loop c: {exc}") from None
 
     @classmethod
     def doctor(cls) -> Diagnosis:
@@ -521,7 +526,7 @@ class TCPTransport(Transport):
         self.ctrl = ctrl
         self.timeout = plan.timeout
         self.window = plan.window
-        options = plan.transport_options.get(self.options_key, {})
+        options = TCP_OPTIONS.of(plan.transport_options)
         # "auto" (the default) takes the C loops where every rank has them.
         self.cloop, self.why = open_c_loop(ctrl, options.get("loop", "auto"))
         # The all-pairs kernels need a link to every rank; the others, a partner and ring neighbours.

@@ -45,7 +45,6 @@ import time
 import numpy as np
 
 from fabricbench.control import allgather_json
-from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageError
 from fabricbench.measure.buffers import POISON, pattern, times_address
 from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, peer_of
@@ -54,23 +53,19 @@ from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.link_rate import link_rate_MBps, port_label, software_device
 from fabricbench.transports.rdma import (
-    MAX_WINDOW,
     MTU_BYTES,
-    QP_TYPES,
+    RDMA_OPTIONS,
     UD_GRH_BYTES,
-    add_arguments,
     check_cq_mod,
     check_post_list,
     decode_endpoint,
     default_cq_mod,
     encode_endpoint,
     load_pyverbs,
-    options,
 )
 from fabricbench.transports.verbs_link import MARKERS, Link, device_names, survey_devices
 
 ATOMIC_START = 1000  # what the atomics' target holds before a case's first operation
-LOOPS = ("auto", "c", "python")  # --loop, in the order of its code in the peer handshake
 _LOOP_NOTICE: list[str] = []  # the fallback notice, printed once per process
 
 
@@ -481,42 +476,14 @@ class VerbsTransport(Transport):
 
     name = "verbs"
     kernels = frozenset({"latency", "bw", "bibw", "get", *ATOMIC_KERNELS})
-    options_key = "verbs"
-    handshake_version = 2  # 1: --cq-mod; 2: --qp-type, --post-list, --events and --loop
+    option_groups = (RDMA_OPTIONS,)
     two_sided = False
 
     @classmethod
-    def add_arguments(cls, parser, role: str) -> None:
-        add_arguments(parser, role)
-
-    @classmethod
-    def options(cls, args, role: str) -> dict:
-        return options(args, role)
-
-    @classmethod
-    def encode_handshake(cls, options: dict) -> bytes:
-        fields = Fields().u32(options.get("cq_mod") or 0).u8(QP_TYPES.index(options.get("qp_type", "rc")))
-        fields.u32(options.get("post_list") or 1).u8(int(bool(options.get("events"))))
-        return fields.u8(LOOPS.index(options.get("loop", "auto"))).payload()
-
-    @classmethod
-    def decode_handshake(cls, reader: FieldReader, options: dict) -> dict:
-        """The client's loop and queue-pair settings, every one range-checked; the device settings stay the
-        server's own."""
-        cq_mod, qp_type, post_list, events, loop = reader.u32(), reader.u8(), reader.u32(), reader.u8(), reader.u8()
-        if cq_mod > MAX_WINDOW:
-            raise ProtocolError(f"--cq-mod {cq_mod} out of range")
-        if qp_type >= len(QP_TYPES) or not 1 <= post_list <= MAX_WINDOW or events > 1 or loop >= len(LOOPS):
-            raise ProtocolError("bad verbs queue-pair or loop settings")
-        chosen = {"qp_type": QP_TYPES[qp_type], "post_list": post_list, "events": bool(events)}
-        if LOOPS[loop] != "auto":
-            chosen["loop"] = LOOPS[loop]
-        return options | chosen | ({"cq_mod": cq_mod} if cq_mod else {})
-
-    @classmethod
-    def preflight(cls, options: dict, ranks: int) -> None:
+    def preflight(cls, settings: dict, ranks: int) -> None:
         """Fail before any rank starts when rdma-core, pyverbs or a device is missing (VerbsUnavailable, exit 2),
         or when the loop asked for cannot run here (UsageError, exit 2)."""
+        options = RDMA_OPTIONS.of(settings)
         device_names(load_pyverbs())
         loop = options.get("loop", "auto")
         if loop == "c":
@@ -545,7 +512,7 @@ class VerbsTransport(Transport):
 
     def __init__(self, ctrl, plan):
         self.rank, self.ranks = ctrl.rank, ctrl.size
-        settings = plan.transport_options.get(self.options_key, {})
+        settings = RDMA_OPTIONS.of(plan.transport_options)
         self.window = plan.window
         self.timeout = plan.timeout
         self.cq_mod = settings.get("cq_mod") or default_cq_mod(self.window)
