@@ -83,7 +83,7 @@ def test_silent_dripping_and_over_asking_clients_do_not_hold_up_a_legitimate_one
     server = Server("--handshake-timeout", "120")
     stop = threading.Event()
     dripped: list[int] = []
-    hello = _frame(HELLO, encode_hello(_plan(), None))  # about 100 bytes: a byte a second takes minutes
+    hello = _frame(HELLO, encode_hello(_plan(), None))  # a few hundred bytes: a byte a second takes minutes
     drip = threading.Thread(target=_drip, args=(server.port, hello, 1.0, stop, dripped))
     try:
         silent = _connect(server.port)

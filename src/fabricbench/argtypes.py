@@ -7,6 +7,7 @@ Numbers are read as ASCII only: Python's int() and float() also take other scrip
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import reprlib
@@ -103,6 +104,55 @@ def byte_size(what: str, minimum: int = 0):
     return parse
 
 
+def byte_range(what: str, count_name: str, maximum: int | None = None, beyond: str = "", open_max: bool = False):
+    """Byte counts ``MIN:MAX`` as byte_size reads each (``count_name`` names one in its refusal); a count alone is
+    MAX (OSU's -m). Returns (MIN, MAX), None for an end left out: MIN may always be, MAX only where ``open_max``.
+    Neither end may pass ``maximum``; ``beyond`` says why in the refusal."""
+    count = byte_size(count_name)
+
+    def parse(text: str) -> tuple[int | None, int | None]:
+        lo_text, sep, hi_text = text.partition(":")
+        if not sep:
+            lo_text, hi_text = "", lo_text
+        lo = count(lo_text) if lo_text.strip() else None
+        hi = count(hi_text) if hi_text.strip() or not open_max else None
+        if lo is not None and hi is not None and lo > hi:
+            raise UsageError(f"bad {what} {text!r}: minimum {lo} is above maximum {hi}")
+        if maximum is not None and max(lo or 0, hi or 0) > maximum:
+            raise UsageError(f"bad {what} {text!r}: {beyond or 'at most'} ({maximum} B)")
+        return lo, hi
+
+    return parse
+
+
+_PLAIN_DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+", re.ASCII)
+
+
+def bounded_decimal(name: str, minimum: float, maximum: float, above: bool = False, what: str = "a number"):
+    """A plain decimal number (ASCII digits and at most one point: no sign, exponent, inf or nan) from ``minimum``
+    (or above it, where ``above``) to ``maximum``; ``what`` names its unit in the refusal."""
+    bounds = f"above {minimum:g} and at most {maximum:g}" if above else f"from {minimum:g} to {maximum:g}"
+
+    def parse(text: str) -> float:
+        value = float(text) if _PLAIN_DECIMAL.fullmatch(text.strip()) else math.nan
+        if not ((value > minimum if above else value >= minimum) and value <= maximum):
+            raise UsageError(f"{name} must be {what} {bounds}, got {text!r}")
+        return value
+
+    return parse
+
+
+def nonempty(name: str, hint: str):
+    """Text as given, but not empty or blank: ``hint`` says what to give instead."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise UsageError(f"{name} is empty: {hint}")
+        return text
+
+    return parse
+
+
 def port_number(text: str) -> int:
     """A TCP port, 0 to 65535 (0: any free port)."""
     return whole_number("port", 0, 65535)(text)
@@ -142,8 +192,8 @@ def host_name(what: str):
     return parse
 
 
-def host_and_port(text: str) -> str:
-    """``--peer HOST:PORT`` (or [IPv6]:PORT), checked here and returned as given: a malformed one is a usage
+def host_and_port(text: str) -> tuple[str, int]:
+    """``--peer HOST:PORT`` (or [IPv6]:PORT) as (host, port), the brackets taken off: a malformed one is a usage
     error (exit 2), not a name the resolver failed to find (exit 3)."""
     if not text.strip():
         raise UsageError("--peer is empty: give HOST:PORT of a `fabricbench serve`")
@@ -164,8 +214,7 @@ def host_and_port(text: str) -> str:
         )
     else:
         host_name("--peer host")(host)
-    whole_number("--peer port", 1, 65535)(port)
-    return text
+    return host.strip("[]"), whole_number("--peer port", 1, 65535)(port)
 
 
 def secret(text: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -17,27 +16,33 @@ from fabricbench import __version__, transports
 from fabricbench.argtypes import (
     MAX_COUNT,
     MIN_TIMEOUT,
+    bounded_decimal,
     byte_size,
     host_and_port,
     masked_text,
     names,
+    nonempty,
     port_number,
     seconds,
     secret,
     whole_number,
 )
 from fabricbench.errors import FabricbenchError, UsageError
-from fabricbench.launch.orchestrate import RUN_ID_VAR
-from fabricbench.measure.kernels import KERNELS, get_kernel
-from fabricbench.measure.memory import check_memory, local_rank_count
-from fabricbench.measure.plan import Plan, Step, kernel_sizes, parse_rank_counts, parse_size_range
-from fabricbench.measure.results import new_run_id
-from fabricbench.transports import TRANSPORTS, check_transport, preflight, supported_kernels
+from fabricbench.measure.kernels import KERNELS
+from fabricbench.measure.plan import (
+    MAX_OUTLIER_FLOOR,
+    MAX_OUTLIER_Z,
+    MAX_REPEAT,
+    MAX_WINDOW,
+    OUTPUT_FORMATS,
+    AllPairsOptions,
+    Plan,
+    parse_rank_counts,
+    parse_size_range,
+)
+from fabricbench.transports import TRANSPORTS
 
-DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
 DEFAULT_SERVE_PORT = 18600
-MAX_WINDOW = 65536  # -W: messages in flight; what the peer protocol and the verbs queues can carry
-MAX_REPEAT = 1000  # --repeat: more is a typo, and each repeat is the whole plan again
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,14 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-x", "--warmup", type=whole_number("warm-up", 0, MAX_COUNT), help="untimed iterations per size")
     run.add_argument(
-        "-W", "--window", type=whole_number("window", 1, MAX_WINDOW), default=64, help="messages in flight (default 64)"
+        "-W",
+        "--window",
+        type=whole_number("window", 1, MAX_WINDOW),
+        default=Plan.window,
+        help=f"messages in flight (default {Plan.window})",
     )
     run.add_argument("--max-time", type=seconds("--max-time"), help="seconds per size; lowers the iteration count")
     run.add_argument("-c", "--validate", action="store_true", help="check received data outside the timed region")
     run.add_argument(
         "--repeat",
         type=whole_number("--repeat", 1, MAX_REPEAT),
-        default=1,
+        default=Plan.repeat,
         help="run the whole plan R times, every step once per repeat (rows carry the repeat index); "
         "compare then gives medians with 95%% intervals and marks each ratio significant or not",
     )
@@ -119,12 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add this run's rows to the table already in --out DIR, keeping every run's metadata",
     )
-    run.add_argument("--label", default="", help="a name for this run in tables and plots")
+    run.add_argument("--label", default=Plan.label, help="a name for this run in tables and plots")
     run.add_argument(
         "--format",
         dest="output_format",
-        choices=["table", "osu", "none"],
-        default="table",
+        choices=OUTPUT_FORMATS,
+        default=Plan.output_format,
         help="console output: readable table, OSU's text layout, or nothing",
     )
     osu_columns = run.add_argument_group("OSU's optional columns (--format osu; as OSU's -f, -z, -T; -c is -c)")
@@ -140,14 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     osu_columns.add_argument(
         "--osu-datatype",
         metavar="TYPE",
-        type=_datatype,
+        type=nonempty("--osu-datatype", "give OSU's -T type, e.g. MPI_CHAR"),
         help="OSU's -T: the datatype line; what a reduction sums on mpi (MPI_CHAR, MPI_INT or MPI_FLOAT)",
     )
     run.add_argument(
         "--timeout",
         type=seconds("--timeout", MIN_TIMEOUT),
-        default=120.0,
-        help=f"seconds without progress before giving up (default 120, at least {MIN_TIMEOUT:g})",
+        default=Plan.timeout,
+        help=f"seconds without progress before giving up (default {Plan.timeout:g}, at least {MIN_TIMEOUT:g})",
     )
     run.add_argument(
         "--hugepages",
@@ -271,7 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="write osu_latency, osu_bw, osu_allreduce, ... into DIR: OSU's options and text, run by fabricbench",
     )
     shims.add_argument(
-        "dir", metavar="DIR", type=_shims_folder, help="folder for the shims (made if missing); put it on PATH"
+        "dir",
+        metavar="DIR",
+        type=nonempty("osu-shims DIR", "give the folder to write the shims into"),
+        help="folder for the shims (made if missing); put it on PATH",
     )
     shims.set_defaults(func=cmd_osu_shims)
 
@@ -318,30 +330,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
-    from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT, SCHEDULES
+    from fabricbench.measure.verdict import SCHEDULES
 
+    defaults = AllPairsOptions()
+    floor_percent = defaults.outlier_floor * 100
     group = run.add_argument_group("all-pairs kernels (pairs-latency, pairs-bw)")
     group.add_argument(
         "--schedule",
         choices=SCHEDULES,
-        default="isolated",
-        help="isolated: rounds of disjoint pairs, one pair per link at a time (default); "
+        default=defaults.schedule,
+        help=f"{SCHEDULES[0]}: rounds of disjoint pairs, one pair per link at a time (default); "
         "shift: mpiGraph's steps, every rank sending to rank+k while receiving from rank-k",
     )
     group.add_argument("--per-node", action="store_true", help="one rank per host: the lowest rank of each")
     group.add_argument(
         "--outlier-z",
-        type=_outlier_z,
-        default=DEFAULT_OUTLIER_Z,
+        type=bounded_decimal("--outlier-z", 0, MAX_OUTLIER_Z, above=True),
+        default=defaults.outlier_z,
         metavar="Z",
-        help=f"a pair is slow beyond median -/+ Z x 1.4826 x MAD of its log figure (default {DEFAULT_OUTLIER_Z:g})",
+        help=f"a pair is slow beyond median -/+ Z x 1.4826 x MAD of its log figure (default {defaults.outlier_z:g})",
     )
     group.add_argument(
         "--outlier-floor",
-        type=_outlier_floor,
-        default=MIN_EFFECT * 100,
+        type=bounded_decimal("--outlier-floor", 0, MAX_OUTLIER_FLOOR * 100, what="a percentage"),
+        default=floor_percent,
         metavar="PCT",
-        help=f"nor is a pair slow unless it is PCT %% worse than the median (default {MIN_EFFECT * 100:g}); "
+        help=f"nor is a pair slow unless it is PCT %% worse than the median (default {floor_percent:g}); "
         "raise it where healthy pairs scatter widely, e.g. many ranks sharing few cores",
     )
     group.add_argument(
@@ -349,150 +363,10 @@ def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
     )
 
 
-def _outlier_z(text: str) -> float:
-    """--outlier-z: a plain decimal number above 0 and at most 100."""
-    try:
-        value = float(text) if text.strip().replace(".", "", 1).isdigit() and text.isascii() else math.nan
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 100:
-        raise UsageError(f"--outlier-z must be a number above 0 and at most 100, got {text!r}")
-    return value
-
-
-def _outlier_floor(text: str) -> float:
-    """--outlier-floor: a plain decimal percentage from 0 to 1000."""
-    try:
-        value = float(text) if text.strip().replace(".", "", 1).isdigit() and text.isascii() else math.nan
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 1000:
-        raise UsageError(f"--outlier-floor must be a percentage from 0 to 1000, got {text!r}")
-    return value
-
-
-def _pairs_options(args, steps: list[Step]) -> dict:
-    """The all-pairs settings, when the run has an all-pairs kernel; UsageError where they cannot apply."""
-    if not any(step.spec.pattern == "matrix" for step in steps):
-        if args.json:
-            raise UsageError("--json prints the all-pairs verdict: add -k pairs-bw or pairs-latency")
-        return {}
-    if args.output_format == "osu":
-        raise UsageError("the all-pairs kernels have no OSU text layout: use --format table or none")
-    if args.peer and (args.schedule != "isolated" or args.per_node):
-        raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
-    return {
-        "schedule": args.schedule,
-        "per_node": args.per_node,
-        "outlier_z": args.outlier_z,
-        "outlier_floor": args.outlier_floor / 100,
-        "json": args.json,
-    }
-
-
-def _datatype(text: str) -> str:
-    if not text.strip():
-        raise UsageError("--osu-datatype is empty: give OSU's -T type, e.g. MPI_CHAR")
-    return text
-
-
 def _percentiles(text: str) -> tuple[float, ...]:
     from fabricbench.report.osu import parse_percentiles
 
     return parse_percentiles(text)
-
-
-def _osu_columns(args, steps: list[Step]) -> dict:
-    """--format osu's optional columns, each checked against every kernel of the run (UsageError)."""
-    from fabricbench.report.osu import Columns, check_columns
-
-    given = args.osu_full or args.osu_percentiles or args.osu_datatype
-    if not given:
-        return {}
-    if args.output_format != "osu":
-        raise UsageError("--osu-full, --osu-percentiles and --osu-datatype shape OSU's text: add --format osu")
-    columns = Columns(args.validate, args.osu_full, tuple(args.osu_percentiles or ()), args.osu_datatype or "")
-    for step in steps:
-        check_columns(step.spec, columns, step.transport)
-    return {"full": columns.full, "percentiles": list(columns.percentiles), "datatype": columns.datatype.upper()}
-
-
-def _steps(args) -> list[Step]:
-    if not args.transport and not args.kernel:
-        pairs = transports.default_suite()
-    elif not args.transport:
-        pairs = [(transports.natural_transport(k), [k]) for k in args.kernel]
-    else:
-        pairs = [(t, args.kernel or sorted(supported_kernels(t))) for t in args.transport]
-    # OSU's -T changes what a reduction sums, and so its sizes (MPI_CHAR from 1 B); _osu_columns checks the rest.
-    datatype = (args.osu_datatype or "").upper() if args.output_format == "osu" else ""
-    steps = []
-    for transport, kernels in pairs:
-        check_transport(transport)
-        for name in kernels:
-            kernel = get_kernel(name)
-            moved = kernel.with_datatype(datatype)
-            chosen = datatype if moved is not kernel else ""
-            steps.append(Step(transport, name, kernel_sizes(moved, args.message_size), chosen))
-    return steps
-
-
-def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> None:
-    """--ranks: every count within the launched ranks and each collective's minimum, on transports that can."""
-    if not counts:
-        return
-    if counts[-1] > launched:
-        raise UsageError(f"--ranks {counts[-1]} is more than the {launched} ranks launched (-n, or the launcher's)")
-    collectives = [s for s in steps if s.spec.collective and s.kernel in supported_kernels(s.transport)]
-    if not collectives:
-        raise UsageError("--ranks sizes the collectives; this run has none (e.g. -k allreduce)")
-    for step in collectives:
-        if not transports.transport_class(step.transport).sub_communicators:
-            raise UsageError(f"--ranks: transport {step.transport!r} cannot run on a subset of the ranks (mpi can)")
-        try:
-            step.spec.check_ranks(counts[0])
-        except UsageError as exc:
-            raise UsageError(f"--ranks {counts[0]}: {exc}") from None
-
-
-def build_plan(args, ranks: int) -> Plan:
-    """Everything that can be checked before a byte moves; raises UsageError."""
-    steps = _steps(args)
-    default_suite = not args.transport and not args.kernel
-    for step in steps:
-        if step.kernel in supported_kernels(step.transport):
-            step.spec.check_ranks(ranks)
-    _check_rank_counts(args.ranks or [], steps, ranks)
-    options = transports.transport_options(args, "run")
-    # Every rank on this host (self-launched, or a launcher's ranks all local): what they will bind is checked here.
-    local = not args.peer and local_rank_count(ranks) == ranks
-    for transport in dict.fromkeys(step.transport for step in steps):
-        preflight(transport, options, ranks, local)
-    # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
-    run_id = os.environ.get(RUN_ID_VAR) or new_run_id()
-    progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
-    pairs = _pairs_options(args, steps)
-    plan = Plan(
-        steps=steps,
-        iterations=args.iterations,
-        warmup=args.warmup,
-        window=args.window,
-        max_time=args.max_time or (DEFAULT_SUITE_MAX_TIME if default_suite else None),
-        validate=args.validate,
-        timeout=args.timeout,
-        out_dir=args.out or os.path.join("results", run_id),
-        run_id=run_id,
-        label=args.label,
-        output_format="none" if pairs.get("json") else args.output_format,  # --json: stdout holds the verdict alone
-        osu=_osu_columns(args, steps),
-        pairs=pairs,
-        progress=progress,
-        transport_options=options,
-        repeat=args.repeat,
-        ranks=args.ranks or [],
-    )
-    check_memory(plan, ranks, 1 if args.peer else local_rank_count(ranks), args.max_memory)
-    return plan
 
 
 def cmd_compare(args, argv: list[str]) -> int:
@@ -511,6 +385,8 @@ def cmd_run(args, argv: list[str]) -> int:
 
     if args.append and not args.out:
         raise UsageError("--append adds to the table in an earlier run's folder: give it with --out DIR")
+    from fabricbench.measure.planner import build_plan
+
     if args.peer:  # no launcher and no MPI: this process is rank 0 of two
         from fabricbench.launch import peer
 
@@ -565,12 +441,6 @@ def cmd_model(args, argv: list[str]) -> int:
     from fabricbench.analysis.model import model
 
     return model(args.runs, args.size, args.project_ranks, out=args.out, seed=args.seed, statistic=args.statistic)
-
-
-def _shims_folder(text: str) -> str:
-    if not text.strip():  # '' is the working directory to pathlib: never what was meant
-        raise UsageError("osu-shims DIR is empty: give the folder to write the shims into")
-    return text
 
 
 def cmd_osu_shims(args, argv: list[str]) -> int:

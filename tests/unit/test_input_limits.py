@@ -12,13 +12,14 @@ import pytest
 from fabricbench import argtypes, cli
 from fabricbench.analysis import load
 from fabricbench.argtypes import MASK, TOKEN_VAR, masked_command_line
-from fabricbench.cli import build_parser, build_plan
+from fabricbench.cli import build_parser
 from fabricbench.control.rendezvous import ProtocolError
 from fabricbench.errors import UsageError
 from fabricbench.launch.peer import decode_hello, encode_hello
 from fabricbench.measure import memory
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.plan import MAX_MESSAGE_SIZE, Plan, Step, iteration_bytes, size_limits
+from fabricbench.measure.planner import build_plan
 from fabricbench.run.runner import SLOW_BYTES_PER_S, Watchdog
 
 MiB = 1 << 20

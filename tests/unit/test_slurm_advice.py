@@ -202,7 +202,8 @@ def test_a_run_inside_a_job_records_it_whoever_started_the_ranks():
 def test_the_two_node_batch_script_asks_each_transport_only_for_its_own_kernels():
     import shlex
 
-    from fabricbench.cli import _steps, build_parser
+    from fabricbench.cli import build_parser
+    from fabricbench.measure.planner import _steps
     from fabricbench.transports import supported_kernels
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "slurm-two-nodes.sbatch"

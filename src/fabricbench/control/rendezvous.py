@@ -33,7 +33,7 @@ from fabricbench import __version__
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
 
 MAGIC = b"FBRV"
-VERSION = 4  # 4: the server answers a HELLO with a CHALLENGE, the client with a PROOF (its token's HMAC)
+VERSION = 5  # 5: the HELLO carries the plan as JSON; since 4 a CHALLENGE and a PROOF (the token's HMAC) follow it
 HEADER = struct.Struct("!4sHHI")
 MAX_PAYLOAD = 64 * 1024  # the default limit on one message; the handshake and control plane stay far below
 MAX_TEXT = 1024

@@ -7,6 +7,7 @@ import os
 import platform
 import socket
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +93,7 @@ def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
         "numpy_madvise_hugepage": numpy_hugepages(),
         "NUMPY_MADVISE_HUGEPAGE": os.environ.get("NUMPY_MADVISE_HUGEPAGE", "unset"),
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
-        "plan": {k: v for k, v in plan.__dict__.items() if k != "steps"},
-        "steps": [s.__dict__ for s in plan.steps],
+        "plan": {k: v for k, v in asdict(plan).items() if k != "steps"},
+        "steps": [asdict(s) for s in plan.steps],
     }
     return meta

@@ -1,8 +1,10 @@
 """Two hosts without MPI: ``fabricbench serve`` on one, ``fabricbench run --peer HOST:PORT`` on the other.
 
 As with perftest or sockperf, the client (rank 0) connects to the server
-(rank 1) and sends a HELLO: the plan's fields in a versioned binary message.
-The server checks every field, and the plan against its own caps, then sends
+(rank 1) and sends a HELLO: the plan as JSON, size-bounded, then each
+transport's own fields. The server checks the plan as ``run`` does
+(``Plan.from_json``), then what a two-rank run without MPI can take, then the
+plan against its own caps, then sends
 a CHALLENGE (a fresh nonce); the client answers with a PROOF (the HMAC of the
 nonce and its HELLO under the shared token, when it has one), and the server
 answers ACCEPT or an ERROR in words. The same connection then carries the
@@ -23,7 +25,6 @@ import contextlib
 import hashlib
 import hmac
 import ipaddress
-import math
 import os
 import re
 import secrets
@@ -34,10 +35,10 @@ import socket
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fabricbench import __version__
-from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS, TOKEN_VAR, masked_command_line
+from fabricbench.argtypes import TOKEN_VAR, masked_command_line
 from fabricbench.control.connection import RANKS, PairControl
 from fabricbench.control.rendezvous import (
     ACCEPT,
@@ -58,13 +59,14 @@ from fabricbench.control.rendezvous import (
 )
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
 from fabricbench.launch.orchestrate import execute_plan
-from fabricbench.measure.kernels import Kernel, get_kernel
-from fabricbench.measure.plan import Plan, Step, size_limits
+from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step
 from fabricbench.transports import TRANSPORTS, handshake_sections, transport_class
 
 MAX_STEPS = 64
 MAX_SIZES = 64
-MAX_WINDOW = 65536
+# The plan's JSON in a HELLO: room for MAX_STEPS steps of every size run sweeps, far below a message's limit.
+MAX_PLAN_BYTES = 32 * 1024
 MAX_SECTIONS = 16  # transports' own field sections in one HELLO
 HUGEPAGES = {None: 0, "on": 1, "off": 2}
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -88,8 +90,7 @@ def mpi_free(plan: Plan) -> None:
 
 def wire_steps(plan: Plan) -> list[Step]:
     """The steps a HELLO carries: the plan's schedule written out, so the server runs a --repeat plan's
-    interleaved order as a plain plan (it writes no rows, so it needs no repeat index) and the protocol stays
-    as it is."""
+    interleaved order as a plain plan (it writes no rows, so it needs no repeat index)."""
     return [entry.step for entry in plan.schedule()]
 
 
@@ -102,6 +103,26 @@ def check_wire_steps(plan: Plan) -> None:
         )
 
 
+def wire_plan(plan: Plan) -> Plan:
+    """The plan as a HELLO carries it: its schedule written out, and none of what is rank 0's own (its folder,
+    label, console, OSU columns, verdict settings) or its host's (the transports' options: the server has its
+    own, and each transport's section carries what the client chooses for both sides)."""
+    pairs = AllPairsOptions(plan.pairs.schedule, plan.pairs.per_node)
+    return replace(
+        plan,
+        steps=wire_steps(plan),
+        repeat=1,
+        ranks=[],
+        out_dir="",
+        label="",
+        output_format="none",
+        osu=OsuColumns(),
+        pairs=pairs,
+        progress=False,
+        transport_options={},
+    )
+
+
 def _handshake_owners(plan: Plan) -> dict:
     """{option group name: group} for the groups of the plan's transports that add fields to the HELLO, in step
     order."""
@@ -109,20 +130,19 @@ def _handshake_owners(plan: Plan) -> dict:
 
 
 def encode_hello(plan: Plan, hugepages: str | None) -> bytes:
-    """The HELLO payload: the plan fields the server needs, then each transport's own section, struct-packed.
+    """The HELLO payload: our version, the hugepages setting, the plan as JSON (wire_plan), then each
+    transport's own section, struct-packed; UsageError for a plan over MAX_PLAN_BYTES.
 
     A section is (options key, that transport's field version, its fields), so a transport's new option
     bumps its own version, not the protocol's.
     """
-    fields = Fields().text(__version__).text(plan.run_id)
-    fields.i64(-1 if plan.iterations is None else plan.iterations).i64(-1 if plan.warmup is None else plan.warmup)
-    fields.u32(plan.window).f64(plan.max_time or 0.0).u8(int(plan.validate)).f64(plan.timeout)
-    steps = wire_steps(plan)
-    fields.u8(HUGEPAGES[hugepages]).u16(len(steps))
-    for step in steps:
-        fields.text(step.transport).text(step.kernel).u16(len(step.sizes))
-        for size in step.sizes:
-            fields.u64(size)
+    data = wire_plan(plan).to_json()
+    if len(data) > MAX_PLAN_BYTES:
+        raise UsageError(
+            f"a --peer run's plan is at most {MAX_PLAN_BYTES} B as JSON; this one is {len(data)} B "
+            "(fewer kernels, sizes or repeats)"
+        )
+    fields = Fields().text(__version__).u8(HUGEPAGES[hugepages]).blob(data)
     owners = _handshake_owners(plan)
     fields.u16(len(owners))
     for key, cls in owners.items():
@@ -137,64 +157,52 @@ def _refuse_unless(ok: bool, message: str) -> None:
 
 
 def decode_hello(payload: bytes, transport_options: dict) -> tuple[Plan, str | None, str]:
-    """Check every HELLO field; returns (plan, hugepages, client version) or raises ProtocolError.
+    """Check the HELLO; returns (plan, hugepages, client version) or raises ProtocolError.
 
-    ``transport_options`` are the server's own (addresses, devices): they describe this host, so
+    The plan is checked as run checks its own (``Plan.from_json``), then for what a two-rank run without MPI
+    can take. ``transport_options`` are the server's own (addresses, devices): they describe this host, so
     they never come from the client, except what a transport's own section lets the client choose
     for both sides of its run (each transport's decode_handshake checks its fields).
     """
     reader = FieldReader(payload, "HELLO message")
-    client_version, run_id = reader.text(64), reader.text(128)
-    _refuse_unless(_RUN_ID.match(run_id) is not None, f"bad run id {run_id!r}")
-    iterations, warmup, window = reader.i64(), reader.i64(), reader.u32()
-    _refuse_unless(iterations == -1 or 1 <= iterations <= MAX_COUNT, f"iterations {iterations} out of range")
-    _refuse_unless(warmup == -1 or 0 <= warmup <= MAX_COUNT, f"warm-up {warmup} out of range")
-    _refuse_unless(1 <= window <= MAX_WINDOW, f"window {window} out of range 1..{MAX_WINDOW}")
-    max_time, validate, timeout = reader.f64(), reader.u8(), reader.f64()
-    _refuse_unless(max_time == 0 or (math.isfinite(max_time) and 0 < max_time <= MAX_SECONDS), "bad --max-time")
-    _refuse_unless(validate in (0, 1), f"bad validate flag {validate}")
-    _refuse_unless(math.isfinite(timeout) and 0 < timeout <= MAX_SECONDS, f"bad --timeout {timeout}")
-    hugepages = reader.u8()
+    client_version, hugepages = reader.text(64), reader.u8()
     _refuse_unless(hugepages in HUGEPAGES.values(), f"bad hugepages setting {hugepages}")
-    step_count = reader.u16()
-    _refuse_unless(1 <= step_count <= MAX_STEPS, f"{step_count} steps; 1 to {MAX_STEPS} are allowed")
-    steps = []
-    for _ in range(step_count):
-        transport, kernel_name, size_count = reader.text(64), reader.text(64), reader.u16()
+    try:
+        plan = Plan.from_json(reader.blob(MAX_PLAN_BYTES))
+    except UsageError as exc:
+        raise ProtocolError(str(exc)) from None
+    _check_peer_plan(plan)
+    transport_options = _decode_sections(reader, _handshake_owners(plan), transport_options)
+    reader.end()
+    plan = replace(wire_plan(plan), transport_options=transport_options)  # nothing of the client's host or console
+    hugepages_name = {code: name for name, code in HUGEPAGES.items()}[hugepages]
+    return plan, hugepages_name, client_version
+
+
+def _check_peer_plan(plan: Plan) -> None:
+    """What a HELLO's plan must be beyond a valid plan: a run id fit for a log line, its schedule written out,
+    one pair of ranks, and a bounded count of steps and sizes, each a kernel its transport has, without MPI."""
+    _refuse_unless(_RUN_ID.match(plan.run_id) is not None, f"bad run id {plan.run_id!r}")
+    _refuse_unless(1 <= len(plan.steps) <= MAX_STEPS, f"{len(plan.steps)} steps; 1 to {MAX_STEPS} are allowed")
+    _refuse_unless(
+        plan.repeat == 1 and not plan.ranks, "a HELLO carries its schedule written out: no --repeat and no --ranks"
+    )
+    _refuse_unless(
+        plan.pairs.schedule == AllPairsOptions.schedule and not plan.pairs.per_node,
+        "a peer run has two ranks, one pair: no --schedule shift and no --per-node",
+    )
+    for step in plan.steps:
+        transport, kernel = step.transport, step.spec
         _refuse_unless(transport in TRANSPORTS, f"unknown transport {transport!r}")
         _refuse_unless(
             not transport_class(transport).needs_launcher, f"transport {transport!r} needs MPI; a peer run has none"
         )
-        _refuse_unless(1 <= size_count <= MAX_SIZES, f"{size_count} sizes; 1 to {MAX_SIZES} are allowed")
-        sizes = [reader.u64() for _ in range(size_count)]
+        _refuse_unless(1 <= len(step.sizes) <= MAX_SIZES, f"{len(step.sizes)} sizes; 1 to {MAX_SIZES} are allowed")
         try:
-            kernel = get_kernel(kernel_name)
             kernel.check_ranks(RANKS)
         except UsageError as exc:
             raise ProtocolError(str(exc)) from None
         _refuse_unless(kernel.name in transport_class(transport).kernels, f"{transport} has no {kernel.name} kernel")
-        smallest, largest = size_limits(kernel)  # what run's -m may give it
-        for size in sizes:
-            outside = f"{kernel.name} size {size} B is outside {smallest}..{largest} B"
-            _refuse_unless(smallest <= size <= largest, outside)
-        steps.append(Step(transport, kernel.name, sizes))
-    plan = Plan(steps=steps)
-    transport_options = _decode_sections(reader, _handshake_owners(plan), transport_options)
-    reader.end()
-    plan = Plan(
-        steps=steps,
-        iterations=None if iterations == -1 else iterations,
-        warmup=None if warmup == -1 else warmup,
-        window=window,
-        max_time=max_time or None,
-        validate=bool(validate),
-        timeout=timeout,
-        run_id=run_id,
-        output_format="none",
-        transport_options=transport_options,
-    )
-    hugepages_name = {code: name for name, code in HUGEPAGES.items()}[hugepages]
-    return plan, hugepages_name, client_version
 
 
 def _decode_sections(reader: FieldReader, owners: dict, transport_options: dict) -> dict:
@@ -354,15 +362,6 @@ def token_proof(token: bytes, nonce: bytes, hello: bytes) -> bytes:
     return hmac.new(token, nonce + hello, hashlib.sha256).digest()
 
 
-def parse_peer(text: str) -> tuple[str, int]:
-    """HOST:PORT (or [IPv6]:PORT) from the command line."""
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--peer must be HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
 def client_handshake(sock: socket.socket, hello: bytes, token: bytes | None) -> tuple[str, str]:
     """The client's half: HELLO, the server's CHALLENGE, our PROOF, its ACCEPT; returns (server version, host)."""
     send_message(sock, HELLO, hello)
@@ -409,13 +408,13 @@ def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, tok
         time.sleep(EVICTED_PAUSE_S * tries)
 
 
-def run_client(plan: Plan, peer: str, hugepages: str | None, token: bytes | None = None) -> int:
-    """Rank 0 of a peer run: handshake, then the ordinary runner over PairControl."""
+def run_client(plan: Plan, peer: tuple[str, int], hugepages: str | None, token: bytes | None = None) -> int:
+    """Rank 0 of a peer run against ``peer`` (host, port): handshake, then the ordinary runner over PairControl."""
     from pathlib import Path
 
     from fabricbench.measure.results import prepare_out_dir
 
-    host, port = parse_peer(peer)
+    host, port = peer
     mpi_free(plan)
     check_wire_steps(plan)
     out = Path(plan.out_dir).absolute()

@@ -1,35 +1,40 @@
 """The plan: what to run, built once from the command line and shared by all ranks.
 
-A plan is plain data so that it can travel between ranks as JSON.
+A plan is plain data so that it can travel between ranks, and to a ``serve``, as JSON. Its options carry their
+defaults here; ``check`` is the one place their values are validated, for ``run`` (build_plan) and for what
+arrives as JSON (``from_json``: another rank's broadcast, a ``--peer`` client's HELLO). How a plan is built
+from run's options is ``fabricbench.measure.planner``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+import reprlib
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
-from fabricbench.argtypes import MAX_COUNT, byte_size, names, whole_number
+from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS, MIN_TIMEOUT, byte_range, byte_size, names, whole_number
 from fabricbench.errors import UsageError
-from fabricbench.measure.kernels import Kernel, get_kernel
+from fabricbench.measure.kernels import KERNELS, Kernel, get_kernel
+from fabricbench.measure.stats import PERCENTILES
+from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT, SCHEDULES
 
 # The largest message any kernel takes: MPI counts are C ints, and 1 GiB is the largest power of two
 # below 2^31. Memory bounds it further (fabricbench.measure.memory).
 MAX_MESSAGE_SIZE = 1 << 30
+MAX_WINDOW = 65536  # -W: messages in flight; what the peer protocol and the verbs queues can carry
+MAX_REPEAT = 1000  # --repeat: more is a typo, and each repeat is the whole plan again
+MAX_OUTLIER_Z = 100.0  # --outlier-z
+MAX_OUTLIER_FLOOR = 10.0  # --outlier-floor, as a fraction of the median (1000 %)
+OUTPUT_FORMATS = ("table", "osu", "none")
 
 parse_size = byte_size("message size")
+_size_range = byte_range("size range", "message size", MAX_MESSAGE_SIZE, "a message is at most 1 GiB")
 
 
 def parse_size_range(text: str) -> tuple[int, int]:
-    """OSU's ``-m [min:]max``."""
-    lo_text, sep, hi_text = text.partition(":")
-    if not sep:
-        lo_text, hi_text = "", lo_text
-    lo = parse_size(lo_text) if lo_text.strip() else None
-    hi = parse_size(hi_text)
-    if lo is not None and lo > hi:
-        raise UsageError(f"bad size range {text!r}: minimum {lo} is above maximum {hi}")
-    if hi > MAX_MESSAGE_SIZE:
-        raise UsageError(f"bad size range {text!r}: a message is at most 1 GiB ({MAX_MESSAGE_SIZE} B)")
+    """OSU's ``-m [min:]max``; a minimum left out is -1 (the kernel's own start, kernel_sizes)."""
+    lo, hi = _size_range(text)
     return (lo if lo is not None else -1), hi
 
 
@@ -62,6 +67,66 @@ class Step:
     def spec(self) -> Kernel:
         return get_kernel(self.kernel).with_datatype(self.datatype)
 
+    def check(self) -> None:
+        """The kernel is known, takes the datatype and every size (as run's -m may give them); UsageError."""
+        _require(
+            isinstance(self.transport, str) and 0 < len(self.transport) <= 64, f"bad transport {_shown(self.transport)}"
+        )
+        _require(isinstance(self.kernel, str), f"bad kernel {_shown(self.kernel)}")
+        kernel = get_kernel(self.kernel)
+        _require(
+            self.datatype == "" or self.datatype in kernel.osu_datatypes,
+            f"bad datatype {_shown(self.datatype)} for {kernel.name}",
+        )
+        _require(isinstance(self.sizes, list), f"bad sizes {_shown(self.sizes)} for {kernel.name}")
+        smallest, largest = size_limits(kernel)
+        for size in self.sizes:
+            _require(_is_int(size), f"{kernel.name} size {_shown(size)} is not a byte count")
+            _require(smallest <= size <= largest, f"{kernel.name} size {size} B is outside {smallest}..{largest} B")
+
+
+@dataclass
+class OsuColumns:
+    """--format osu's optional columns and lines (OSU's -f, -z, -T), each checked against the run's kernels
+    when the plan is built (report.osu.check_columns)."""
+
+    full: bool = False  # Min/Max latency and Iterations columns of a collective
+    percentiles: tuple[float, ...] = ()  # tail latency columns, from PERCENTILES
+    datatype: str = ""  # the datatype line, in OSU's capitals
+
+    def check(self) -> None:
+        _require(isinstance(self.full, bool), f"bad --osu-full flag {_shown(self.full)}")
+        _require(
+            isinstance(self.percentiles, tuple) and all(_is_number(p) and p in PERCENTILES for p in self.percentiles),
+            f"bad --osu-percentiles {_shown(self.percentiles)}: choose from {', '.join(f'{p:g}' for p in PERCENTILES)}",
+        )
+        known = {name for kernel in KERNELS.values() for name in kernel.osu_datatypes}
+        _require(self.datatype == "" or self.datatype in known, f"bad --osu-datatype {_shown(self.datatype)}")
+
+
+@dataclass
+class AllPairsOptions:
+    """The all-pairs kernels' (pairs-latency, pairs-bw) settings: how the pairs are scheduled and judged."""
+
+    schedule: str = SCHEDULES[0]  # isolated: rounds of disjoint pairs; shift: mpiGraph's rank+k steps
+    per_node: bool = False  # one rank per host: the lowest rank of each
+    outlier_z: float = DEFAULT_OUTLIER_Z  # a pair is slow beyond median -/+ Z x 1.4826 x MAD of its log figure
+    outlier_floor: float = MIN_EFFECT  # nor unless it is this fraction worse than the median
+    json: bool = False  # print the verdict as one JSON object on stdout
+
+    def check(self) -> None:
+        _require(self.schedule in SCHEDULES, f"bad --schedule {_shown(self.schedule)}: one of {', '.join(SCHEDULES)}")
+        _require(isinstance(self.per_node, bool), f"bad --per-node flag {_shown(self.per_node)}")
+        _require(
+            _is_number(self.outlier_z) and 0 < self.outlier_z <= MAX_OUTLIER_Z,
+            f"bad --outlier-z {_shown(self.outlier_z)}: above 0 and at most {MAX_OUTLIER_Z:g}",
+        )
+        _require(
+            _is_number(self.outlier_floor) and 0 <= self.outlier_floor <= MAX_OUTLIER_FLOOR,
+            f"bad --outlier-floor {_shown(self.outlier_floor)}: a fraction from 0 to {MAX_OUTLIER_FLOOR:g}",
+        )
+        _require(isinstance(self.json, bool), f"bad --json flag {_shown(self.json)}")
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -85,10 +150,10 @@ class Plan:
     run_id: str = ""
     label: str = ""
     output_format: str = "table"
-    osu: dict = field(default_factory=dict)  # --format osu's optional columns: full, percentiles, datatype
-    pairs: dict = field(default_factory=dict)  # the all-pairs kernels: schedule, per_node, outlier_z, json
+    osu: OsuColumns = field(default_factory=OsuColumns)
+    pairs: AllPairsOptions = field(default_factory=AllPairsOptions)
     progress: bool = False
-    transport_options: dict = field(default_factory=dict)
+    transport_options: dict = field(default_factory=dict)  # {options key: that transport's settings}
     repeat: int = 1  # run --repeat: how many times the whole plan runs, interleaved (schedule)
     ranks: list[int] = field(default_factory=list)  # run --ranks: collectives on the first N ranks; []: all
 
@@ -109,14 +174,79 @@ class Plan:
                 entries += [Entry(repeat, step, count) for count in counts]
         return entries
 
+    def check(self) -> None:
+        """Every value within what run's options allow: the one check of a plan, however it was made (UsageError,
+        naming the field). Transport names and their options are the registry's to check (planner, serve)."""
+        _require(isinstance(self.steps, list), f"bad steps {_shown(self.steps)}")
+        for step in self.steps:
+            step.check()
+        _require(
+            self.iterations is None or _is_int(self.iterations) and 1 <= self.iterations <= MAX_COUNT,
+            f"iterations {_shown(self.iterations)} out of range 1..{MAX_COUNT}",
+        )
+        _require(
+            self.warmup is None or _is_int(self.warmup) and 0 <= self.warmup <= MAX_COUNT,
+            f"warm-up {_shown(self.warmup)} out of range 0..{MAX_COUNT}",
+        )
+        _require(
+            _is_int(self.window) and 1 <= self.window <= MAX_WINDOW,
+            f"window {_shown(self.window)} out of range 1..{MAX_WINDOW}",
+        )
+        _require(
+            self.max_time is None or _is_number(self.max_time) and 0 < self.max_time <= MAX_SECONDS,
+            f"bad --max-time {_shown(self.max_time)}: above 0 and at most {MAX_SECONDS:.0f} seconds",
+        )
+        _require(isinstance(self.validate, bool), f"bad validate flag {_shown(self.validate)}")
+        _require(
+            _is_number(self.timeout) and MIN_TIMEOUT <= self.timeout <= MAX_SECONDS,
+            f"bad --timeout {_shown(self.timeout)}: from {MIN_TIMEOUT:g} to {MAX_SECONDS:.0f} seconds",
+        )
+        for name in ("out_dir", "run_id", "label"):
+            _require(isinstance(getattr(self, name), str), f"bad {name} {_shown(getattr(self, name))}")
+        _require(self.output_format in OUTPUT_FORMATS, f"bad output format {_shown(self.output_format)}")
+        self.osu.check()
+        self.pairs.check()
+        _require(isinstance(self.progress, bool), f"bad progress flag {_shown(self.progress)}")
+        _require(
+            isinstance(self.transport_options, dict)
+            and all(isinstance(key, str) and isinstance(value, dict) for key, value in self.transport_options.items()),
+            "bad transport options: an object of objects",
+        )
+        _require(
+            _is_int(self.repeat) and 1 <= self.repeat <= MAX_REPEAT,
+            f"repeat {_shown(self.repeat)} out of range 1..{MAX_REPEAT}",
+        )
+        _require(
+            isinstance(self.ranks, list)
+            and all(_is_int(count) and 1 <= count <= MAX_COUNT for count in self.ranks)
+            and self.ranks == sorted(set(self.ranks)),
+            f"bad --ranks {_shown(self.ranks)}: rank counts, each once, smallest first",
+        )
+
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> Plan:
-        raw = json.loads(data)
-        raw["steps"] = [Step(**s) for s in raw["steps"]]
-        return cls(**raw)
+        """The plan in ``data``, checked (``check``); anything else is a UsageError in one line. A field left out
+        takes its default (a plan of an earlier version); a field this version does not know is refused."""
+        try:
+            raw = json.loads(data)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise UsageError(f"the plan is not JSON: {exc}") from None
+        values = _fields_of(cls, raw, "plan")
+        _require(isinstance(values.get("steps"), list), "the plan has no list of steps")
+        values["steps"] = [Step(**_fields_of(Step, step, "step")) for step in values["steps"]]
+        if "osu" in values:
+            osu = _fields_of(OsuColumns, values["osu"], "osu columns")
+            if isinstance(osu.get("percentiles"), list):
+                osu["percentiles"] = tuple(osu["percentiles"])
+            values["osu"] = OsuColumns(**osu)
+        if "pairs" in values:
+            values["pairs"] = AllPairsOptions(**_fields_of(AllPairsOptions, values["pairs"], "all-pairs options"))
+        plan = cls(**values)
+        plan.check()
+        return plan
 
     def counts(self, kernel: Kernel, size: int) -> tuple[int, int]:
         """(iterations, warm-up) before any time budget is applied."""
@@ -157,3 +287,33 @@ def iteration_bytes(kernel: Kernel, size: int, ranks: int, window: int) -> int:
     if kernel.windowed:
         return size * window * kernel.directions
     return 2 * size if kernel.sample == "rtt" else size
+
+
+_shown = reprlib.repr  # a value in a refusal: what came as JSON may be long
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    """A finite int or float (JSON's numbers; Infinity and NaN are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fields_of(cls, raw: object, what: str) -> dict:
+    """A JSON object's members as ``cls``'s fields: each known, and the ones without a default present."""
+    _require(isinstance(raw, dict), f"the {what} is not a JSON object")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    _require(not unknown, f"unknown {what} field {_shown(unknown[0])}" if unknown else "")
+    needed = [
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING and f.name not in raw
+    ]
+    _require(not needed, f"the {what} has no {needed[0]!r}" if needed else "")
+    return dict(raw)

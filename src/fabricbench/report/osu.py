@@ -52,12 +52,11 @@ class Columns:
 
     @classmethod
     def from_plan(cls, plan) -> Columns:
-        osu = plan.osu or {}
         return cls(
             validate=plan.validate,
-            full=bool(osu.get("full")),
-            percentiles=tuple(osu.get("percentiles") or ()),
-            datatype=osu.get("datatype") or "",
+            full=plan.osu.full,
+            percentiles=plan.osu.percentiles,
+            datatype=plan.osu.datatype,
             transport_options=plan.transport_options,
         )
 

@@ -56,8 +56,8 @@ def measure_pairs(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchd
     """
     from fabricbench.run.runner import check, stop_if_failed
 
-    schedule = plan.pairs.get("schedule", "isolated")
-    ranks, hosts = participants(ctrl, bool(plan.pairs.get("per_node")))
+    schedule = plan.pairs.schedule
+    ranks, hosts = participants(ctrl, plan.pairs.per_node)
     if len(ranks) < 2:
         raise Unsupported(f"--per-node leaves one rank: all {ctrl.size} ranks are on {hosts[0]}")
     iterations, warmup = plan.counts(kernel, size)

@@ -148,21 +148,16 @@ class Reporter:
     def _pairs_verdict(self) -> None:
         """The all-pairs verdict: verdict.json beside the table, the closing list on the console, or (--json) the
         verdict itself on stdout."""
-        from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT, VERDICT_NAME, summary_lines, verdict
+        from fabricbench.measure.verdict import VERDICT_NAME, summary_lines, verdict
 
         pairs = self.plan.pairs
-        found = verdict(
-            self.pair_rows,
-            pairs.get("outlier_z", DEFAULT_OUTLIER_Z),
-            self.plan.run_id,
-            pairs.get("outlier_floor", MIN_EFFECT),
-        )
+        found = verdict(self.pair_rows, pairs.outlier_z, self.plan.run_id, pairs.outlier_floor)
         try:
             write_json(self.out_dir / VERDICT_NAME, found)
         except ResultsError as exc:
             self._fail(exc)
             return
-        if self.plan.pairs.get("json"):
+        if pairs.json:
             print(json.dumps(found, indent=2), file=self.stream, flush=True)
         else:
             for line in summary_lines(found):

@@ -1,0 +1,129 @@
+"""A Plan from run's parsed options: everything that can be checked before a byte moves.
+
+This is the one part of the plan that asks the transport registry (which transports and kernels exist, what
+each supports, its own options and preflight) and the OSU layout (which optional columns a kernel can fill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from fabricbench import transports
+from fabricbench.errors import UsageError
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.memory import check_memory, local_rank_count
+from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step, kernel_sizes
+from fabricbench.measure.results import new_run_id
+
+DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
+
+
+def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
+    """Everything that can be checked before a byte moves; raises UsageError."""
+    from fabricbench.launch.orchestrate import RUN_ID_VAR
+
+    steps = _steps(args)
+    default_suite = not args.transport and not args.kernel
+    for step in steps:
+        if step.kernel in transports.supported_kernels(step.transport):
+            step.spec.check_ranks(ranks)
+    _check_rank_counts(args.ranks or [], steps, ranks)
+    options = transports.transport_options(args, "run")
+    # Every rank on this host (self-launched, or a launcher's ranks all local): what they will bind is checked here.
+    local = not args.peer and local_rank_count(ranks) == ranks
+    for transport in dict.fromkeys(step.transport for step in steps):
+        transports.preflight(transport, options, ranks, local)
+    # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
+    run_id = os.environ.get(RUN_ID_VAR) or new_run_id()
+    progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
+    pairs = _pairs_options(args, steps)
+    plan = Plan(
+        steps=steps,
+        iterations=args.iterations,
+        warmup=args.warmup,
+        window=args.window,
+        max_time=args.max_time or (DEFAULT_SUITE_MAX_TIME if default_suite else None),
+        validate=args.validate,
+        timeout=args.timeout,
+        out_dir=args.out or os.path.join("results", run_id),
+        run_id=run_id,
+        label=args.label,
+        output_format="none" if pairs.json else args.output_format,  # --json: stdout holds the verdict alone
+        osu=_osu_columns(args, steps),
+        pairs=pairs,
+        progress=progress,
+        transport_options=options,
+        repeat=args.repeat,
+        ranks=args.ranks or [],
+    )
+    plan.check()
+    check_memory(plan, ranks, 1 if args.peer else local_rank_count(ranks), args.max_memory)
+    return plan
+
+
+def _steps(args: argparse.Namespace) -> list[Step]:
+    if not args.transport and not args.kernel:
+        pairs = transports.default_suite()
+    elif not args.transport:
+        pairs = [(transports.natural_transport(k), [k]) for k in args.kernel]
+    else:
+        pairs = [(t, args.kernel or sorted(transports.supported_kernels(t))) for t in args.transport]
+    # OSU's -T changes what a reduction sums, and so its sizes (MPI_CHAR from 1 B); _osu_columns checks the rest.
+    datatype = (args.osu_datatype or "").upper() if args.output_format == "osu" else ""
+    steps = []
+    for transport, kernels in pairs:
+        transports.check_transport(transport)
+        for name in kernels:
+            kernel = get_kernel(name)
+            moved = kernel.with_datatype(datatype)
+            chosen = datatype if moved is not kernel else ""
+            steps.append(Step(transport, name, kernel_sizes(moved, args.message_size), chosen))
+    return steps
+
+
+def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> None:
+    """--ranks: every count within the launched ranks and each collective's minimum, on transports that can."""
+    if not counts:
+        return
+    if counts[-1] > launched:
+        raise UsageError(f"--ranks {counts[-1]} is more than the {launched} ranks launched (-n, or the launcher's)")
+    collectives = [s for s in steps if s.spec.collective and s.kernel in transports.supported_kernels(s.transport)]
+    if not collectives:
+        raise UsageError("--ranks sizes the collectives; this run has none (e.g. -k allreduce)")
+    for step in collectives:
+        if not transports.transport_class(step.transport).sub_communicators:
+            raise UsageError(f"--ranks: transport {step.transport!r} cannot run on a subset of the ranks (mpi can)")
+        try:
+            step.spec.check_ranks(counts[0])
+        except UsageError as exc:
+            raise UsageError(f"--ranks {counts[0]}: {exc}") from None
+
+
+def _pairs_options(args: argparse.Namespace, steps: list[Step]) -> AllPairsOptions:
+    """The all-pairs settings, when the run has an all-pairs kernel (else the defaults); UsageError where they
+    cannot apply."""
+    if not any(step.spec.pattern == "matrix" for step in steps):
+        if args.json:
+            raise UsageError("--json prints the all-pairs verdict: add -k pairs-bw or pairs-latency")
+        return AllPairsOptions()
+    if args.output_format == "osu":
+        raise UsageError("the all-pairs kernels have no OSU text layout: use --format table or none")
+    if args.peer and (args.schedule != AllPairsOptions.schedule or args.per_node):
+        raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
+    return AllPairsOptions(args.schedule, args.per_node, args.outlier_z, args.outlier_floor / 100, args.json)
+
+
+def _osu_columns(args: argparse.Namespace, steps: list[Step]) -> OsuColumns:
+    """--format osu's optional columns, each checked against every kernel of the run (UsageError)."""
+    from fabricbench.report.osu import Columns, check_columns
+
+    given = args.osu_full or args.osu_percentiles or args.osu_datatype
+    if not given:
+        return OsuColumns()
+    if args.output_format != "osu":
+        raise UsageError("--osu-full, --osu-percentiles and --osu-datatype shape OSU's text: add --format osu")
+    columns = Columns(args.validate, args.osu_full, tuple(args.osu_percentiles or ()), args.osu_datatype or "")
+    for step in steps:
+        check_columns(step.spec, columns, step.transport)
+    return OsuColumns(columns.full, columns.percentiles, columns.datatype.upper())
