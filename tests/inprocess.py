@@ -244,10 +244,12 @@ class MemoryCase(Case):
 
     def wire(self, data: np.ndarray) -> bytes:
         """What the link carries of ``data``: a copy, its middle byte flipped where the link is set to corrupt."""
-        payload = bytearray(data.view(np.uint8).tobytes())
-        if self.corrupt and payload:
-            payload[len(payload) // 2] ^= 0xFF
-        return bytes(payload)
+        payload = data.view(np.uint8).tobytes()
+        if not (self.corrupt and payload):
+            return payload
+        damaged = bytearray(payload)
+        damaged[len(damaged) // 2] ^= 0xFF
+        return bytes(damaged)
 
     def run(self, iterations: int, times: memoryview) -> None:
         self.world.runs.append((self.rank, self.kernel.name, self.size, iterations))
