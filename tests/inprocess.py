@@ -397,13 +397,12 @@ class MemoryTransport(Transport):
     kernels = frozenset(
         {"latency", "multi-latency", "bw", "bibw", "msgrate", "allreduce", "pairs-latency", "pairs-bw", "peer"}
     )
-    options_key = "memory"
     sub_communicators = True
 
     def __init__(self, ctrl: ThreadControl, plan):
         self.ctrl = ctrl
         self.plan = plan
-        self.options = plan.transport_options.get(self.options_key, {})
+        self.options = plan.transport_options.get(self.name, {})
         self.links = ctrl.share(Links(ctrl.group.world, ctrl.size) if ctrl.rank == 0 else None)
         self.route: tuple[int, int] | None = None  # the peer route the runner is timing
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabricbench.measure.plan import Plan, Step
+from fabricbench.measure.plan import AllPairsOptions, Plan, Step
 from fabricbench.measure.results import CSV_NAME, INTEGER, META_NAME, PARQUET_NAME, prepare_out_dir, read_table
 from inprocess import Aborted, RanksFailed, ThreadRanks
 
@@ -171,7 +171,9 @@ def test_an_allreduce_of_another_element_is_checked_against_its_own_sum(measure)
 @pytest.mark.parametrize("ranks, schedule", [(4, "isolated"), (3, "isolated"), (4, "shift")])
 def test_all_pairs_kernels_give_a_row_per_ordered_pair_and_a_verdict(measure, ranks, schedule):
     """Three ranks in isolated phases leave one rank out of each round (a bye)."""
-    done = measure(ranks, [step("pairs-latency", [1]), step("pairs-bw", [1, 256])], pairs={"schedule": schedule})
+    done = measure(
+        ranks, [step("pairs-latency", [1]), step("pairs-bw", [1, 256])], pairs=AllPairsOptions(schedule=schedule)
+    )
     rows = done.rows
     measured(rows)
     every_pair = sorted((s, d) for s in range(ranks) for d in range(ranks) if s != d)
@@ -186,7 +188,7 @@ def test_all_pairs_kernels_give_a_row_per_ordered_pair_and_a_verdict(measure, ra
 
 
 def test_per_node_on_one_host_leaves_one_rank_and_says_so_per_size(measure):
-    rows = measure(2, [step("pairs-bw", [1, 64])], pairs={"per_node": True}).rows
+    rows = measure(2, [step("pairs-bw", [1, 64])], pairs=AllPairsOptions(per_node=True)).rows
     assert rows.size_B.tolist() == [1, 64]
     assert rows.status.str.startswith("unsupported: --per-node leaves one rank").all()
 
