@@ -7,6 +7,7 @@ the all-pairs rows are built from hand-made summary vectors, as rank 0 gathers t
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -171,3 +172,19 @@ def test_an_all_pairs_latency_row_has_no_bandwidth():
 
 def test_serve_counts_one_phase_per_direction_for_all_pairs():
     assert AllPairs.serve_phases(2) == 2 and Pattern.serve_phases(2) == 1 and GpuRoutes.serve_phases(2) == 1
+
+
+def test_execute_runs_in_a_thread_when_no_watch_for_ctrl_c_is_given():
+    """Signal handlers can only be set from the main thread: a rank run as a thread passes no watch."""
+    failures = []
+
+    def rank() -> None:
+        try:
+            runner.execute(Plan(steps=[]), OneRank(), None)
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            failures.append(exc)
+
+    thread = threading.Thread(target=rank)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and failures == []

@@ -252,7 +252,7 @@ class Caps:
     iterations: int
     warmup: int
     window: int
-    bytes: int  # what one iteration sends one way at one size (Kernel.message_bytes)
+    bytes: int  # what one iteration's messages hold at one size (Kernel.message_bytes)
     session: float  # the session's budget, seconds (session_budget)
 
 

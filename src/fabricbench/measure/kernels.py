@@ -59,7 +59,8 @@ COPY_KERNELS = {
 class Kernel:
     """A timed pattern of operations.
 
-    pattern: ``pair`` uses rank 0 and rank N/2; ``pairs`` uses every rank r < N/2
+    pattern: which ranks take part, by name in fabricbench.run.patterns: ``pair`` uses rank 0 and rank N/2;
+    ``pairs`` uses every rank r < N/2
     with r + N/2; ``all`` is every rank; ``matrix`` meets every ordered pair of ranks in
     turn, phase by phase (fabricbench.measure.verdict), one row per pair; ``gpu-pairs`` is every ordered pair of
     the GPUs on rank 0's host (cuda-copy peer), one row per pair.
@@ -99,8 +100,8 @@ class Kernel:
         return 2 if self.sample == "rtt" else 1
 
     def message_bytes(self, size: int, ranks: int, window: int) -> int:
-        """What one iteration sends one way for one initiator: size x window x directions, or the collective's
-        bytes (nccl-tests' algbw numerator); serve's --max-bytes caps it."""
+        """What one initiator's messages of an iteration hold, a round trip's answer not counted: size x window x
+        directions, or a collective's bytes (nccl-tests' algbw numerator). serve's --max-bytes caps it."""
         if self.collective:
             return self.collective_spec.algbw_bytes(size, ranks) if self.moves_data else 0
         return size * (window if self.windowed else 1) * self.directions
