@@ -61,6 +61,7 @@ from fabricbench.launch.orchestrate import execute_plan
 from fabricbench.measure.kernels import Kernel, get_kernel
 from fabricbench.measure.plan import Plan, Step, size_limits
 from fabricbench.run.patterns import pattern_of
+from fabricbench.run.runner import EXPECTED_SLACK
 from fabricbench.transports import TRANSPORTS, transport_class
 
 MAX_STEPS = 64
@@ -241,7 +242,7 @@ CLIENT_GONE_GRACE_S = 3.0  # after its client left, how long a session child has
 # A session's budget: the plan's length on a slow link (Kernel.slow_iteration_seconds), BUDGET_SLACK times over
 # (as the runner's watchdog allows each size), plus the client's --timeout.
 SLOW_SIZE_SETUP_S = 0.25  # barriers, buffers, validation and gathers around each size
-BUDGET_SLACK = 4
+BUDGET_SLACK = EXPECTED_SLACK
 
 
 @dataclass(frozen=True)

@@ -133,17 +133,18 @@ def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Wa
     """
     pattern = pattern_of(kernel)(ctrl, transport, kernel, size, plan)
     iterations, warmup = plan.counts(kernel, size)
-    timed = []
-    for number, phase in enumerate(pattern.phases()):
-        first_barrier = (lambda: stop_if_failed(ctrl, failure)) if number == 0 else ctrl.barrier
-        timed.append(time_phase(ctrl, pattern, phase, iterations, pattern.probe(plan, warmup), watchdog, first_barrier))
+    probe = pattern.probe(plan, warmup)
+    timed = [time_phase(ctrl, pattern, phase, iterations, probe, watchdog, failure) for phase in pattern.phases()]
     watchdog.disarm()
     return pattern.rows(timed, warmup) if ctrl.rank == 0 else []
 
 
-def time_phase(ctrl, pattern: Pattern, phase: Phase, iterations: int, probe: int, watchdog: Watchdog, first_barrier):
-    """The one timing protocol, on every rank: arm the watchdog, build this rank's case, meet the others
-    (``first_barrier``), time ``probe`` warm-up iterations, agree on the count, barrier, run, validate, gather."""
+def time_phase(
+    ctrl, pattern: Pattern, phase: Phase, iterations: int, probe: int, watchdog: Watchdog, failure=None
+) -> Timed:
+    """The one timing protocol, on every rank: arm the watchdog, build this rank's case, meet the others (where
+    rank 0 brings a ``failure``, all stop), time ``probe`` warm-up iterations, agree on the count, barrier, run,
+    validate, gather."""
     plan, kernel, size = pattern.plan, pattern.kernel, pattern.size
     allowance = probe if pattern.rearm_from_warmup else probe + iterations
     watchdog.arm(plan.timeout, phase.what, watchdog.guess(plan, kernel, size, ctrl.size, allowance), guessed=True)
@@ -153,7 +154,7 @@ def time_phase(ctrl, pattern: Pattern, phase: Phase, iterations: int, probe: int
             case.link_MBps, case.link_label = float(os.environ[LINK_HOOK]), LINK_HOOK
         times = np.zeros(max(iterations, probe, 1), dtype=np.int64)
         view = memoryview(times)
-        first_barrier()
+        stop_if_failed(ctrl, failure)  # the phase's first barrier
         case.run(probe, view)
         if probe and (plan.max_time or pattern.rearm_from_warmup):
             # The median: one preempted warm-up iteration must not shrink the count.
