@@ -10,7 +10,6 @@ import subprocess
 import pytest
 
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.measure.memory import case_bytes
 from support import PYTHON, Server, clean_env, fabricbench, read_rows
 from test_bad_input import EXAMPLE, refused_cleanly
 
@@ -70,7 +69,7 @@ def test_the_estimate_holds_a_real_ranks_peak(tmp_path, kernel, size):
     common = ["-k", kernel, "-i", "3", "-x", "1", "-W", "16", "-c", "--format", "none"]
     small = _peak_rss(*common, "-m", "4:4", "--out", str(tmp_path / "small"))
     large = _peak_rss(*common, "-m", f"{size}:{size}", "--out", str(tmp_path / "large"))
-    estimate = case_bytes(get_kernel(kernel), size, 2)
+    estimate = get_kernel(kernel).held_bytes(size, 2)
     assert 0.5 * estimate < large - small <= estimate, (large - small) / size
 
 

@@ -23,6 +23,7 @@ from fabricbench.control.rendezvous import (
 from fabricbench.errors import UsageError
 from fabricbench.launch import peer
 from fabricbench.launch.peer import decode_hello, encode_hello
+from fabricbench.measure import kernels
 from fabricbench.measure.plan import Plan, Step
 from fabricbench.transports.options import LOOP
 from fabricbench.transports.rdma import RDMA_OPTIONS
@@ -256,7 +257,7 @@ def test_a_plan_over_a_cap_is_refused_naming_the_cap_and_its_option(fields, word
 
 def test_a_sessions_budget_is_its_timeout_plus_its_slow_link_length_with_slack():
     short = _plan(steps=[Step("tcp", "latency", [8])], iterations=1000, warmup=0, timeout=7.0)
-    per_iteration = peer.SLOW_ROUND_TRIP_S + 2 * (peer.SLOW_MESSAGE_S + 8 / peer.SLOW_BYTES_PER_S)
+    per_iteration = kernels.SLOW_ROUND_TRIP_S + 2 * (kernels.SLOW_MESSAGE_S + 8 / kernels.SLOW_BYTES_PER_S)
     expected = 7.0 + peer.BUDGET_SLACK * (peer.SLOW_SIZE_SETUP_S + 1000 * per_iteration)
     assert peer.session_budget(short) == pytest.approx(expected)
     longer = _plan(steps=[Step("tcp", "latency", [8, 1 << 20])], iterations=1000, warmup=0, timeout=7.0)
@@ -279,7 +280,7 @@ def test_max_time_bounds_the_budget_as_the_runner_bounds_each_sizes_count():
     assert peer.session_budget(uncapped) > 500_000
     # One size: its warm-up (not capped), then at most --max-time of iterations, or one iteration.
     one = _plan(steps=[Step("tcp", "bw", [1 << 20])], iterations=100_000, warmup=3, max_time=0.25, timeout=7.0)
-    each = peer.SLOW_ROUND_TRIP_S + 64 * peer.SLOW_MESSAGE_S + 64 * (1 << 20) / peer.SLOW_BYTES_PER_S
+    each = kernels.SLOW_ROUND_TRIP_S + 64 * kernels.SLOW_MESSAGE_S + 64 * (1 << 20) / kernels.SLOW_BYTES_PER_S
     expected = 7.0 + peer.BUDGET_SLACK * (peer.SLOW_SIZE_SETUP_S + 3 * each + 0.25 + each)
     assert peer.session_budget(one) == pytest.approx(expected)
     # Without a warm-up the runner still times one probe iteration to set the count.
@@ -291,7 +292,7 @@ def test_max_time_bounds_the_budget_as_the_runner_bounds_each_sizes_count():
     few = _plan(steps=[Step("tcp", "latency", [8])], iterations=10, warmup=0, max_time=60.0, timeout=7.0)
     assert peer.session_budget(few) == pytest.approx(
         peer.session_budget(replace(few, max_time=None))
-        + 4 * (peer.SLOW_ROUND_TRIP_S + 2 * (peer.SLOW_MESSAGE_S + 8 / peer.SLOW_BYTES_PER_S))
+        + 4 * (kernels.SLOW_ROUND_TRIP_S + 2 * (kernels.SLOW_MESSAGE_S + 8 / kernels.SLOW_BYTES_PER_S))
     )
 
 
@@ -320,13 +321,12 @@ def test_max_time_does_not_bound_a_reference_tool_and_the_pairs_kernels_run_both
     assert peer.session_budget(warmed) < peer.session_budget(pairs) / 10
 
 
-def test_buffer_bytes_is_size_times_window_times_directions():
-    from fabricbench.measure.kernels import get_kernel
-
-    assert peer.buffer_bytes(get_kernel("latency"), 1024, 64) == 1024
-    assert peer.buffer_bytes(get_kernel("bw"), 1024, 64) == 64 * 1024
-    assert peer.buffer_bytes(get_kernel("bibw"), 1024, 64) == 2 * 64 * 1024
-    assert peer.buffer_bytes(get_kernel("allgather"), 1024, 64) == 2 * 1024  # one block per rank
+def test_message_bytes_is_size_times_window_times_directions():
+    get_kernel = kernels.get_kernel
+    assert get_kernel("latency").message_bytes(1024, 2, 64) == 1024
+    assert get_kernel("bw").message_bytes(1024, 2, 64) == 64 * 1024
+    assert get_kernel("bibw").message_bytes(1024, 2, 64) == 2 * 64 * 1024
+    assert get_kernel("allgather").message_bytes(1024, 2, 64) == 2 * 1024  # one block per rank
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,10 @@ from fabricbench.control.rendezvous import ProtocolError
 from fabricbench.errors import UsageError
 from fabricbench.launch.peer import decode_hello, encode_hello
 from fabricbench.measure import memory
-from fabricbench.measure.kernels import get_kernel
-from fabricbench.measure.plan import MAX_MESSAGE_SIZE, Plan, Step, iteration_bytes, size_limits
+from fabricbench.measure.kernels import SLOW_BYTES_PER_S, get_kernel
+from fabricbench.measure.plan import MAX_MESSAGE_SIZE, Plan, Step, size_limits
 from fabricbench.measure.planner import build_plan
-from fabricbench.run.runner import SLOW_BYTES_PER_S, Watchdog
+from fabricbench.run.runner import Watchdog
 
 MiB = 1 << 20
 EXAMPLE = Path(__file__).resolve().parents[2] / "results" / "examples" / "default-sweep"
@@ -211,8 +211,8 @@ def test_the_last_port_a_run_can_use_is_accepted():
 )
 def test_a_cases_peak_follows_how_it_allocates(kernel, ranks, factor, unchecked):
     size = 0 if kernel == "barrier" else MiB
-    assert memory.case_bytes(get_kernel(kernel), size, ranks) == factor * size
-    assert memory.case_bytes(get_kernel(kernel), size, ranks, validate=False) == unchecked * size
+    assert get_kernel(kernel).held_bytes(size, ranks) == factor * size
+    assert get_kernel(kernel).held_bytes(size, ranks, validate=False) == unchecked * size
 
 
 def test_a_256_mib_bw_rank_is_planned_at_a_few_messages_not_a_window_of_them():
@@ -263,12 +263,12 @@ def test_the_launchers_local_rank_count_is_used(monkeypatch):
 
 
 def test_one_iteration_moves_a_round_trip_a_window_or_a_collectives_buffers():
-    assert iteration_bytes(get_kernel("latency"), 100, 2, 64) == 200
-    assert iteration_bytes(get_kernel("bw"), 100, 2, 64) == 6400
-    assert iteration_bytes(get_kernel("bibw"), 100, 2, 64) == 12800
-    assert iteration_bytes(get_kernel("get"), 100, 2, 64) == 100
-    assert iteration_bytes(get_kernel("allgather"), 100, 4, 64) == 800
-    assert iteration_bytes(get_kernel("barrier"), 0, 4, 64) == 0
+    assert get_kernel("latency").iteration_bytes(100, 2, 64) == 200
+    assert get_kernel("bw").iteration_bytes(100, 2, 64) == 6400
+    assert get_kernel("bibw").iteration_bytes(100, 2, 64) == 12800
+    assert get_kernel("get").iteration_bytes(100, 2, 64) == 100
+    assert get_kernel("allgather").iteration_bytes(100, 4, 64) == 800
+    assert get_kernel("barrier").iteration_bytes(0, 4, 64) == 0
 
 
 def test_without_a_warm_up_the_watchdog_gives_a_large_size_its_bytes_at_a_slow_rate():

@@ -27,26 +27,6 @@ TIMEOUT_S = 300.0  # the runner's watchdog ends the process when it fires: far b
 NUMBERS = ["lat_min_us", "lat_p50_us", "lat_max_us", "bw_MBps", "bw_peak_MBps", "msgrate_per_s", "algbw_GBps"]
 
 
-class NoInterruptWatch:
-    """Stands in for launch.launcher.InterruptWatch, which installs a SIGINT handler: only the main thread may."""
-
-    def __init__(self, tidy, abort, leader: bool):
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.fixture
-def no_interrupt_watch(monkeypatch):
-    """Exists only until runner.execute no longer installs signal handlers itself (its callers will): delete
-    it then, with NoInterruptWatch."""
-    monkeypatch.setattr("fabricbench.run.runner.InterruptWatch", NoInterruptWatch)
-
-
 @pytest.fixture
 def memory_transport(monkeypatch):
     """The in-memory transport in the registry, as ``memory``, for one test."""
@@ -73,7 +53,7 @@ class Finished:
 
 
 @pytest.fixture
-def measure(tmp_path, no_interrupt_watch, memory_transport):
+def measure(tmp_path, memory_transport):
     """``measure(ranks, steps, memory=None, **plan_fields)``: a plan of ``steps`` (Plan's fields from the module's
     counts, overridden by ``plan_fields``; ``memory``: the in-memory transport's options) run by runner.execute on
     ``ranks`` thread-ranks, rank 0's Reporter writing the table into tmp_path/runN as orchestrate.execute_plan

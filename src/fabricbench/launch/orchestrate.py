@@ -82,6 +82,7 @@ def execute_plan(
     from pathlib import Path
 
     from fabricbench.launch import metadata as env
+    from fabricbench.launch.launcher import InterruptWatch
     from fabricbench.run.runner import Stopped, execute, stop_if_failed
 
     if hugepages:
@@ -100,7 +101,7 @@ def execute_plan(
             failure = exc
     try:
         stop_if_failed(ctrl, failure)  # no rank may wait in the sweep for a rank 0 without a table
-        execute(plan, ctrl, reporter)
+        execute(plan, ctrl, reporter, lambda tidy: InterruptWatch(tidy, ctrl.abort, leader=ctrl.rank == 0))
     except Stopped as stopped:
         if ctrl.rank != 0:
             return stopped.code

@@ -61,6 +61,8 @@ from fabricbench.errors import FabricbenchError, PeerError, UsageError
 from fabricbench.launch.orchestrate import execute_plan
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step
+from fabricbench.run.patterns import pattern_of
+from fabricbench.run.runner import EXPECTED_SLACK
 from fabricbench.transports import TRANSPORTS, handshake_sections, transport_class
 
 MAX_STEPS = 64
@@ -241,13 +243,10 @@ EVICTED = "busy: evicted:"  # how serve's refusal of an evicted handshake begins
 EVICTED_TRIES = 5  # handshakes run --peer makes when serve evicts each one
 EVICTED_PAUSE_S = 0.1  # before the next, times the tries so far
 CLIENT_GONE_GRACE_S = 3.0  # after its client left, how long a session child has to end itself before it is killed
-# A session's budget: the plan's length on a slow link, BUDGET_SLACK times over (as the runner's watchdog
-# allows each size), plus the client's --timeout.
-SLOW_ROUND_TRIP_S = 100e-6  # one exchange that waits for the other side: a ping-pong, a window's ack, a collective
-SLOW_MESSAGE_S = 5e-6  # each message's own cost in a stream
-SLOW_BYTES_PER_S = 100e6  # about 1 Gbit/s
+# A session's budget: the plan's length on a slow link (Kernel.slow_iteration_seconds), BUDGET_SLACK times over
+# (as the runner's watchdog allows each size), plus the client's --timeout.
 SLOW_SIZE_SETUP_S = 0.25  # barriers, buffers, validation and gathers around each size
-BUDGET_SLACK = 4
+BUDGET_SLACK = EXPECTED_SLACK
 
 
 @dataclass(frozen=True)
@@ -258,39 +257,23 @@ class Caps:
     iterations: int
     warmup: int
     window: int
-    bytes: int  # one rank's buffers for one size (buffer_bytes)
+    bytes: int  # what one iteration's messages hold at one size (Kernel.message_bytes)
     session: float  # the session's budget, seconds (session_budget)
-
-
-def buffer_bytes(kernel: Kernel, size: int, window: int) -> int:
-    """What one rank's buffers hold for a kernel at a size: size x window x directions, or the collective's bytes."""
-    if kernel.collective:
-        spec = kernel.collective_spec
-        return spec.algbw_bytes(size, RANKS) if spec.algbw_bytes else 0
-    return size * (window if kernel.windowed else 1) * kernel.directions
-
-
-def _iteration_seconds(kernel: Kernel, size: int, window: int) -> float:
-    """One timed iteration on a slow link: its waits for the other side, its messages and the bytes it moves."""
-    moved = buffer_bytes(kernel, size, window)
-    if kernel.windowed:
-        return SLOW_ROUND_TRIP_S + window * kernel.directions * SLOW_MESSAGE_S + moved / SLOW_BYTES_PER_S
-    round_trips = 2 if kernel.collective else 1  # a collective is followed by a barrier
-    return round_trips * SLOW_ROUND_TRIP_S + 2 * (SLOW_MESSAGE_S + moved / SLOW_BYTES_PER_S)
 
 
 def _size_seconds(plan: Plan, kernel: Kernel, size: int, self_timed: bool) -> float:
     """One size of one step on a slow link, as the runner counts its iterations.
 
-    With --max-time the runner times a warm-up (at least one probe iteration), then
-    max(1, min(iterations, max_time / the warm-up's time each)) iterations (runner.measure); the pairs
-    kernels cap only after a warm-up of at least one (matrix.measure_pairs), and run one phase per direction
-    (the isolated schedule on two ranks). A reference tool (perftest) runs its count whatever --max-time says.
+    With --max-time the runner times the pattern's warm-up (Pattern.probe), then
+    max(1, min(iterations, max_time / the warm-up's time each)) iterations (runner.time_phase), in each of
+    the pattern's phases on two ranks (Pattern.serve_phases). A reference tool (perftest) runs its count
+    whatever --max-time says.
     """
     iterations, warmup = plan.counts(kernel, size)
-    each = _iteration_seconds(kernel, size, plan.window)
-    phases = RANKS if kernel.pattern == "matrix" else 1
-    probe = warmup if kernel.pattern == "matrix" or self_timed else warmup or int(bool(plan.max_time))
+    each = kernel.slow_iteration_seconds(size, RANKS, plan.window)
+    pattern = pattern_of(kernel)
+    phases = pattern.serve_phases(RANKS)
+    probe = warmup if self_timed else pattern.probe(plan, warmup)
     timed = iterations * each
     if plan.max_time and probe and not self_timed:
         timed = min(timed, plan.max_time + each)  # at most max_time of iterations at the warm-up's pace, or one
@@ -329,7 +312,9 @@ def admit(plan: Plan, caps: Caps) -> float:
     if plan.window > caps.window:
         raise _over(f"window {plan.window} is", str(caps.window), "window")
     footprint, kernel, size = max(
-        (buffer_bytes(step.spec, size, plan.window), step.kernel, size) for step in plan.steps for size in step.sizes
+        (step.spec.message_bytes(size, RANKS, plan.window), step.kernel, size)
+        for step in plan.steps
+        for size in step.sizes
     )
     if footprint > caps.bytes:
         what = f"{kernel} at {size} B with window {plan.window} needs {footprint / MiB:g} MiB per rank,"

@@ -7,11 +7,15 @@ The transports only supply the loop.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from fabricbench.collectives import COLLECTIVES
 from fabricbench.collectives.spec import CollectiveSpec
 from fabricbench.errors import UsageError
+from fabricbench.measure.stats import bandwidth_MBps
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -26,6 +30,20 @@ OSU_DEFAULTS = {
     "collective": (1000, 100, 100, 10),
 }
 
+
+# A slow link: what a size is assumed to take while nothing has timed it (the watchdog's allowance before a
+# warm-up, serve's session budget).
+SLOW_BYTES_PER_S = 100e6  # about 1 Gbit/s
+SLOW_ROUND_TRIP_S = 100e-6  # one exchange that waits for the other side: a ping-pong, a window's ack, a collective
+SLOW_MESSAGE_S = 5e-6  # each message's own cost in a stream
+
+# What a case holds at its peak (held_bytes).
+BUFFER_COPIES = 2  # the send buffer and the receive buffer: one each, reused by every message of a window
+CHECK_COPIES = 2  # with -c: the expected copy of what arrives, and the comparison's mask (a byte per byte)
+SUM_TEMP_BYTES = 16  # with -c, per element of a reduction: the int64 temporaries of the expected sum's closed form
+
+# The bandwidth columns of a row, NaN where a kernel has no such figure.
+BANDWIDTH_COLUMNS = ("bw_MBps", "bw_peak_MBps", "msgrate_per_s", "algbw_GBps", "busbw_GBps")
 
 # cuda-copy's kernels and their titles.
 COPY_KERNELS = {
@@ -42,7 +60,8 @@ COPY_KERNELS = {
 class Kernel:
     """A timed pattern of operations.
 
-    pattern: ``pair`` uses rank 0 and rank N/2; ``pairs`` uses every rank r < N/2
+    pattern: which ranks take part, by name in fabricbench.run.patterns: ``pair`` uses rank 0 and rank N/2;
+    ``pairs`` uses every rank r < N/2
     with r + N/2; ``all`` is every rank; ``matrix`` meets every ordered pair of ranks in
     turn, phase by phase (fabricbench.measure.verdict), one row per pair; ``gpu-pairs`` is every ordered pair of
     the GPUs on rank 0's host (cuda-copy peer), one row per pair.
@@ -75,6 +94,70 @@ class Kernel:
     @property
     def windowed(self) -> bool:
         return self.sample == "window"
+
+    @property
+    def sample_divisor(self) -> int:
+        """What a sample is divided by to make the row's latency: a round trip is reported one way."""
+        return 2 if self.sample == "rtt" else 1
+
+    def message_bytes(self, size: int, ranks: int, window: int) -> int:
+        """What one initiator's messages of an iteration hold, a round trip's answer not counted: size x window x
+        directions, or a collective's bytes (nccl-tests' algbw numerator). serve's --max-bytes caps it."""
+        if self.collective:
+            return self.collective_spec.algbw_bytes(size, ranks) if self.moves_data else 0
+        return size * (window if self.windowed else 1) * self.directions
+
+    def iteration_bytes(self, size: int, ranks: int, window: int) -> int:
+        """What one timed iteration moves for one initiator: a round trip, a window, or a collective's buffers."""
+        round_trip = self.collective or self.sample == "rtt"
+        return (2 if round_trip else 1) * self.message_bytes(size, ranks, window)
+
+    def held_bytes(self, size: int, ranks: int, validate: bool = True) -> int:
+        """A case's buffers at their peak on one rank: a send and a receive buffer (patterns are written in place),
+        and with ``validate`` what the check holds beside them: the expected copy and the comparison's mask, or,
+        for a reduction's result, the expected copy and the int64 temporaries its closed-form sum is built from."""
+        if not self.moves_data:
+            return 0
+        spec = self.collective_spec
+        held = spec.algbw_bytes(size, ranks) if spec else size
+        if not validate:
+            return BUFFER_COPIES * held
+        # A reduction (elements summed: float32, or OSU's -T int and char) checks a closed-form sum built in int64;
+        # the other kernels move bytes ("u1"), whose expected copy is a pattern written in place.
+        summed = spec is not None and spec.element is not None and spec.element.dtype != "u1"
+        if not summed:
+            return (BUFFER_COPIES + CHECK_COPIES) * held
+        return (BUFFER_COPIES + 1) * held + max(held, SUM_TEMP_BYTES * (held // self.elem_bytes))
+
+    def slow_iteration_seconds(self, size: int, ranks: int, window: int) -> float:
+        """One timed iteration on a slow link: its waits for the other side, its messages and the bytes it moves."""
+        moved = self.message_bytes(size, ranks, window)
+        if self.windowed:
+            return SLOW_ROUND_TRIP_S + window * self.directions * SLOW_MESSAGE_S + moved / SLOW_BYTES_PER_S
+        round_trips = 2 if self.collective else 1  # a collective is followed by a barrier
+        return round_trips * SLOW_ROUND_TRIP_S + 2 * (SLOW_MESSAGE_S + moved / SLOW_BYTES_PER_S)
+
+    def bandwidth(
+        self, size: int, ranks: int, window: int, iterations: np.ndarray, total_ns: np.ndarray, shortest_ns: float
+    ) -> dict[str, float]:
+        """The bandwidth columns from each initiator's iterations and total time, and the shortest sample speaking
+        for the row (NaN: no peak). A window: each initiator's rate, summed (osu_mbw_mr's aggregate over pairs),
+        and the peak of one window; a collective: nccl-tests' algbw and busbw over the initiators' mean time."""
+        columns = dict.fromkeys(BANDWIDTH_COLUMNS, math.nan)
+        if self.windowed:
+            per_iteration = self.iteration_bytes(size, ranks, window)
+            seconds = total_ns / 1e9
+            with np.errstate(divide="ignore", invalid="ignore"):  # a window timed at 0 ns is refused by the row
+                columns["bw_MBps"] = float(bandwidth_MBps(per_iteration * iterations, seconds).sum())
+                columns["msgrate_per_s"] = float((window * self.directions * iterations / seconds).sum())
+                if not math.isnan(shortest_ns):
+                    columns["bw_peak_MBps"] = float(bandwidth_MBps(per_iteration, shortest_ns / 1e9))
+        elif self.collective and self.moves_data:
+            seconds = float((total_ns / iterations / 1000.0 / self.sample_divisor).mean()) / 1e6
+            algbw = self.collective_spec.algbw_bytes(size, ranks) / seconds / 1e9
+            columns["algbw_GBps"] = algbw
+            columns["busbw_GBps"] = algbw * self.busbw_factor(ranks)
+        return columns
 
     def defaults(self, size: int) -> tuple[int, int]:
         """OSU's (iterations, warm-up) for one message size."""

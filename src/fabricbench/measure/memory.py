@@ -1,7 +1,8 @@
 """What a plan costs in memory on one rank, refused before any rank starts when the host lacks it.
 
 A rank holds one case (one kernel at one size) at a time. Its peak, measured
-as RSS on real ranks, is one send and one receive buffer, whatever the window
+as RSS on real ranks, is what its kernel holds (Kernel.held_bytes): one send
+and one receive buffer, whatever the window
 (every message of a window is sent from the same send buffer and lands in the
 same receive buffer, as osu_bw's s_buf and r_buf), written without
 temporaries; with validation (-c), also the expected copy of what arrives and
@@ -17,12 +18,8 @@ from dataclasses import dataclass
 
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_bytes
-from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import Plan
 
-BUFFER_COPIES = 2  # the send buffer and the receive buffer: one each, reused by every message of a window
-CHECK_COPIES = 2  # with -c: the expected copy of what arrives, and the comparison's mask (a byte per byte)
-SUM_TEMP_BYTES = 16  # with -c, per element of a reduction: the int64 temporaries of the expected sum's closed form
 SAMPLE_BYTES = 8  # the int64 sample array, one entry per iteration or warm-up iteration
 STATS_BYTES = 32  # per timed iteration on rank 0: the samples' copy, as float64, sorted and scaled
 REQUEST_BYTES = 1024  # per message in a window: MPI's request objects and the loop's handles
@@ -50,24 +47,6 @@ class Need:
         return self.buffers + self.samples + self.requests
 
 
-def case_bytes(kernel: Kernel, size: int, ranks: int, validate: bool = True) -> int:
-    """A case's buffers at their peak: a send and a receive buffer (patterns are written in place), and with
-    ``validate`` what the check holds beside them: the expected copy and the comparison's mask, or, for a
-    reduction's result, the expected copy and the int64 temporaries its closed-form sum is built from."""
-    if not kernel.moves_data:
-        return 0
-    spec = kernel.collective_spec
-    held = spec.algbw_bytes(size, ranks) if spec else size
-    if not validate:
-        return BUFFER_COPIES * held
-    # A reduction (elements summed: float32, or OSU's -T int and char) checks a closed-form sum built in int64;
-    # the other kernels move bytes ("u1"), whose expected copy is a pattern written in place.
-    summed = spec is not None and spec.element is not None and spec.element.dtype != "u1"
-    if not summed:
-        return (BUFFER_COPIES + CHECK_COPIES) * held
-    return (BUFFER_COPIES + 1) * held + max(held, SUM_TEMP_BYTES * (held // kernel.elem_bytes))
-
-
 def sample_bytes(iterations: int, warmup: int) -> int:
     """The sample array (it holds warm-up iterations too) and rank 0's copies for the statistics."""
     return SAMPLE_BYTES * max(iterations, warmup, 1) + STATS_BYTES * iterations
@@ -88,7 +67,7 @@ def plan_need(plan: Plan, ranks: int) -> Need | None:
                 ranks,
                 iterations,
                 window,
-                case_bytes(kernel, size, ranks, plan.validate),
+                kernel.held_bytes(size, ranks, plan.validate),
                 sample_bytes(iterations, warmup),
                 REQUEST_BYTES * window * kernel.directions,
             )

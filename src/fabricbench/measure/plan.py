@@ -280,15 +280,6 @@ def kernel_sizes(kernel: Kernel, size_range: tuple[int, int] | None) -> list[int
     return sizes
 
 
-def iteration_bytes(kernel: Kernel, size: int, ranks: int, window: int) -> int:
-    """What one timed iteration moves for one initiator: a round trip, a window, or a collective's buffers."""
-    if kernel.collective:
-        return 2 * kernel.collective_spec.algbw_bytes(size, ranks) if kernel.moves_data else 0
-    if kernel.windowed:
-        return size * window * kernel.directions
-    return 2 * size if kernel.sample == "rtt" else size
-
-
 _shown = reprlib.repr  # a value in a refusal: what came as JSON may be long
 
 

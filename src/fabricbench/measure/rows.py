@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from fabricbench.measure.kernels import Kernel
-from fabricbench.measure.stats import across_ranks, bandwidth_MBps, latency_stats, stability_note
-
-# What every rank reports after a size: one float64 vector, gathered on rank 0.
-SUMMARY = ("initiator", "iterations", "total_ns", "valid")
-VALID_WORDS = {1: "pass", 0: "fail", -1: "off"}
+from fabricbench.measure.stats import across_ranks, latency_stats, stability_note
 
 
 def rank_summary(initiator: bool, iterations: int, samples_ns: np.ndarray, valid: int) -> np.ndarray:
+    """What every rank sends rank 0 after a size it timed alike (rows.measured_row): whether it speaks for the
+    row, its iterations, its samples' total and its validation (1 pass, 0 fail, -1 off)."""
     total = float(samples_ns.sum()) if initiator else 0.0
     return np.array([float(initiator), float(iterations), total, float(valid)])
 
@@ -41,6 +40,65 @@ def unsupported_row(
     return row
 
 
+@dataclass(frozen=True)
+class Timing:
+    """What a row is made of, whichever pattern timed it: the latency statistics of the samples that speak for it,
+    each initiator's iterations and total time, the shortest sample (NaN: no peak), every taking-part rank's
+    validation (1 pass, 0 fail, -1 off) and the note on its samples' stability."""
+
+    stats: dict
+    iterations: np.ndarray
+    total_ns: np.ndarray
+    shortest_ns: float
+    valid: np.ndarray
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """How the timed loop was run, as the row records it: its method, pairs and window, what the transport adds
+    to the row, and the link rate its figures are held against (rows.refuse_impossible)."""
+
+    method: str
+    pairs: int
+    window: int
+    row_fields: dict = field(default_factory=dict)
+    link_MBps: float | None = None
+    link_label: str = ""
+
+    @classmethod
+    def of(cls, case) -> Loop:
+        """The loop of a case rank 0 timed itself."""
+        link = getattr(case, "link_MBps", None), getattr(case, "link_label", "")
+        return cls(case.method, case.pairs, case.window, getattr(case, "row_fields", {}), *link)
+
+
+def timed_row(
+    plan, transport: str, kernel: Kernel, size: int, ranks: int, buffer: str, loop: Loop, warmup: int, timing: Timing
+) -> dict:
+    """The one row builder: a measured (transport, kernel, size) row, its bandwidth columns from the kernel, its
+    validation from every rank's check, and any windowed figure that could not have happened refused."""
+    row = base_row(plan, transport, kernel, size, ranks, buffer)
+    row.update(timing.stats)
+    row.update(
+        method=loop.method,
+        pairs=loop.pairs,
+        window=loop.window,
+        iterations=int(timing.iterations[0]) if len(timing.iterations) else 0,
+        warmup=warmup,
+        status="ok",
+        note=timing.note,
+    )
+    valid = timing.valid
+    row["validation"] = "off" if (valid == -1).all() else ("fail" if (valid == 0).any() else "pass")
+    row.update(kernel.bandwidth(size, ranks, loop.window, timing.iterations, timing.total_ns, timing.shortest_ns))
+    row.update(loop.row_fields)
+    if kernel.windowed:
+        pairs = max(1, len(timing.iterations))
+        refuse_impossible(row, kernel.directions, pairs, loop.link_MBps, loop.link_label)
+    return row
+
+
 def measured_row(
     plan,
     transport: str,
@@ -52,48 +110,21 @@ def measured_row(
     gathered: np.ndarray,
     buffer: str = "host",
 ) -> dict:
-    """The row for one size: rank 0's own samples plus every rank's summary."""
-    ranks = len(gathered)
-    row = base_row(plan, transport, kernel, size, ranks, buffer)
+    """The row of a size rank 0 timed itself: its own samples plus every rank's summary (rank_summary)."""
     initiators = gathered[gathered[:, 0] == 1]
-    iterations = int(initiators[0, 1]) if len(initiators) else 0
-    divisor = 2 if kernel.sample == "rtt" else 1
+    divisor = kernel.sample_divisor
     stats = latency_stats(samples_ns, divisor)
-    means_us = initiators[:, 2] / initiators[:, 1] / 1000.0 / divisor
-    stats.update(across_ranks(means_us))
-    row.update(stats)
-    row.update(
-        method=case.method,
-        pairs=case.pairs,
-        window=case.window,
-        iterations=iterations,
-        warmup=warmup,
-        status="ok",
-        note=stability_note(samples_ns),
+    stats.update(across_ranks(initiators[:, 2] / initiators[:, 1] / 1000.0 / divisor))
+    holds_transit = len(samples_ns) > 0 and getattr(case, "window_holds_transit", True)
+    timing = Timing(
+        stats,
+        initiators[:, 1],
+        initiators[:, 2],
+        float(samples_ns.min()) if holds_transit else math.nan,
+        gathered[:, 3],
+        stability_note(samples_ns),
     )
-    valid = gathered[:, 3]
-    row["validation"] = "off" if (valid == -1).all() else ("fail" if (valid == 0).any() else "pass")
-    nan = math.nan
-    row.update(bw_MBps=nan, bw_peak_MBps=nan, msgrate_per_s=nan, algbw_GBps=nan, busbw_GBps=nan)
-    if kernel.windowed:
-        per_iteration = size * case.window * kernel.directions
-        # Each initiator's own rate, summed: osu_mbw_mr's aggregate over pairs.
-        iterations_each, seconds_each = initiators[:, 1], initiators[:, 2] / 1e9
-        with np.errstate(divide="ignore", invalid="ignore"):  # a window timed at 0 ns is refused below
-            row["bw_MBps"] = float(bandwidth_MBps(per_iteration * iterations_each, seconds_each).sum())
-            row["msgrate_per_s"] = float((case.window * kernel.directions * iterations_each / seconds_each).sum())
-            if len(samples_ns) and getattr(case, "window_holds_transit", True):
-                row["bw_peak_MBps"] = float(bandwidth_MBps(per_iteration, float(samples_ns.min()) / 1e9))
-    elif kernel.collective and kernel.moves_data:
-        seconds = float(means_us.mean()) / 1e6
-        algbw = kernel.collective_spec.algbw_bytes(size, ranks) / seconds / 1e9
-        row["algbw_GBps"] = algbw
-        row["busbw_GBps"] = algbw * kernel.busbw_factor(ranks)
-    row.update(getattr(case, "row_fields", {}))
-    if kernel.windowed:
-        link_MBps, link_label = getattr(case, "link_MBps", None), getattr(case, "link_label", "")
-        refuse_impossible(row, kernel.directions, max(1, len(initiators)), link_MBps, link_label)
-    return row
+    return timed_row(plan, transport, kernel, size, len(gathered), buffer, Loop.of(case), warmup, timing)
 
 
 def _mbps(value: float) -> str:

@@ -8,20 +8,19 @@ the table on disk grows size by size.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import traceback
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
 from fabricbench.errors import FabricbenchError, Unsupported
-from fabricbench.launch.launcher import InterruptWatch
-from fabricbench.measure.kernels import Kernel
-from fabricbench.measure.memory import case_bytes
-from fabricbench.measure.plan import Plan, iteration_bytes
-from fabricbench.measure.rows import measured_row, rank_summary, unsupported_row
-from fabricbench.run.matrix import measure_pairs
+from fabricbench.measure.kernels import SLOW_BYTES_PER_S, Kernel
+from fabricbench.measure.plan import Plan
+from fabricbench.measure.rows import unsupported_row
+from fabricbench.run.patterns import Pattern, Phase, Timed, pattern_of
 from fabricbench.transports import open_transport
 
 CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check
@@ -29,7 +28,6 @@ LINK_HOOK = "FABRICBENCH_TEST_LINK_MBPS"  # test hook: every case's link_MBps, a
 
 
 ABORT_GRACE_S = 10.0  # how long the watchdog's abort may take before the rank just exits
-SLOW_BYTES_PER_S = 100e6  # what a size is assumed to move at least while no warm-up has said how fast it goes
 EXPECTED_SLACK = 4  # a size's expected length is four times its estimate: a busy host must not look like a stall
 NAMED_GUESS_S = 1.0  # a guessed allowance this long may itself be why a size ran out: the message says so
 
@@ -71,8 +69,8 @@ class Watchdog:
     @staticmethod
     def guess(plan: Plan, kernel: Kernel, size: int, ranks: int, iterations: int) -> float:
         """Seconds to build a case and run ``iterations`` of it (and validation's) at SLOW_BYTES_PER_S, with slack."""
-        per_iteration = iteration_bytes(kernel, size, ranks, plan.window)
-        moved = case_bytes(kernel, size, ranks) + (iterations + int(plan.validate)) * per_iteration
+        per_iteration = kernel.iteration_bytes(size, ranks, plan.window)
+        moved = kernel.held_bytes(size, ranks) + (iterations + int(plan.validate)) * per_iteration
         return EXPECTED_SLACK * moved / SLOW_BYTES_PER_S
 
     def _fire(self, seconds: float, expected_s: float, guessed: bool, what: str) -> None:
@@ -91,6 +89,19 @@ class Watchdog:
         fallback.start()
         self._abort(3)
         os._exit(3)
+
+
+Tidy = Callable[[bool], None]  # what a rank does on Ctrl-C before it ends: keep what was measured (in_main_thread)
+
+
+class Interrupts(Protocol):
+    """A watch for Ctrl-C around a run (launch.launcher.InterruptWatch)."""
+
+    def stop(self) -> None:
+        """The main thread's KeyboardInterrupt: end the rank."""
+
+    def close(self) -> None:
+        """The run ended: stop watching."""
 
 
 class Stopped(Exception):
@@ -113,61 +124,57 @@ def stop_if_failed(ctrl, failure: FabricbenchError | None) -> None:
         raise Stopped(int(agreed) if agreed.is_integer() and 1 <= agreed <= 255 else 1)
 
 
-def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog, failure=None):
-    """Time one size on this rank; rank 0 returns the row, the others None.
+def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog, failure=None) -> list[dict]:
+    """Time one size, phase by phase as the kernel's pattern lays them out; rank 0 returns the rows, the others [].
 
-    ``failure`` is rank 0's failure to write the table so far (None elsewhere): every rank stops before the size.
+    ``failure`` is rank 0's failure to write the table so far (None elsewhere): every rank stops at the size's
+    first barrier. Raises Unsupported on every rank alike, before any traffic, where the pattern or the
+    transport cannot run the kernel at this size.
     """
+    pattern = pattern_of(kernel)(ctrl, transport, kernel, size, plan)
     iterations, warmup = plan.counts(kernel, size)
-    what = f"{transport.name} {kernel.name} at {size} B"
-    probe = warmup or (1 if plan.max_time else 0)
-    watchdog.arm(plan.timeout, what, watchdog.guess(plan, kernel, size, ctrl.size, probe), guessed=True)
-    case = transport.case(kernel, size)
+    probe = pattern.probe(plan, warmup)
+    timed = [time_phase(ctrl, pattern, phase, iterations, probe, watchdog, failure) for phase in pattern.phases()]
+    watchdog.disarm()
+    return pattern.rows(timed, warmup) if ctrl.rank == 0 else []
+
+
+def time_phase(
+    ctrl, pattern: Pattern, phase: Phase, iterations: int, probe: int, watchdog: Watchdog, failure=None
+) -> Timed:
+    """The one timing protocol, on every rank: arm the watchdog, build this rank's case, meet the others (where
+    rank 0 brings a ``failure``, all stop), time ``probe`` warm-up iterations, agree on the count, barrier, run,
+    validate, gather."""
+    plan, kernel, size = pattern.plan, pattern.kernel, pattern.size
+    allowance = probe if pattern.rearm_from_warmup else probe + iterations
+    watchdog.arm(plan.timeout, phase.what, watchdog.guess(plan, kernel, size, ctrl.size, allowance), guessed=True)
+    case = pattern.case(phase)
     try:
         if LINK_HOOK in os.environ:
             case.link_MBps, case.link_label = float(os.environ[LINK_HOOK]), LINK_HOOK
         times = np.zeros(max(iterations, probe, 1), dtype=np.int64)
         view = memoryview(times)
-        stop_if_failed(ctrl, failure)  # the size's first barrier
+        stop_if_failed(ctrl, failure)  # the phase's first barrier
         case.run(probe, view)
-        if probe:
-            # Every rank must agree on the count: take the slowest rank's estimate.
+        if probe and (plan.max_time or pattern.rearm_from_warmup):
             # The median: one preempted warm-up iteration must not shrink the count.
             estimate_ns = float(np.median(times[:probe])) if case.initiator else 0.0
-            estimate_ns = max(ctrl.allreduce_max(estimate_ns), 1.0)
+            estimate_ns = max(pattern.agree(phase, estimate_ns), 1.0)
             if plan.max_time:
                 iterations = max(1, min(iterations, int(plan.max_time * 1e9 / estimate_ns)))
-            watchdog.arm(plan.timeout, what, EXPECTED_SLACK * iterations * estimate_ns / 1e9)
-        else:
-            watchdog.arm(plan.timeout, what, watchdog.guess(plan, kernel, size, ctrl.size, iterations), guessed=True)
+            if pattern.rearm_from_warmup:
+                watchdog.arm(plan.timeout, phase.what, EXPECTED_SLACK * iterations * estimate_ns / 1e9)
+        elif pattern.rearm_from_warmup:
+            guess = watchdog.guess(plan, kernel, size, ctrl.size, iterations)
+            watchdog.arm(plan.timeout, phase.what, guess, guessed=True)
         ctrl.barrier()
         case.run(iterations, view)
         samples = times[:iterations].copy() if case.initiator else times[:0]
-        valid = check(ctrl, case, kernel) if plan.validate else -1
-        gathered = ctrl.gather(rank_summary(case.initiator, iterations, samples, valid))
+        timed = Timed(phase, case, iterations, samples, check(ctrl, case, kernel) if plan.validate else -1)
+        timed.gathered = ctrl.gather(pattern.summary(timed))
     finally:
         case.close()
-    watchdog.disarm()
-    if ctrl.rank != 0:
-        return None
-    return measured_row(plan, transport.name, kernel, size, case, warmup, samples, gathered, transport.buffer)
-
-
-def measure_routes(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog, failure=None):
-    """A GPU-pair kernel (cuda-copy ``peer``): ``measure`` once per ordered pair of GPUs on rank 0's host, which
-    the transport's ``routes`` lists alike on every rank; rank 0 returns a row per pair, the others []."""
-    rows = []
-    host = socket.gethostname()
-    for src, dst in transport.routes(kernel):
-        transport.route = (src, dst)
-        try:
-            row = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
-        finally:
-            transport.route = None
-        if row is not None:
-            row.update(src_gpu=src, dst_gpu=dst, src_host=host, dst_host=host)
-            rows.append(row)
-    return rows
+    return timed
 
 
 def check(ctrl, case, kernel: Kernel) -> int:
@@ -202,7 +209,7 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
     for size in step.sizes:
         if size % kernel.elem_bytes:
             why = f"size is not a multiple of the {kernel.elem_bytes}-byte element"
-            row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, why, transport.buffer)
+            rows = [unsupported_row(plan, step.transport, kernel, size, ctrl.size, why, transport.buffer)]
         else:
             try:
                 failure = reporter.failure if reporter else None
@@ -211,27 +218,28 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
                     watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
                     row = transport.reference_row(kernel, size)
                     watchdog.disarm()
-                elif kernel.pattern in ("matrix", "gpu-pairs"):  # one row per ordered pair of ranks, or of GPUs
-                    by_pairs = measure_pairs if kernel.pattern == "matrix" else measure_routes
-                    pair_rows = by_pairs(ctrl, transport, kernel, size, plan, watchdog, failure)
-                    for pair_row in pair_rows[:-1]:
-                        hand_on(pair_row, 0)
-                    row = pair_rows[-1] if pair_rows else None
+                    rows = [row] if row is not None else []
                 else:
-                    row = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
-            except Unsupported as exc:  # raised by case() on every rank alike, before any traffic
+                    rows = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
+            except Unsupported as exc:  # raised on every rank alike, before any traffic
                 watchdog.disarm()
-                row = unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc), transport.buffer)
-        hand_on(row)
+                rows = [unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc), transport.buffer)]
+        for row in rows[:-1]:
+            hand_on(row, 0)
+        hand_on(rows[-1] if rows else None)
 
 
-def execute(plan: Plan, ctrl, reporter) -> None:
+def execute(plan: Plan, ctrl, reporter, watch_interrupts: Callable[[Tidy], Interrupts] | None = None) -> None:
     """Run the plan's schedule (every step per repeat, per --ranks count); ``reporter`` is rank 0's sink for rows
     (None elsewhere).
 
     A ``--ranks`` entry runs on a control plane of the first N ranks (an MPI sub-communicator, made once per N
     by every rank); the other ranks wait at a barrier that sleeps, then every rank agrees whether rank 0 can
     still write the table, so a failure there stops all of them together.
+
+    ``watch_interrupts(tidy)``, where given, watches for Ctrl-C while the plan runs and ends the rank with
+    ``tidy`` first (launch.launcher.InterruptWatch). It takes the process's signals, so only a rank that is the
+    process's main thread passes one; ranks run as threads pass none.
     """
     watchdog = Watchdog(ctrl.rank, ctrl.abort)
     transports: dict = {}  # (transport name, ranks) -> the transport open on those ranks
@@ -246,7 +254,7 @@ def execute(plan: Plan, ctrl, reporter) -> None:
         if reporter:
             reporter.close(complete=False)
 
-    interrupts = InterruptWatch(keep_what_was_measured, ctrl.abort, leader=ctrl.rank == 0)
+    interrupts = watch_interrupts(keep_what_was_measured) if watch_interrupts else None
     try:
         for entry in plan.schedule():
             step, count = entry.step, entry.ranks
@@ -272,7 +280,8 @@ def execute(plan: Plan, ctrl, reporter) -> None:
                 stop_if_failed(ctrl, reporter.failure if reporter else None)
         stop_if_failed(ctrl, reporter.failure if reporter else None)  # the last rows' failure
     except KeyboardInterrupt:
-        interrupts.stop()
+        if interrupts:
+            interrupts.stop()
         raise  # only where the control plane's abort came back
     except Stopped:
         raise  # not one rank's failure: every rank stops here together, and rank 0 says why
@@ -292,7 +301,8 @@ def execute(plan: Plan, ctrl, reporter) -> None:
             reporter.close(complete=False)
         ctrl.abort(code)
     finally:
-        interrupts.close()
+        if interrupts:
+            interrupts.close()
         watchdog.disarm()
         for transport in transports.values():
             transport.close()

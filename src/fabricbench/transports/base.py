@@ -119,14 +119,26 @@ class Transport:
             return f"{self.name} has no {kernel.name} kernel"
         return None
 
+    # The route (source, destination GPU) from ``routes`` that ``case`` builds next, set by the GPU-routes pattern
+    # (``fabricbench.run.patterns.GpuRoutes``) around each call; None otherwise.
+    route: tuple[int, int] | None = None
+
     def case(self, kernel: Kernel, size: int) -> Case:
+        """This rank's case of a kernel whose pattern is one pair, every pair at once, all ranks, or a GPU route
+        (``route``). Raises Unsupported on every rank alike, before any traffic, where it cannot."""
         raise NotImplementedError
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
-        """An all-pairs kernel's case for one phase (``fabricbench.run.matrix``): this rank sends to ``send_to`` (its
-        samples time that pair) and receives from ``recv_from``; None for either where it has no such part, and
-        returns None when it has neither. Raises Unsupported on every rank alike, whatever its part."""
+        """An all-pairs kernel's case for one phase (``fabricbench.run.patterns.AllPairs``): this rank sends to
+        ``send_to`` (its samples time that pair) and receives from ``recv_from``; None for either where it has no
+        such part, and returns None when it has neither. Raises Unsupported on every rank alike, whatever its
+        part."""
         raise Unsupported(f"{self.name} has no all-pairs loop")
+
+    def routes(self, kernel: Kernel) -> list[tuple[int, int]]:
+        """A GPU-routes kernel's (source, destination) GPUs, one phase and one row each, alike on every rank
+        (``fabricbench.run.patterns.GpuRoutes``). Raises Unsupported on every rank alike where there are none."""
+        raise Unsupported(f"{self.name} has no GPU routes")
 
     def reference_row(self, kernel: Kernel, size: int) -> dict | None:
         """A self-timed transport's row for one size, on rank 0 (None elsewhere); every rank calls it."""

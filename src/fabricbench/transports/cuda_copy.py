@@ -145,7 +145,7 @@ class CopyCase(Case):
 
 class PeerCase(Case):
     """``cudaMemcpyPeerAsync`` from GPU ``src`` to GPU ``dst`` on rank 0's host, on a stream of the source GPU:
-    one route of the ``peer`` matrix, timed as any other copy (warm-up, iterations, -c) by ``runner.measure``."""
+    one route of the ``peer`` matrix, timed as any other copy (warm-up, iterations, -c) by ``runner.time_phase``."""
 
     def __init__(self, transport: CudaCopyTransport, kernel: Kernel, size: int, route: tuple[int, int]):
         super().__init__()
@@ -240,7 +240,6 @@ class CudaCopyTransport(Transport):
         self.cupy = self.binding.cupy
         self.stream = self.cupy.cuda.Stream(non_blocking=True)
         self.gpus = peer_gpu_count(ctrl, self.cupy.cuda.runtime.getDeviceCount() if ctrl.rank == 0 else None)
-        self.route: tuple[int, int] | None = None  # the peer route runner.measure_routes is timing
 
     def routes(self, kernel: Kernel) -> list[tuple[int, int]]:
         """The ordered GPU pairs the peer kernel copies between, alike on every rank; Unsupported under two."""
@@ -251,7 +250,7 @@ class CudaCopyTransport(Transport):
     def case(self, kernel: Kernel, size: int) -> Case:
         if kernel.name == "peer":
             if self.route is None:
-                raise Unsupported("peer copies run per GPU pair (runner.measure_routes)")
+                raise Unsupported("peer copies run per GPU pair (run.patterns.GpuRoutes)")
             return PeerCase(self, kernel, size, self.route)
         return CopyCase(self, kernel, size)
 

@@ -1,0 +1,245 @@
+"""Patterns: which ranks take part in each phase of a kernel, and what its rows carry beyond the common columns.
+
+The runner times every phase of every pattern through one protocol (``runner.time_phase``: watchdog, warm-up,
+agreed count, barrier, run, validate, gather). A pattern, made for one size, says the rest:
+
+- ``phases``: the phases, alike on every rank (Unsupported on every rank alike, before any traffic);
+- ``case``: this rank's case in a phase (an idle one where it has no part);
+- ``agree``: how the ranks agree on the warm-up's pace that sets --max-time's count;
+- ``summary``: the vector every rank sends rank 0 after a phase;
+- ``rows``: rank 0's rows from the phases, each carrying the pattern's ``columns``.
+
+A kernel names its pattern (``Kernel.pattern``); ``pattern_of`` finds it here.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabricbench.control import allgather_json
+from fabricbench.errors import PeerError, Unsupported
+from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.plan import Plan
+from fabricbench.measure.rows import Loop, Timing, measured_row, rank_summary, timed_row
+from fabricbench.measure.stats import latency_stats
+from fabricbench.measure.verdict import per_node, phases
+from fabricbench.transports.base import Case, Transport
+
+STATS = ("lat_min_us", "lat_p50_us", "lat_mean_us", "lat_p90_us", "lat_p99_us", "lat_p999_us", "lat_max_us")
+STATS += ("lat_stdev_us",)
+# What every rank sends rank 0 after an all-pairs phase: its destination (-1: none) and, as a source, its samples'.
+PAIR_SUMMARY = ("dst", "iterations", "total_ns", "valid", "min_ns", *STATS)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a pattern at one size, as this rank takes part in it."""
+
+    what: str  # the watchdog's words for it
+    send_to: int | None = None  # all-pairs: the rank this one sends to, its samples timing that pair
+    recv_from: int | None = None  # all-pairs: the rank this one receives from
+    route: tuple[int, int] | None = None  # GPU routes: the (source, destination) GPUs of Transport.routes
+
+
+@dataclass
+class Timed:
+    """One rank's phase after the protocol: its case (closed, still saying how it ran), the agreed iteration count,
+    its samples where it speaks for the rows (empty elsewhere), its validation (1 pass, 0 fail, -1 off) and, on
+    rank 0, every rank's summary."""
+
+    phase: Phase
+    case: Case
+    iterations: int
+    samples: np.ndarray
+    valid: int
+    gathered: np.ndarray | None = None
+
+
+class Idle(Case):
+    """A rank with no part in a phase (a bye, or a rank left out by --per-node): it only meets the barriers."""
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        pass
+
+    def poison(self) -> None:
+        pass
+
+
+class Pattern:
+    """The ranks the kernel's own pattern names (``pair``: rank 0 and N/2; ``pairs``: r and r + N/2; ``all``), in one
+    phase, each rank's case from ``Transport.case``; one row per size from rank 0's samples and every rank's
+    summary, the ranks agreeing on the slowest initiator's warm-up."""
+
+    columns: tuple[str, ...] = ()  # the columns its rows carry beyond the common ones
+    rearm_from_warmup = True  # the warm-up's pace sets the watchdog's allowance for the timed run
+
+    def __init__(self, ctrl, transport: Transport, kernel: Kernel, size: int, plan: Plan):
+        self.ctrl, self.transport, self.kernel, self.size, self.plan = ctrl, transport, kernel, size, plan
+        self.what = f"{transport.name} {kernel.name} at {size} B"
+
+    @classmethod
+    def probe(cls, plan: Plan, warmup: int) -> int:
+        """Warm-up iterations timed before the run: with --max-time and no warm-up, one probe sets the count."""
+        return warmup or (1 if plan.max_time else 0)
+
+    @classmethod
+    def serve_phases(cls, ranks: int) -> int:
+        """Phases per size on ``ranks`` ranks, as serve's session budget counts them."""
+        return 1
+
+    def phases(self) -> list[Phase]:
+        return [Phase(self.what)]
+
+    def case(self, phase: Phase) -> Case:
+        return self.transport.case(self.kernel, self.size)
+
+    def agree(self, phase: Phase, estimate_ns: float) -> float:
+        """Every rank takes the slowest rank's estimate: all run the same count."""
+        return self.ctrl.allreduce_max(estimate_ns)
+
+    def summary(self, timed: Timed) -> np.ndarray:
+        return rank_summary(timed.case.initiator, timed.iterations, timed.samples, timed.valid)
+
+    def row(self, timed: Timed, warmup: int) -> dict:
+        name, buffer = self.transport.name, self.transport.buffer
+        return measured_row(
+            self.plan, name, self.kernel, self.size, timed.case, warmup, timed.samples, timed.gathered, buffer
+        )
+
+    def rows(self, timed: list[Timed], warmup: int) -> list[dict]:
+        """Rank 0's rows from every phase, in order."""
+        return [self.row(each, warmup) for each in timed]
+
+
+class GpuRoutes(Pattern):
+    """Every ordered pair of the GPUs on rank 0's host (``Transport.routes``, cuda-copy ``peer``): a phase per route,
+    timed as any copy, one row per route named by its GPUs."""
+
+    columns = ("src_gpu", "dst_gpu", "src_host", "dst_host")
+
+    def phases(self) -> list[Phase]:
+        return [Phase(self.what, route=route) for route in self.transport.routes(self.kernel)]
+
+    def case(self, phase: Phase) -> Case:
+        self.transport.route = phase.route
+        try:
+            return self.transport.case(self.kernel, self.size)
+        finally:
+            self.transport.route = None
+
+    def row(self, timed: Timed, warmup: int) -> dict:
+        host = socket.gethostname()
+        row = super().row(timed, warmup)
+        row.update(zip(self.columns, (*timed.phase.route, host, host), strict=True))
+        return row
+
+
+class AllPairs(Pattern):
+    """Every ordered pair of ranks (or of hosts, --per-node), phase by phase as --schedule says
+    (fabricbench.measure.verdict): each rank's case from ``Transport.pair_case``, one row per (source,
+    destination) from the source's summary.
+
+    Under ``isolated`` each pair agrees on its own source's warm-up, so a slow pair in a phase does not cut the
+    fast ones' samples to its few; under ``shift`` every rank's loop waits on its neighbours', so all take the
+    slowest. The watchdog's allowance covers a whole phase from its bytes: a rank waits at the phase's barriers
+    for the slowest pair, not for its own.
+    """
+
+    columns = ("src_rank", "dst_rank", "src_host", "dst_host", "schedule")
+    rearm_from_warmup = False
+
+    def __init__(self, ctrl, transport: Transport, kernel: Kernel, size: int, plan: Plan):
+        super().__init__(ctrl, transport, kernel, size, plan)
+        self.schedule = plan.pairs.schedule
+        self.hosts: list[str] = []
+        self.ranks: list[int] = []
+
+    @classmethod
+    def probe(cls, plan: Plan, warmup: int) -> int:
+        return warmup
+
+    @classmethod
+    def serve_phases(cls, ranks: int) -> int:
+        return ranks  # one per direction: the isolated schedule on two ranks
+
+    def phases(self) -> list[Phase]:
+        """Collective: every rank's host, then the taking-part ranks' phases; Unsupported when one rank is left."""
+        ctrl = self.ctrl
+        hosts = [str(r.get("host", "")) for r in allgather_json(ctrl, {"host": socket.gethostname()}, "host list")]
+        self.hosts = hosts
+        self.ranks = per_node(hosts) if self.plan.pairs.per_node else list(range(ctrl.size))
+        if len(self.ranks) < 2:
+            raise Unsupported(f"--per-node leaves one rank: all {ctrl.size} ranks are on {hosts[0]}")
+        found = []
+        for number, pairs in enumerate(phases(self.schedule, self.ranks), 1):
+            send_to = next((dst for src, dst in pairs if src == ctrl.rank), None)
+            recv_from = next((src for src, dst in pairs if dst == ctrl.rank), None)
+            found.append(Phase(f"{self.what}, {self.schedule} phase {number}", send_to, recv_from))
+        return found
+
+    def case(self, phase: Phase) -> Case:
+        return self.transport.pair_case(self.kernel, self.size, phase.send_to, phase.recv_from) or Idle()
+
+    def agree(self, phase: Phase, estimate_ns: float) -> float:
+        if self.schedule == "shift":
+            return self.ctrl.allreduce_max(estimate_ns)
+        table = allgather_json(self.ctrl, {"ns": estimate_ns}, "warm-up estimates")
+        source = self.ctrl.rank if phase.send_to is not None else phase.recv_from
+        if source is None:
+            return 0.0
+        value = table[source].get("ns")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise PeerError(f"rank {source} sent a bad warm-up estimate {value!r}")
+        return float(value)
+
+    def summary(self, timed: Timed) -> np.ndarray:
+        summary = np.full(len(PAIR_SUMMARY), math.nan)
+        summary[0], summary[3] = -1.0, float(timed.valid)
+        if timed.phase.send_to is not None:
+            samples = timed.samples
+            stats = latency_stats(samples, self.kernel.sample_divisor)
+            summary[:5] = (timed.phase.send_to, timed.iterations, float(samples.sum()), timed.valid, samples.min())
+            summary[5:] = [stats[name] for name in STATS]
+        return summary
+
+    def rows(self, timed: list[Timed], warmup: int) -> list[dict]:
+        plan, transport, kernel = self.plan, self.transport, self.kernel
+        method = next((each.case.method for each in timed if each.phase.send_to is not None), "")
+        loop = Loop(method or transport.name, pairs=1, window=plan.window if kernel.windowed else 0)
+        rows = []
+        for table in (each.gathered for each in timed):
+            for src, vector in enumerate(table):
+                if vector[0] < 0:
+                    continue
+                dst = int(vector[0])
+                fields = dict(zip(PAIR_SUMMARY, vector, strict=True))
+                timing = Timing(
+                    {name: float(fields[name]) for name in STATS},
+                    vector[1:2],
+                    vector[2:3],
+                    float(fields["min_ns"]),
+                    np.array([vector[3], table[dst][3]]),
+                )
+                ranks = len(self.ranks)
+                row = timed_row(plan, transport.name, kernel, self.size, ranks, transport.buffer, loop, warmup, timing)
+                row.update(zip(self.columns, (src, dst, self.hosts[src], self.hosts[dst], self.schedule), strict=True))
+                rows.append(row)
+        return sorted(rows, key=lambda row: (row["src_rank"], row["dst_rank"]))
+
+
+PATTERNS: dict[str, type[Pattern]] = {
+    "pair": Pattern,
+    "pairs": Pattern,
+    "all": Pattern,
+    "matrix": AllPairs,
+    "gpu-pairs": GpuRoutes,
+}
+
+
+def pattern_of(kernel: Kernel) -> type[Pattern]:
+    """The pattern a kernel names."""
+    return PATTERNS[kernel.pattern]
