@@ -385,7 +385,7 @@ def cmd_run(args, argv: list[str]) -> int:
 
     if args.append and not args.out:
         raise UsageError("--append adds to the table in an earlier run's folder: give it with --out DIR")
-    from fabricbench.measure.planner import build_plan
+    from fabricbench.run.planner import build_plan
 
     if args.peer:  # no launcher and no MPI: this process is rank 0 of two
         from fabricbench.launch import peer

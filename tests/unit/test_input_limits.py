@@ -19,7 +19,7 @@ from fabricbench.launch.peer import decode_hello, encode_hello
 from fabricbench.measure import memory
 from fabricbench.measure.kernels import SLOW_BYTES_PER_S, get_kernel
 from fabricbench.measure.plan import MAX_MESSAGE_SIZE, Plan, Step, size_limits
-from fabricbench.measure.planner import build_plan
+from fabricbench.run.planner import build_plan
 from fabricbench.run.runner import Watchdog
 
 MiB = 1 << 20

@@ -14,8 +14,8 @@ from fabricbench.errors import UsageError
 from fabricbench.launch import peer
 from fabricbench.launch.peer import MAX_PLAN_BYTES, decode_hello, encode_hello
 from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step
-from fabricbench.measure.planner import build_plan
 from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT
+from fabricbench.run.planner import build_plan
 
 
 def _plan(**fields) -> Plan:

@@ -203,7 +203,7 @@ def test_the_two_node_batch_script_asks_each_transport_only_for_its_own_kernels(
     import shlex
 
     from fabricbench.cli import build_parser
-    from fabricbench.measure.planner import _steps
+    from fabricbench.run.planner import _steps
     from fabricbench.transports import supported_kernels
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "slurm-two-nodes.sbatch"

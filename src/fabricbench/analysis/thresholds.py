@@ -529,8 +529,7 @@ def _rows(path: str) -> list[dict]:
 def _start_run(words: list[str], run_out: RunOut) -> tuple[str, int]:
     """Run ``fabricbench run WORDS`` as a child; the folder it wrote and its exit code."""
     from fabricbench.launch import launcher as launch
-    from fabricbench.launch.orchestrate import RUN_ID_VAR
-    from fabricbench.measure.results import new_run_id
+    from fabricbench.measure.results import RUN_ID_VAR, new_run_id
 
     if launch.launcher() is not None:
         raise UsageError(

@@ -16,8 +16,7 @@ from collections.abc import Callable
 from fabricbench.control import ControlPlane
 from fabricbench.errors import FabricbenchError
 from fabricbench.measure.plan import Plan
-
-RUN_ID_VAR = "FABRICBENCH_RUN_ID"  # a self-launching parent names the run once; its ranks keep that name
+from fabricbench.measure.results import RUN_ID_VAR
 
 
 def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progress: bool, append: bool) -> int:

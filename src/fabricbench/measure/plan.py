@@ -3,7 +3,7 @@
 A plan is plain data so that it can travel between ranks, and to a ``serve``, as JSON. Its options carry their
 defaults here; ``check`` is the one place their values are validated, for ``run`` (build_plan) and for what
 arrives as JSON (``from_json``: another rank's broadcast, a ``--peer`` client's HELLO). How a plan is built
-from run's options is ``fabricbench.measure.planner``.
+from run's options is ``fabricbench.run.planner``.
 """
 
 from __future__ import annotations

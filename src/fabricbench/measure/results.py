@@ -395,6 +395,9 @@ def read_table(path: str | Path):
     return frame, metadata
 
 
+RUN_ID_VAR = "FABRICBENCH_RUN_ID"  # a self-launching parent names the run once; its ranks keep that name
+
+
 def new_run_id() -> str:
     """A run's name: when and where it started, and 4 random hex digits to tell apart runs of the same second."""
     return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}-{secrets.token_hex(2)}"

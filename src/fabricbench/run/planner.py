@@ -14,15 +14,13 @@ from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.memory import check_memory, local_rank_count
 from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step, kernel_sizes
-from fabricbench.measure.results import new_run_id
+from fabricbench.measure.results import RUN_ID_VAR, new_run_id
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
 
 
 def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     """Everything that can be checked before a byte moves; raises UsageError."""
-    from fabricbench.launch.orchestrate import RUN_ID_VAR
-
     steps = _steps(args)
     default_suite = not args.transport and not args.kernel
     for step in steps:
