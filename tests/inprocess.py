@@ -18,7 +18,7 @@ import numpy as np
 
 from fabricbench.errors import Unsupported
 from fabricbench.measure.buffers import EMPTY, filled, pattern, poisoned
-from fabricbench.measure.kernels import Kernel, peer_of
+from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Transport
 
 WAIT_S = 10.0  # the longest one rank waits for another: far below the plans' --timeout, so no watchdog fires
@@ -419,13 +419,13 @@ class MemoryTransport(Transport):
             return DeviceCopy(self, kernel, size, self.route)
         if kernel.collective:
             return GatherSum(self, kernel, size)
-        peer, initiator = peer_of(kernel, self.ctrl.rank, self.ctrl.size) or (None, False)
+        peer, initiator = partner_of(kernel, self.ctrl.rank, self.ctrl.size) or (None, False)
         both_ways = kernel.directions == 2  # bibw: each side sends a window and answers the other's
         send_to = peer if initiator or both_ways else None
         recv_from = peer if not initiator or both_ways else None
         made = (Window if kernel.windowed else PingPong)(self, kernel, size, send_to, recv_from)
         made.initiator = initiator
-        made.pairs = self.ctrl.size // 2 if kernel.pattern == "pairs" else 1
+        made.pairs = self.ctrl.size // 2 if kernel.pattern == "concurrent-pairs" else 1
         return made
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:

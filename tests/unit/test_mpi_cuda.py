@@ -10,7 +10,7 @@ from fabricbench.collectives import COLLECTIVES
 from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import Unsupported
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.transports.mpi import MPITransport, collective_roles, cuda_route
+from fabricbench.transports.mpi import MPITransport, collective_roles, cuda_path
 from fabricbench.transports.mpi_rma import MPIRMATransport, buffer_unsupported
 
 POINT_TO_POINT = ("latency", "bw", "bibw", "msgrate", "multi-latency")
@@ -25,24 +25,24 @@ def test_every_mpi_kernel_but_the_matrix_has_a_cuda_route():
 @pytest.mark.parametrize("name", MOVING_COLLECTIVES)
 @pytest.mark.parametrize(("staged", "aware"), [(True, False), (True, True), (False, True)])
 def test_collectives_run_on_device_buffers(name, staged, aware):
-    assert cuda_route(get_kernel(name), staged, aware) == "collective"
+    assert cuda_path(get_kernel(name), staged, aware) == "collective"
 
 
 @pytest.mark.parametrize("name", POINT_TO_POINT)
 def test_point_to_point_kernels_keep_their_case(name):
-    assert cuda_route(get_kernel(name), True, False) == "point-to-point"
-    assert cuda_route(get_kernel(name), False, True) == "point-to-point"
+    assert cuda_path(get_kernel(name), True, False) == "point-to-point"
+    assert cuda_path(get_kernel(name), False, True) == "point-to-point"
 
 
 @pytest.mark.parametrize("name", POINT_TO_POINT + MOVING_COLLECTIVES)
 def test_device_memory_to_an_mpi_that_is_not_cuda_aware_is_unsupported(name):
     with pytest.raises(Unsupported, match=r"^MPI is not CUDA-aware \(--method staged copies through host memory\)$"):
-        cuda_route(get_kernel(name), False, False)
+        cuda_path(get_kernel(name), False, False)
 
 
 @pytest.mark.parametrize(("staged", "aware"), [(False, False), (True, False), (False, True)])
 def test_barrier_moves_no_buffer_so_it_runs_the_host_loop_on_any_mpi(staged, aware):
-    assert cuda_route(get_kernel("barrier"), staged, aware) == "no buffers"
+    assert cuda_path(get_kernel("barrier"), staged, aware) == "no buffers"
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])

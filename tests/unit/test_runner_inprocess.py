@@ -108,7 +108,7 @@ def measured(rows: pd.DataFrame) -> None:
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_pair_kernels_give_one_validated_row_per_size(measure, ranks):
-    """pattern "pair" (rank 0 with rank N/2) and "pairs" (every r < N/2 with r + N/2, all at once)."""
+    """pattern "one-pair" (rank 0 with rank N/2) and "concurrent-pairs" (every r < N/2 with r + N/2, all at once)."""
     sizes = {"latency": [0, 4096], "bw": [1, 4096], "bibw": [64], "msgrate": [64], "multi-latency": [8]}
     done = measure(ranks, [step(kernel, at) for kernel, at in sizes.items()])
     rows = done.rows

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fabricbench.errors import UsageError
-from fabricbench.measure.kernels import get_kernel, peer_of
+from fabricbench.measure.kernels import get_kernel, partner_of
 from fabricbench.measure.plan import kernel_sizes, parse_size, parse_size_range, sizes_between
 from fabricbench.measure.stats import across_ranks, latency_stats, nearest_rank, stability_note
 
@@ -59,9 +59,9 @@ def test_sizes_follow_osu_doubling():
 
 def test_pairs_match_osu_mbw_mr():
     msgrate = get_kernel("msgrate")
-    assert [peer_of(msgrate, r, 4) for r in range(4)] == [(2, True), (3, True), (0, False), (1, False)]
+    assert [partner_of(msgrate, r, 4) for r in range(4)] == [(2, True), (3, True), (0, False), (1, False)]
     latency = get_kernel("latency")
-    assert [peer_of(latency, r, 4) for r in range(4)] == [(2, True), None, (0, False), None]
+    assert [partner_of(latency, r, 4) for r in range(4)] == [(2, True), None, (0, False), None]
 
 
 def test_busbw_factors_are_nccl_tests():

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from fabricbench.control.connection import PairControl
+from fabricbench.control.connection import ConnectionControl
 from fabricbench.control.rendezvous import (
     ERROR,
     HEADER,
@@ -68,7 +68,7 @@ def test_pair_control_matches_the_mpi_control_interface():
     results: dict = {}
 
     def side(sock, rank):
-        ctrl = PairControl(sock, rank, timeout=10)
+        ctrl = ConnectionControl(sock, rank, timeout=10)
         ctrl.barrier()
         results[rank, "max"] = ctrl.allreduce_max(1.5 if rank else 0.5)
         results[rank, "gather"] = ctrl.gather(np.array([rank, 10.0 + rank]))
@@ -94,7 +94,7 @@ def test_pair_control_refuses_a_short_vector():
     with left, right:
         send_message(left, VECTOR, struct.pack("!d", 1.0))  # one value where two are due
         with pytest.raises(ProtocolError, match="8 B where 16 B were due"):
-            PairControl(right, 0, timeout=5).gather(np.zeros(2))
+            ConnectionControl(right, 0, timeout=5).gather(np.zeros(2))
 
 
 def test_both_control_planes_have_the_declared_interface():
@@ -105,7 +105,7 @@ def test_both_control_planes_have_the_declared_interface():
 
     methods = [name for name, value in vars(ControlPlane).items() if callable(value) and not name.startswith("_")]
     assert set(methods) == {"barrier", "allreduce_max", "gather", "bcast_bytes", "gather_json", "abort"}
-    for cls in (MPIControl, PairControl):
+    for cls in (MPIControl, ConnectionControl):
         for name in methods:
             declared = list(inspect.signature(getattr(ControlPlane, name)).parameters)
             assert list(inspect.signature(getattr(cls, name)).parameters) == declared, (cls, name)

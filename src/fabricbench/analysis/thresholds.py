@@ -379,10 +379,10 @@ def _rank(text: object) -> str:
 
 def is_pair(row: dict) -> bool:
     """A row of one (source, destination) pair of ranks of an all-pairs kernel."""
-    return bool(row.get("src_host")) and bool(row.get("dst_host")) and not is_gpu_pair(row)
+    return bool(row.get("src_host")) and bool(row.get("dst_host")) and not is_gpu_route(row)
 
 
-def is_gpu_pair(row: dict) -> bool:
+def is_gpu_route(row: dict) -> bool:
     """A row of one (source, destination) pair of GPUs in one host (cuda-copy peer)."""
     return str(row.get("src_gpu", "")) not in ("", "nan", "None")
 
@@ -398,7 +398,7 @@ def row_name(row: dict) -> str:
         if row.get("schedule"):
             detail += f", {row['schedule']}"
         text += f" {row['src_host']} -> {row['dst_host']} ({detail})"
-    elif is_gpu_pair(row):
+    elif is_gpu_route(row):
         text += f" {row.get('src_host', '')} GPU {_rank(row['src_gpu'])} -> GPU {_rank(row.get('dst_gpu'))}"
     if str(row.get("repeat", "0")) not in ("0", "0.0", ""):
         text += f" repeat {_rank(row['repeat'])}"

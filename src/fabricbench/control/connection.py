@@ -26,7 +26,7 @@ RANKS = 2
 _F64 = struct.Struct("!d")
 
 
-class PairControl:
+class ConnectionControl:
     """The control plane of a two-rank run over one rendezvous connection (a ControlPlane).
 
     Rank 0 is the client, rank 1 the server. Every call sends a typed

@@ -8,7 +8,7 @@ plan against its own caps, then sends
 a CHALLENGE (a fresh nonce); the client answers with a PROOF (the HMAC of the
 nonce and its HELLO under the shared token, when it has one), and the server
 answers ACCEPT or an ERROR in words. The same connection then carries the
-control plane (``PairControl``), so the runner, the transports and the
+control plane (``ConnectionControl``), so the runner, the transports and the
 reporter work exactly as under mpiexec; the client writes the results.
 
 The server is one process that never waits on any one client: it reads every
@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 from fabricbench import __version__
 from fabricbench.argtypes import TOKEN_VAR, masked_command_line
-from fabricbench.control.connection import RANKS, PairControl
+from fabricbench.control.connection import RANKS, ConnectionControl
 from fabricbench.control.rendezvous import (
     ACCEPT,
     CHALLENGE,
@@ -194,7 +194,7 @@ def _check_peer_plan(plan: Plan) -> None:
         "a peer run has two ranks, one pair: no --schedule shift and no --per-node",
     )
     for step in plan.steps:
-        transport, kernel = step.transport, step.spec
+        transport, kernel = step.transport, step.kernel_def
         _refuse_unless(transport in TRANSPORTS, f"unknown transport {transport!r}")
         _refuse_unless(
             not transport_class(transport).needs_launcher, f"transport {transport!r} needs MPI; a peer run has none"
@@ -291,7 +291,7 @@ def session_budget(plan: Plan) -> float:
     for step in plan.steps:
         self_timed = transport_class(step.transport).self_timed
         for size in step.sizes:
-            expected += _size_seconds(plan, step.spec, size, self_timed)
+            expected += _size_seconds(plan, step.kernel_def, size, self_timed)
     return plan.timeout + BUDGET_SLACK * expected
 
 
@@ -303,7 +303,7 @@ def admit(plan: Plan, caps: Caps) -> float:
     """Refuse a plan that asks for more than this server's caps; returns its session budget in seconds."""
     if plan.timeout > caps.timeout:
         raise _over(f"timeout {plan.timeout:g} s is", f"{caps.timeout:g} s", "timeout")
-    counts = [plan.counts(step.spec, size) for step in plan.steps for size in step.sizes]
+    counts = [plan.counts(step.kernel_def, size) for step in plan.steps for size in step.sizes]
     iterations, warmup = max(c[0] for c in counts), max(c[1] for c in counts)
     if iterations > caps.iterations:
         raise _over(f"{iterations} iterations is", str(caps.iterations), "iterations")
@@ -312,7 +312,7 @@ def admit(plan: Plan, caps: Caps) -> float:
     if plan.window > caps.window:
         raise _over(f"window {plan.window} is", str(caps.window), "window")
     footprint, kernel, size = max(
-        (step.spec.message_bytes(size, RANKS, plan.window), step.kernel, size)
+        (step.kernel_def.message_bytes(size, RANKS, plan.window), step.kernel, size)
         for step in plan.steps
         for size in step.sizes
     )
@@ -394,7 +394,8 @@ def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, tok
 
 
 def run_client(plan: Plan, peer: tuple[str, int], hugepages: str | None, token: bytes | None = None) -> int:
-    """Rank 0 of a peer run against ``peer`` (host, port): handshake, then the ordinary runner over PairControl."""
+    """Rank 0 of a peer run against ``peer`` (host, port): handshake, then the ordinary runner over
+    ConnectionControl."""
     from pathlib import Path
 
     from fabricbench.measure.results import prepare_out_dir
@@ -412,7 +413,7 @@ def run_client(plan: Plan, peer: tuple[str, int], hugepages: str | None, token: 
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise
-    ctrl = PairControl(sock, 0, plan.timeout)
+    ctrl = ConnectionControl(sock, 0, plan.timeout)
     metadata = {
         "mode": "peer",
         "peer": f"{host}:{port}",
@@ -679,7 +680,7 @@ class _Server:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             self._close_sockets()  # the child keeps only its client's connection
             plan = hs.plan
-            code = execute_plan(plan, PairControl(hs.sock, 1, plan.timeout), None, hs.hugepages)
+            code = execute_plan(plan, ConnectionControl(hs.sock, 1, plan.timeout), None, hs.hugepages)
         except FabricbenchError as exc:
             print(f"fabricbench: error: rank 1: {exc}", file=sys.stderr)
             code = exc.exit_code

@@ -60,11 +60,10 @@ COPY_KERNELS = {
 class Kernel:
     """A timed pattern of operations.
 
-    pattern: which ranks take part, by name in fabricbench.run.patterns: ``pair`` uses rank 0 and rank N/2;
-    ``pairs`` uses every rank r < N/2
-    with r + N/2; ``all`` is every rank; ``matrix`` meets every ordered pair of ranks in
-    turn, phase by phase (fabricbench.measure.verdict), one row per pair; ``gpu-pairs`` is every ordered pair of
-    the GPUs on rank 0's host (cuda-copy peer), one row per pair.
+    pattern: which ranks take part, by name in fabricbench.run.patterns: ``one-pair`` is rank 0 and rank N/2;
+    ``concurrent-pairs`` is every rank r < N/2 with r + N/2, all at once; ``all`` is every rank; ``all-pairs``
+    meets every ordered pair of ranks in turn, phase by phase, one row per pair; ``gpu-routes`` is every ordered
+    pair of the GPUs on rank 0's host (cuda-copy peer), one row per route.
     sample: what one entry of the per-iteration time array is: ``rtt`` (a
     round trip, reported halved), ``window`` (W messages and the ack) or ``op``.
     """
@@ -200,7 +199,7 @@ class Kernel:
     def check_ranks(self, ranks: int) -> None:
         if ranks < self.min_ranks:
             raise UsageError(f"kernel {self.name!r} needs at least {self.min_ranks} ranks, got {ranks}")
-        if self.pattern == "pairs" and ranks % 2:
+        if self.pattern == "concurrent-pairs" and ranks % 2:
             raise UsageError(
                 f"kernel {self.name!r} pairs rank r with r + N/2 and needs an even rank count, got {ranks}"
             )
@@ -223,21 +222,23 @@ def _collective(spec: CollectiveSpec) -> Kernel:
 
 
 _ALL = [
-    Kernel("latency", "latency", "pair", "rtt", 0, 4 * MiB, "{lib} Latency Test"),
-    Kernel("bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib} Bandwidth Test"),
-    Kernel("bibw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib} Bi-Directional Bandwidth Test", directions=2),
-    Kernel("msgrate", "bandwidth", "pairs", "window", 1, 4 * MiB, "{lib} Multiple Bandwidth / Message Rate Test"),
-    Kernel("multi-latency", "latency", "pairs", "rtt", 0, 4 * MiB, "{lib} Multi Latency Test"),
+    Kernel("latency", "latency", "one-pair", "rtt", 0, 4 * MiB, "{lib} Latency Test"),
+    Kernel("bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib} Bandwidth Test"),
+    Kernel("bibw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib} Bi-Directional Bandwidth Test", directions=2),
+    Kernel(
+        "msgrate", "bandwidth", "concurrent-pairs", "window", 1, 4 * MiB, "{lib} Multiple Bandwidth / Message Rate Test"
+    ),
+    Kernel("multi-latency", "latency", "concurrent-pairs", "rtt", 0, 4 * MiB, "{lib} Multi Latency Test"),
     *(_collective(spec) for spec in COLLECTIVES.values()),
-    Kernel("put", "latency", "pair", "op", 1, 4 * MiB, "{lib}_Put Latency Test"),
-    Kernel("get", "latency", "pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test"),
+    Kernel("put", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Put Latency Test"),
+    Kernel("get", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test"),
     # 8-byte remote atomics (verbs: IBV_WR_ATOMIC_FETCH_AND_ADD / _CMP_AND_SWP; OSU's osu_fop_latency and
     # osu_cas_latency, perftest's ib_atomic_lat and ib_atomic_bw): one operation and its fetched value, a full
     # round trip; or a window of them, a message rate.
     Kernel(
         "fop",
         "latency",
-        "pair",
+        "one-pair",
         "op",
         ATOMIC_BYTES,
         ATOMIC_BYTES,
@@ -247,7 +248,7 @@ _ALL = [
     Kernel(
         "cas",
         "latency",
-        "pair",
+        "one-pair",
         "op",
         ATOMIC_BYTES,
         ATOMIC_BYTES,
@@ -257,7 +258,7 @@ _ALL = [
     Kernel(
         "fop-rate",
         "bandwidth",
-        "pair",
+        "one-pair",
         "window",
         ATOMIC_BYTES,
         ATOMIC_BYTES,
@@ -267,19 +268,19 @@ _ALL = [
     Kernel(
         "cas-rate",
         "bandwidth",
-        "pair",
+        "one-pair",
         "window",
         ATOMIC_BYTES,
         ATOMIC_BYTES,
         "{lib} Compare_and_swap Rate Test",
         osu_datatype="MPI_LONG_LONG",
     ),
-    Kernel("put-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test"),
-    Kernel("get-bw", "bandwidth", "pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test"),
+    Kernel("put-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test"),
+    Kernel("get-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test"),
     # Every ordered pair of ranks (or hosts, --per-node), phase by phase as --schedule says: latency's and bw's loops
     # between each source and destination, one row per pair (fabricbench.measure.verdict).
-    Kernel("pairs-latency", "latency", "matrix", "rtt", 0, 4 * MiB, "{lib} All-Pairs Latency Test"),
-    Kernel("pairs-bw", "bandwidth", "matrix", "window", 1, 4 * MiB, "{lib} All-Pairs Bandwidth Test"),
+    Kernel("pairs-latency", "latency", "all-pairs", "rtt", 0, 4 * MiB, "{lib} All-Pairs Latency Test"),
+    Kernel("pairs-bw", "bandwidth", "all-pairs", "window", 1, 4 * MiB, "{lib} All-Pairs Bandwidth Test"),
     # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is
     # bytes copied per second.
     *(
@@ -287,8 +288,10 @@ _ALL = [
         for name, title in COPY_KERNELS.items()
         if name != "peer"
     ),
-    # Every ordered pair of the GPUs on rank 0's host, one row per pair (src_gpu, dst_gpu): the NVLink/PCIe matrix.
-    Kernel("peer", "bandwidth", "gpu-pairs", "window", 1, 64 * MiB, COPY_KERNELS["peer"], min_ranks=1, osu_datatype=""),
+    # Every ordered pair of the GPUs on rank 0's host, one row per route (src_gpu, dst_gpu): the NVLink/PCIe matrix.
+    Kernel(
+        "peer", "bandwidth", "gpu-routes", "window", 1, 64 * MiB, COPY_KERNELS["peer"], min_ranks=1, osu_datatype=""
+    ),
 ]
 KERNELS: dict[str, Kernel] = {k.name: k for k in _ALL}
 
@@ -300,10 +303,10 @@ def get_kernel(name: str) -> Kernel:
         raise UsageError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)}") from None
 
 
-def peer_of(kernel: Kernel, rank: int, ranks: int) -> tuple[int, bool] | None:
-    """(peer, initiator) for a point-to-point kernel, or None if this rank sits out."""
+def partner_of(kernel: Kernel, rank: int, ranks: int) -> tuple[int, bool] | None:
+    """(partner, initiator) for a point-to-point kernel, or None if this rank sits out."""
     half = ranks // 2
-    if kernel.pattern == "pair":
+    if kernel.pattern == "one-pair":
         if rank == 0:
             return half, True
         if rank == half:

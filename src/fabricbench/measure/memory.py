@@ -56,7 +56,7 @@ def plan_need(plan: Plan, ranks: int) -> Need | None:
     """The costliest (transport, kernel, size) of the plan on one rank, or None for an empty plan."""
     worst = None
     for step in plan.steps:
-        kernel = step.spec
+        kernel = step.kernel_def
         for size in step.sizes:
             iterations, warmup = plan.counts(kernel, size)
             window = plan.window if kernel.windowed else 0

@@ -64,7 +64,8 @@ class Step:
     datatype: str = ""  # OSU's -T (--osu-datatype) where it changes what the kernel moves: a reduction's element
 
     @property
-    def spec(self) -> Kernel:
+    def kernel_def(self) -> Kernel:
+        """The kernel this step measures (``kernel`` is its name), moving the datatype it was given."""
         return get_kernel(self.kernel).with_datatype(self.datatype)
 
     def check(self) -> None:
@@ -170,7 +171,7 @@ class Plan:
         entries = []
         for repeat in range(self.repeat):
             for step in self.steps if repeat % 2 == 0 else reversed(self.steps):
-                counts = self.ranks if self.ranks and step.spec.collective else [None]
+                counts = self.ranks if self.ranks and step.kernel_def.collective else [None]
                 entries += [Entry(repeat, step, count) for count in counts]
         return entries
 

@@ -18,9 +18,9 @@ def _layout(kernel_name: str) -> list[tuple[str, str, int]]:
     """(header, column, width) for a kernel's console table."""
     kernel = get_kernel(kernel_name)
     lead = [("size(B)", "size_B", 10), ("iters", "iterations", 7)]
-    if kernel.pattern == "matrix":  # an all-pairs row: its source and destination rank first
+    if kernel.pattern == "all-pairs":  # an all-pairs row: its source and destination rank first
         lead = [("src", "src_rank", 5), ("dst", "dst_rank", 5), *lead]
-    elif kernel.pattern == "gpu-pairs":  # a GPU pair's row: its source and destination GPU first
+    elif kernel.pattern == "gpu-routes":  # a GPU route's row: its source and destination GPU first
         lead = [("src GPU", "src_gpu", 8), ("dst GPU", "dst_gpu", 8), *lead]
     tail = [("valid", "validation", 6)]
     if kernel.windowed:

@@ -116,7 +116,7 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
         title(transport, kernel_name, place.osu_device),
         *cls.osu_header_lines(kernel),
-        *place.osu_buffer_lines(point_to_point=kernel.pattern in ("pair", "pairs")),
+        *place.osu_buffer_lines(point_to_point=kernel.pattern in ("one-pair", "concurrent-pairs")),
     ]
     if _message_rate(kernel):
         lines.append(f"# [ pairs: {pairs} ] [ window size: {window} ]")
@@ -137,7 +137,7 @@ def title(transport: str, kernel_name: str, device: str = "") -> str:
 
 def _message_rate(kernel) -> bool:
     """osu_mbw_mr's layout: windows on every pair at once, reported as MB/s and messages/s."""
-    return kernel.windowed and kernel.pattern == "pairs"
+    return kernel.windowed and kernel.pattern == "concurrent-pairs"
 
 
 def column_header(kernel_name: str, columns: Columns = Columns()) -> str:

@@ -232,11 +232,11 @@ class AllPairs(Pattern):
 
 
 PATTERNS: dict[str, type[Pattern]] = {
-    "pair": Pattern,
-    "pairs": Pattern,
+    "one-pair": Pattern,
+    "concurrent-pairs": Pattern,
     "all": Pattern,
-    "matrix": AllPairs,
-    "gpu-pairs": GpuRoutes,
+    "all-pairs": AllPairs,
+    "gpu-routes": GpuRoutes,
 }
 
 

@@ -25,7 +25,7 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     default_suite = not args.transport and not args.kernel
     for step in steps:
         if step.kernel in transports.supported_kernels(step.transport):
-            step.spec.check_ranks(ranks)
+            step.kernel_def.check_ranks(ranks)
     _check_rank_counts(args.ranks or [], steps, ranks)
     options = transports.transport_options(args, "run")
     # Every rank on this host (self-launched, or a launcher's ranks all local): what they will bind is checked here.
@@ -86,14 +86,16 @@ def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> N
         return
     if counts[-1] > launched:
         raise UsageError(f"--ranks {counts[-1]} is more than the {launched} ranks launched (-n, or the launcher's)")
-    collectives = [s for s in steps if s.spec.collective and s.kernel in transports.supported_kernels(s.transport)]
+    collectives = [
+        s for s in steps if s.kernel_def.collective and s.kernel in transports.supported_kernels(s.transport)
+    ]
     if not collectives:
         raise UsageError("--ranks sizes the collectives; this run has none (e.g. -k allreduce)")
     for step in collectives:
         if not transports.transport_class(step.transport).sub_communicators:
             raise UsageError(f"--ranks: transport {step.transport!r} cannot run on a subset of the ranks (mpi can)")
         try:
-            step.spec.check_ranks(counts[0])
+            step.kernel_def.check_ranks(counts[0])
         except UsageError as exc:
             raise UsageError(f"--ranks {counts[0]}: {exc}") from None
 
@@ -101,7 +103,7 @@ def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> N
 def _pairs_options(args: argparse.Namespace, steps: list[Step]) -> AllPairsOptions:
     """The all-pairs settings, when the run has an all-pairs kernel (else the defaults); UsageError where they
     cannot apply."""
-    if not any(step.spec.pattern == "matrix" for step in steps):
+    if not any(step.kernel_def.pattern == "all-pairs" for step in steps):
         if args.json:
             raise UsageError("--json prints the all-pairs verdict: add -k pairs-bw or pairs-latency")
         return AllPairsOptions()
@@ -123,5 +125,5 @@ def _osu_columns(args: argparse.Namespace, steps: list[Step]) -> OsuColumns:
         raise UsageError("--osu-full, --osu-percentiles and --osu-datatype shape OSU's text: add --format osu")
     columns = Columns(args.validate, args.osu_full, tuple(args.osu_percentiles or ()), args.osu_datatype or "")
     for step in steps:
-        check_columns(step.spec, columns, step.transport)
+        check_columns(step.kernel_def, columns, step.transport)
     return OsuColumns(columns.full, columns.percentiles, columns.datatype.upper())

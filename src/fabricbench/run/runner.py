@@ -170,14 +170,14 @@ def time_phase(
         ctrl.barrier()
         case.run(iterations, view)
         samples = times[:iterations].copy() if case.initiator else times[:0]
-        timed = Timed(phase, case, iterations, samples, check(ctrl, case, kernel) if plan.validate else -1)
+        timed = Timed(phase, case, iterations, samples, validate(ctrl, case, kernel) if plan.validate else -1)
         timed.gathered = ctrl.gather(pattern.summary(timed))
     finally:
         case.close()
     return timed
 
 
-def check(ctrl, case, kernel: Kernel) -> int:
+def validate(ctrl, case, kernel: Kernel) -> int:
     """One untimed iteration into poisoned buffers, then compare: 1 pass, 0 fail."""
     case.poison()
     ctrl.barrier()
@@ -191,7 +191,7 @@ def check(ctrl, case, kernel: Kernel) -> int:
 
 def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog: Watchdog) -> None:
     """One step's sweep over its sizes on the ranks of ``ctrl``; rank 0 hands each row, with its repeat, on."""
-    kernel = step.spec
+    kernel = step.kernel_def
 
     def hand_on(row: dict | None, sizes: int = 1) -> None:
         if reporter and row is not None:

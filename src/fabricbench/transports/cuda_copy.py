@@ -242,7 +242,7 @@ class CudaCopyTransport(Transport):
         self.gpus = peer_gpu_count(ctrl, self.cupy.cuda.runtime.getDeviceCount() if ctrl.rank == 0 else None)
 
     def routes(self, kernel: Kernel) -> list[tuple[int, int]]:
-        """The ordered GPU pairs the peer kernel copies between, alike on every rank; Unsupported under two."""
+        """The routes (ordered GPU pairs) the peer kernel copies along, alike on every rank; Unsupported under two."""
         if self.gpus < 2:
             raise Unsupported(f"peer copies need two GPUs; rank 0 sees {self.gpus}")
         return gpu_routes(self.gpus)
@@ -250,7 +250,7 @@ class CudaCopyTransport(Transport):
     def case(self, kernel: Kernel, size: int) -> Case:
         if kernel.name == "peer":
             if self.route is None:
-                raise Unsupported("peer copies run per GPU pair (run.patterns.GpuRoutes)")
+                raise Unsupported("peer copies run per GPU route (run.patterns.GpuRoutes)")
             return PeerCase(self, kernel, size, self.route)
         return CopyCase(self, kernel, size)
 

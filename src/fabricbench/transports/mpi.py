@@ -33,7 +33,7 @@ import numpy as np
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
-from fabricbench.measure.kernels import Kernel, peer_of
+from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
 from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load
@@ -73,7 +73,7 @@ def library_version() -> str:
     return found.details["library"]
 
 
-def check(code: int, what: str) -> None:
+def require_success(code: int, what: str) -> None:
     """A C loop's return: 0, or the MPI error code (with MPI_ERRORS_RETURN) that ended it."""
     if code:
         raise PeerError(f"{what}: the C loop ended with MPI error {code}")
@@ -121,8 +121,8 @@ class _PointToPoint(Case):
         self.cloop = cloop
         self.method = f"{'c' if cloop else 'python'} loop, {method}"
         self.what = f"mpi {kernel.name} at {size} B"
-        self.pairs = comm.Get_size() // 2 if kernel.pattern == "pairs" else 1
-        role = role or peer_of(kernel, comm.Get_rank(), comm.Get_size())  # role: (peer, initiator) in a phase
+        self.pairs = comm.Get_size() // 2 if kernel.pattern == "concurrent-pairs" else 1
+        role = role or partner_of(kernel, comm.Get_rank(), comm.Get_size())  # role: (partner, initiator) in a phase
         self.active = role is not None
         self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
         self.size = size
@@ -134,7 +134,8 @@ class _PointToPoint(Case):
     def expected(self):
         return pattern(len(self.received), _send_seed(self.peer))
 
-    def _spec(self, buf):
+    def _message(self, buf):
+        """mpi4py's message of a whole buffer: [data, count, MPI.BYTE]."""
         return [buf, self.size, MPI.BYTE]
 
     def close(self) -> None:
@@ -152,15 +153,15 @@ class PingPong(_PointToPoint):
             self.c_args = (comm.py2f(), self.peer, int(self.initiator), int(method == "persistent"))
             self.c_args += (self.send.ctypes.data, self.recv.ctypes.data, size)
         elif self.active and method == "persistent":
-            recv = comm.Recv_init(self._spec(self.recv), self.peer, TAG)
-            send = comm.Send_init(self._spec(self.send), self.peer, TAG)
+            recv = comm.Recv_init(self._message(self.recv), self.peer, TAG)
+            send = comm.Send_init(self._message(self.send), self.peer, TAG)
             self._requests = [recv, send]
 
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.active:
             return
         if self.cloop:
-            check(self.cloop.lib.fb_pingpong(*self.c_args, iterations, times_address(times)), self.what)
+            require_success(self.cloop.lib.fb_pingpong(*self.c_args, iterations, times_address(times)), self.what)
             return
         clock = time.perf_counter_ns
         if self.calls == "persistent":
@@ -184,20 +185,20 @@ class PingPong(_PointToPoint):
                     send_start()
                     send_wait()
             return
-        send_spec, recv_spec, peer = self._spec(self.send), self._spec(self.recv), self.peer
+        send_msg, recv_msg, peer = self._message(self.send), self._message(self.recv), self.peer
         send, recv = self.comm.Send, self.comm.Recv
         if self.initiator:
             last = clock()
             for i in range(iterations):
-                send(send_spec, peer, TAG)
-                recv(recv_spec, peer, TAG)
+                send(send_msg, peer, TAG)
+                recv(recv_msg, peer, TAG)
                 now = clock()
                 times[i] = now - last
                 last = now
         else:
             for _ in range(iterations):
-                recv(recv_spec, peer, TAG)
-                send(send_spec, peer, TAG)
+                recv(recv_msg, peer, TAG)
+                send(send_msg, peer, TAG)
 
 
 class Window(_PointToPoint):
@@ -221,15 +222,15 @@ class Window(_PointToPoint):
             make = []
             # Receives are posted before sends, as osu_bibw does.
             if not self.initiator or self.both_ways:
-                make += [comm.Recv_init(self._spec(self.recv), self.peer, TAG) for _ in range(window)]
+                make += [comm.Recv_init(self._message(self.recv), self.peer, TAG) for _ in range(window)]
             if self.initiator or self.both_ways:
-                make += [comm.Send_init(self._spec(self.send), self.peer, TAG) for _ in range(window)]
+                make += [comm.Send_init(self._message(self.send), self.peer, TAG) for _ in range(window)]
             if not self.both_ways:
-                ack_spec = [self.ack, 1, MPI.BYTE]
+                ack_msg = [self.ack, 1, MPI.BYTE]
                 make.append(
-                    comm.Recv_init(ack_spec, self.peer, ACK_TAG)
+                    comm.Recv_init(ack_msg, self.peer, ACK_TAG)
                     if self.initiator
-                    else comm.Send_init(ack_spec, self.peer, ACK_TAG)
+                    else comm.Send_init(ack_msg, self.peer, ACK_TAG)
                 )
             self._requests = make
 
@@ -237,7 +238,7 @@ class Window(_PointToPoint):
         if not self.active:
             return
         if self.cloop:
-            check(self.cloop.lib.fb_window(*self.c_args, iterations, times_address(times)), self.what)
+            require_success(self.cloop.lib.fb_window(*self.c_args, iterations, times_address(times)), self.what)
         elif self.calls == "persistent":
             self._run_persistent(iterations, times)
         else:
@@ -268,20 +269,20 @@ class Window(_PointToPoint):
     def _run_blocking(self, iterations, times):
         comm, peer, window = self.comm, self.peer, range(self.window)
         isend, irecv, waitall = comm.Isend, comm.Irecv, MPI.Request.Waitall
-        send_spec, recv_spec, ack_spec = self._spec(self.send), self._spec(self.recv), [self.ack, 1, MPI.BYTE]
+        send_msg, recv_msg, ack_msg = self._message(self.send), self._message(self.recv), [self.ack, 1, MPI.BYTE]
         clock = time.perf_counter_ns
         last = clock()
         for i in range(iterations):
             if self.both_ways:
-                requests = [irecv(recv_spec, peer, TAG) for _ in window]
-                requests += [isend(send_spec, peer, TAG) for _ in window]
+                requests = [irecv(recv_msg, peer, TAG) for _ in window]
+                requests += [isend(send_msg, peer, TAG) for _ in window]
                 waitall(requests)
             elif self.initiator:
-                waitall([isend(send_spec, peer, TAG) for _ in window])
-                comm.Recv(ack_spec, peer, ACK_TAG)
+                waitall([isend(send_msg, peer, TAG) for _ in window])
+                comm.Recv(ack_msg, peer, ACK_TAG)
             else:
-                waitall([irecv(recv_spec, peer, TAG) for _ in window])
-                comm.Send(ack_spec, peer, ACK_TAG)
+                waitall([irecv(recv_msg, peer, TAG) for _ in window])
+                comm.Send(ack_msg, peer, ACK_TAG)
             now = clock()
             times[i] = now - last
             last = now
@@ -394,7 +395,7 @@ class Collective(Case):
 
     def run(self, iterations: int, times: memoryview) -> None:
         if self.cloop:
-            check(self.cloop.lib.fb_collective(*self.c_args, iterations, times_address(times)), self.what)
+            require_success(self.cloop.lib.fb_collective(*self.c_args, iterations, times_address(times)), self.what)
             return
         barrier, clock = self.barrier, time.perf_counter_ns
         if self.request:
@@ -571,7 +572,7 @@ class MPITransport(Transport):
 
     def case(self, kernel: Kernel, size: int) -> Case:
         if self.cuda is not None:
-            route = cuda_route(kernel, self.place.staged, self.cuda_aware)
+            route = cuda_path(kernel, self.place.staged, self.cuda_aware)
             if route == "no buffers":  # barrier: nothing on the GPU, so the host loop, on any MPI
                 return Collective(self.comm, kernel, size, False, self.cloop)
             if route == "collective":
@@ -659,7 +660,7 @@ def cuda_aware_mpi() -> tuple[bool, str]:
     return False, "the library has no CUDA query (MPIX_GPU_query_support, MPIX_Query_cuda_support)"
 
 
-def cuda_route(kernel: Kernel, staged: bool, cuda_aware: bool) -> str:
+def cuda_path(kernel: Kernel, staged: bool, cuda_aware: bool) -> str:
     """Which case runs ``kernel`` on ``--buffer cuda``: "no buffers" (a collective that moves no data, barrier:
     the host loop), "collective" (CudaCollective) or "point-to-point" (CudaPointToPoint); Unsupported when the
     calls would hand device memory to an MPI that is not CUDA-aware."""
@@ -683,11 +684,11 @@ class CudaPointToPoint(Case):
         super().__init__()
         self.comm, self.cupy, self.size, self.staged = comm, cupy, size, place.staged
         self.method = f"python loop, blocking, {place.calls}"
-        self.pairs = comm.Get_size() // 2 if kernel.pattern == "pairs" else 1
+        self.pairs = comm.Get_size() // 2 if kernel.pattern == "concurrent-pairs" else 1
         self.window = window if kernel.windowed else 0
         self.both_ways = kernel.directions == 2
         self.rtt = kernel.sample == "rtt"
-        role = peer_of(kernel, comm.Get_rank(), comm.Get_size())
+        role = partner_of(kernel, comm.Get_rank(), comm.Get_size())
         self.active = role is not None
         self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
         self.send = DeviceBuffer(cupy, filled(size, _send_seed(comm.Get_rank())), place.staged)
@@ -726,7 +727,7 @@ class CudaPointToPoint(Case):
         if not self.active:
             return
         clock = time.perf_counter_ns
-        ack_spec = [self.ack, 1, MPI.BYTE]
+        ack_msg = [self.ack, 1, MPI.BYTE]
         last = clock()
         for i in range(iterations):
             if self.rtt:
@@ -741,11 +742,11 @@ class CudaPointToPoint(Case):
             elif self.initiator:
                 for _ in range(self.window):
                     self._send()
-                self.comm.Recv(ack_spec, self.peer, ACK_TAG)
+                self.comm.Recv(ack_msg, self.peer, ACK_TAG)
             else:
                 for _ in range(self.window):
                     self._recv()
-                self.comm.Send(ack_spec, self.peer, ACK_TAG)
+                self.comm.Send(ack_msg, self.peer, ACK_TAG)
             now = clock()
             times[i] = now - last
             last = now

@@ -16,16 +16,16 @@ import time
 import numpy as np
 
 from fabricbench.measure.buffers import POISON, filled, pattern, poisoned
-from fabricbench.measure.kernels import Kernel, peer_of
+from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import EMPTY, Case, Transport
 from fabricbench.transports.mpi import (
     MPI_OPTIONS,
     MPITransport,
-    check,
     import_mpi,
     loop_metadata,
     open_loop,
     preflight_loop,
+    require_success,
     times_address,
 )
 from fabricbench.transports.mpi_cloop import CLoop
@@ -54,7 +54,7 @@ class OneSided(Case):
         self.put = kernel.name.startswith("put")
         self.window = window if kernel.windowed else 0
         self.rank = comm.Get_rank()
-        role = peer_of(kernel, self.rank, comm.Get_size())
+        role = partner_of(kernel, self.rank, comm.Get_size())
         self.active = role is not None
         self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
         self.win = MPI.Win.Allocate(size, 1, MPI.INFO_NULL, comm)
@@ -89,11 +89,11 @@ class OneSided(Case):
         if not self.initiator:
             return
         if self.cloop:
-            check(self.cloop.lib.fb_rma(*self.c_args, iterations, times_address(times)), self.what)
+            require_success(self.cloop.lib.fb_rma(*self.c_args, iterations, times_address(times)), self.what)
             return
         MPI = import_mpi()
         win, target, clock = self.win, self.peer, time.perf_counter_ns
-        spec = [self.local, self.size, MPI.BYTE]
+        message = [self.local, self.size, MPI.BYTE]
         operation = win.Put if self.put else win.Get
         flush = win.Flush
         per_flush = range(self.window or 1)
@@ -103,14 +103,14 @@ class OneSided(Case):
             if self.window:
                 for i in range(iterations):
                     for _ in per_flush:
-                        operation(spec, target)
+                        operation(message, target)
                     flush(target)
                     now = clock()
                     times[i] = now - last
                     last = now
             else:
                 for i in range(iterations):
-                    operation(spec, target)
+                    operation(message, target)
                     flush(target)
                     now = clock()
                     times[i] = now - last

@@ -20,7 +20,7 @@ import numpy as np
 
 from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
-from fabricbench.measure.kernels import Kernel, peer_of
+from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports import gpu
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cuda_timing import EventTimer, sample_name
@@ -122,7 +122,7 @@ class NcclCase(Case):
         self.active = True
         self.peer = -1
         if not kernel.collective:
-            role = peer_of(kernel, self.rank, self.ranks)
+            role = partner_of(kernel, self.rank, self.ranks)
             self.active = role is not None
             self.peer, self.initiator = role if role else (-1, False)
             self.window = transport.window if kernel.windowed else 0

@@ -47,7 +47,7 @@ import numpy as np
 from fabricbench.control import allgather_json
 from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageError
 from fabricbench.measure.buffers import POISON, pattern, times_address
-from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, peer_of
+from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, partner_of
 from fabricbench.transports import verbs_cloop
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
@@ -84,7 +84,7 @@ class _Pair(Case):
 
     def __init__(self, transport: VerbsTransport, kernel: Kernel, size: int, detail: str = ""):
         super().__init__()
-        role = peer_of(kernel, transport.rank, transport.ranks)
+        role = partner_of(kernel, transport.rank, transport.ranks)
         self.active = role is not None
         self.peer, self.initiator = role if role else (-1, False)
         self.size = size
@@ -333,7 +333,7 @@ class CWriteLatency(WriteLatency):
     def run(self, iterations: int, times: memoryview) -> None:
         if self.active:
             link = self.link
-            link.check(
+            link.require_success(
                 link.lib.fb_write_latency(
                     link.handle, self.size, iterations, int(self.initiator), ctypes.byref(self.c_marker),
                     times_address(times),
@@ -349,7 +349,7 @@ class CSendLatency(_Pair):
     def run(self, iterations: int, times: memoryview) -> None:
         if self.active:
             link = self.link
-            link.check(
+            link.require_success(
                 link.lib.fb_send_latency(link.handle, self.size, iterations, int(self.initiator), times_address(times))
             )
 
@@ -403,7 +403,7 @@ class COpLatency(_Fetching):
         link = self.link
 
         def run():
-            link.check(
+            link.require_success(
                 link.lib.fb_op_latency(
                     link.handle, self.code, self.size, iterations, ctypes.byref(self.counter), times_address(times)
                 )
@@ -440,7 +440,7 @@ class CStream(_Pair):
         if not (self.sending or self.receiving):
             link.wait_done()  # a WRITE's target: the data lands without us
             return
-        link.check(
+        link.require_success(
             link.lib.fb_stream(
                 link.handle, self.code, self.size, self.window, self.cq_mod, self.post_list, int(self.sending),
                 int(self.receiving), iterations, ctypes.byref(self.counter), times_address(times),
@@ -461,7 +461,7 @@ class CAtomicRate(_Fetching):
         link = self.link
 
         def run():
-            link.check(
+            link.require_success(
                 link.lib.fb_stream(
                     link.handle, self.code, self.size, self.window, self.cq_mod, self.post_list, 1, 0, iterations,
                     ctypes.byref(self.counter), times_address(times),
@@ -620,7 +620,7 @@ class VerbsTransport(Transport):
 
     def _fill_receive_queue(self) -> None:
         if self.cloop:
-            self.link.check(self.link.lib.fb_post_receives(self.link.handle, self.recv_depth))
+            self.link.require_success(self.link.lib.fb_post_receives(self.link.handle, self.recv_depth))
             return
         self.recv_chain = self.link.recv_chain(self.cq_mod)
         for _ in range(self.recv_depth // self.cq_mod):

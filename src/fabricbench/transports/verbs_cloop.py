@@ -186,7 +186,7 @@ class CLink(Port):
         self.psn = secrets.randbelow(1 << 24)
         self.path_mtu = self.facts["active_mtu"]
 
-    def check(self, code: int) -> None:
+    def require_success(self, code: int) -> None:
         """A C call's return: 0, or -1 with its one line of text (a failed completion is the peer's fault)."""
         if code:
             raise PeerError(self.lib.fb_error(self.handle).decode(errors="replace"))
@@ -229,7 +229,7 @@ class CLink(Port):
     def signal_done(self, relax=None) -> None:
         """Tell a waiting peer this run's transfers are complete (its data has landed): one 1-byte WRITE."""
         self.runs_signalled = self.runs_signalled % MARKERS + 1
-        self.check(self.lib.fb_signal_done(self.handle, self.runs_signalled))
+        self.require_success(self.lib.fb_signal_done(self.handle, self.runs_signalled))
 
     def metadata(self) -> dict:
         return self.port_facts | {

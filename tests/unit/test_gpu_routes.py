@@ -12,7 +12,7 @@ import pytest
 
 from fabricbench.analysis.compare import compare
 from fabricbench.analysis.load import split_series
-from fabricbench.analysis.thresholds import is_gpu_pair, is_pair, row_name
+from fabricbench.analysis.thresholds import is_gpu_route, is_pair, row_name
 from fabricbench.errors import PeerError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import COLUMNS, INTEGER, SCHEMA_VERSION
@@ -53,7 +53,7 @@ def test_a_gpu_count_from_rank_0_is_taken():
 def test_the_schema_holds_the_gpu_pair_columns():
     assert SCHEMA_VERSION == 4
     assert {"src_gpu", "dst_gpu"} <= set(COLUMNS) and {"src_gpu", "dst_gpu"} <= INTEGER
-    assert get_kernel("peer").pattern == "gpu-pairs" and get_kernel("peer").min_ranks == 1
+    assert get_kernel("peer").pattern == "gpu-routes" and get_kernel("peer").min_ranks == 1
 
 
 def peer_row(src: int, dst: int, bw: float, size: int = 64 << 20) -> dict:
@@ -89,9 +89,9 @@ def peer_row(src: int, dst: int, bw: float, size: int = 64 << 20) -> dict:
 
 def test_a_gpu_pair_row_is_named_by_its_gpus():
     row = peer_row(2, 3, 150_000.0)
-    assert is_gpu_pair(row) and not is_pair(row)
+    assert is_gpu_route(row) and not is_pair(row)
     assert row_name(row) == f"cuda-copy peer 64 MiB {HOST} GPU 2 -> GPU 3"
-    assert not is_gpu_pair(row | {"src_gpu": ""})
+    assert not is_gpu_route(row | {"src_gpu": ""})
 
 
 def test_the_console_line_leads_with_the_gpus():
