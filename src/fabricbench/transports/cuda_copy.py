@@ -228,8 +228,7 @@ class CudaCopyTransport(Transport):
 
     @classmethod
     def doctor(cls) -> Diagnosis:
-        found = gpu.probe()
-        return Diagnosis(not found["missing"], found["missing"] or "", gpu.doctor_details(found))
+        return Diagnosis(*gpu.doctor_verdict("missing"))
 
     def __init__(self, ctrl, plan):
         options = gpu.GPU_OPTIONS.of(plan.transport_options)

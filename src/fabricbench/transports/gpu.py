@@ -342,6 +342,13 @@ def doctor_details(found: dict) -> dict:
     return details
 
 
+def doctor_verdict(missing: str) -> tuple[bool, str, dict]:
+    """A GPU transport's ``doctor`` verdict (Diagnosis's fields) from one probe: it runs unless the probe's
+    ``missing`` entry ("missing", or "missing_nccl" for NCCL too) names what it lacks."""
+    found = probe()
+    return not found[missing], found[missing] or "", doctor_details(found)
+
+
 def nccl_environment() -> dict:
     """The NCCL_* variables this rank sees."""
     return {key: value for key, value in os.environ.items() if key.startswith("NCCL_")}

@@ -325,8 +325,7 @@ class NCCLTransport(Transport):
 
     @classmethod
     def doctor(cls) -> Diagnosis:
-        found = gpu.probe()
-        return Diagnosis(not found["missing_nccl"], found["missing_nccl"] or "", gpu.doctor_details(found))
+        return Diagnosis(*gpu.doctor_verdict("missing_nccl"))
 
     def __init__(self, ctrl, plan):
         options = gpu.GPU_OPTIONS.of(plan.transport_options)
