@@ -58,7 +58,6 @@ class CopyCase(Case):
         self.method = "cudaMemcpyAsync, events" + (", cuda graph" if transport.graph else "")
         self.row_fields = {"sample": sample_name("op", transport.timing)}
         self.src = self.dst = None
-        self.host_check = EMPTY
         if not self.initiator:
             self.timer = EventTimer(cupy, transport.stream, lambda: None, transport.timing, False)
             return

@@ -222,10 +222,6 @@ class CLink(Port):
             message = self.lib.fb_error(self.handle).decode(errors="replace")
             raise PeerError(f"the queue pair on {self.device} did not connect to the peer's: {message}")
 
-    @property
-    def path_mtu_bytes(self) -> int:
-        return MTU_BYTES.get(self.path_mtu, 256)
-
     def signal_done(self, relax=None) -> None:
         """Tell a waiting peer this run's transfers are complete (its data has landed): one 1-byte WRITE."""
         self.runs_signalled = self.runs_signalled % MARKERS + 1
