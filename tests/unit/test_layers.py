@@ -10,6 +10,7 @@ root's errors and argument types. control/, transports/ and collectives/ must im
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,9 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """{module: the package's modules it imports, anywhere in its body}."""
+    """{module: the package's modules it imports, anywhere in its body}; read once per package (callers only read)."""
     modules = {module_name(path, package): path for path in package.rglob("*.py")}
 
     def resolve(name: str) -> str | None:
