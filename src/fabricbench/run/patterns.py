@@ -70,9 +70,9 @@ class Idle(Case):
 
 
 class Pattern:
-    """The ranks the kernel's own pattern names (``pair``: rank 0 and N/2; ``pairs``: r and r + N/2; ``all``), in one
-    phase, each rank's case from ``Transport.case``; one row per size from rank 0's samples and every rank's
-    summary, the ranks agreeing on the slowest initiator's warm-up."""
+    """The ranks the kernel's own pattern names (``one-pair``: rank 0 and N/2; ``concurrent-pairs``: r and r + N/2;
+    ``all``), in one phase, each rank's case from ``Transport.case``; one row per size from rank 0's samples and
+    every rank's summary, the ranks agreeing on the slowest initiator's warm-up."""
 
     columns: tuple[str, ...] = ()  # the columns its rows carry beyond the common ones
     rearm_from_warmup = True  # the warm-up's pace sets the watchdog's allowance for the timed run
