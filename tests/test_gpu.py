@@ -192,7 +192,7 @@ def test_cupy_nccl_takes_the_unique_id_as_the_control_plane_carries_it():
         [PYTHON, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True
     ).stdout.strip()
     code = (
-        "from fabricbench import gpu\n"
+        "from fabricbench.transports import gpu\n"
         "from fabricbench.transports.nccl import decode_unique_id, encode_unique_id\n"
         "nccl = gpu.open_nccl()\n"
         "uid = decode_unique_id(encode_unique_id(nccl.get_unique_id()))\n"
