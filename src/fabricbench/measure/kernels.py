@@ -23,6 +23,9 @@ LARGE_MESSAGE = 8 * KiB  # OSU switches to the "large" iteration counts above th
 ATOMIC_BYTES = 8  # the one operand size of RDMA atomics
 ATOMIC_KERNELS = ("fop", "cas", "fop-rate", "cas-rate")
 
+# The table's ``sample`` column for each kind of sample a kernel times: a round trip is reported halved.
+SAMPLE_LABELS = {"rtt": "rtt/2", "window": "window", "op": "op"}
+
 # (iterations small, iterations large, warm-up small, warm-up large), from OSU 7.4
 OSU_DEFAULTS = {
     "latency": (10000, 1000, 100, 10),

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.kernels import SAMPLE_LABELS, Kernel
+from fabricbench.measure.schema import MEASURED
 from fabricbench.measure.stats import across_ranks, latency_stats, stability_note
 
 
@@ -28,7 +29,7 @@ def base_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int,
         "buffer": buffer,
         "size_B": size,
         "ranks": ranks,
-        "sample": {"rtt": "rtt/2", "window": "window", "op": "op"}[kernel.sample],
+        "sample": SAMPLE_LABELS[kernel.sample],
     }
 
 
@@ -86,7 +87,7 @@ def timed_row(
         window=loop.window,
         iterations=int(timing.iterations[0]) if len(timing.iterations) else 0,
         warmup=warmup,
-        status="ok",
+        status=MEASURED,
         note=timing.note,
     )
     valid = timing.valid

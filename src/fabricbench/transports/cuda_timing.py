@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fabricbench.measure.kernels import SAMPLE_LABELS
+
 TIMINGS = ("loop", "iteration")
 
 
 def sample_name(kernel_sample: str, timing: str) -> str:
     """The ``sample`` column: the kernel's word, with "(loop mean)" where every iteration got the loop's mean."""
-    base = {"rtt": "rtt/2", "window": "window", "op": "op"}[kernel_sample]
+    base = SAMPLE_LABELS[kernel_sample]
     return base if timing == "iteration" else f"{base} (loop mean)"
 
 

@@ -48,6 +48,7 @@ from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.rows import base_row
+from fabricbench.measure.schema import MEASURED
 from fabricbench.transports.base import Diagnosis, Transport
 from fabricbench.transports.rdma import (
     MAX_WINDOW,
@@ -476,7 +477,7 @@ class PerftestTransport(Transport):
             window=self.window if kernel.windowed else 0,
             iterations=iterations,
             warmup=0,
-            status="ok",
+            status=MEASURED,
             validation="off",
             note=CLOCK_NOTE if clock_failed else BW_NOTE if kernel.windowed else LATENCY_NOTE,
         )
