@@ -17,6 +17,7 @@ from fabricbench.errors import PeerError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import COLUMNS, INTEGER, SCHEMA_VERSION
 from fabricbench.report import console
+from fabricbench.run.patterns import GpuRoutes
 from fabricbench.transports.cuda_copy import gpu_routes, peer_gpu_count
 
 HOST = "gpunode1"
@@ -96,7 +97,7 @@ def test_a_gpu_pair_row_is_named_by_its_gpus():
 
 def test_the_console_line_leads_with_the_gpus():
     row = peer_row(1, 0, 150_000.0)
-    head = console.header("cuda-copy", "peer", 1, "")
+    head = console.header("cuda-copy", "peer", 1, "", GpuRoutes.columns)
     assert head.splitlines()[1].split()[:4] == ["#src", "GPU", "dst", "GPU"]
     fields = console.line(row).split()
     assert fields[:3] == ["1", "0", str(64 << 20)]

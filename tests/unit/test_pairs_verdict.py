@@ -9,6 +9,7 @@ import pytest
 
 from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, per_node, phases, round_robin, summary_lines, verdict
 from fabricbench.report import console
+from fabricbench.run.patterns import AllPairs
 
 
 def _hosts(count: int) -> list[str]:
@@ -162,7 +163,7 @@ def test_repeats_count_once_at_their_median():
 def test_the_console_line_of_a_pair_row_starts_with_its_ranks():
     row = _matrix(3, _spread)[0] | {"iterations": 3, "bw_peak_MBps": 2100.0, "msgrate_per_s": 8.0}
     row["lat_p50_us"] = 2000.0
-    header = console.header("tcp", "pairs-bw", 3, "")
+    header = console.header("tcp", "pairs-bw", 3, "", AllPairs.columns)
     assert header.splitlines()[1].split()[:4] == ["#", "src", "dst", "size(B)"]
     assert console.line(row).split()[:3] == ["0", "1", str(1 << 20)]
 

@@ -60,6 +60,9 @@ SCHEMA_VERSION = 4
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
+# The columns that name a row's two ends where a size has a row per pair of ranks or GPUs: the console shows them
+# first, with these headers and widths, in a table of a pattern whose rows carry them.
+ROW_ENDS = {"src_rank": ("src", 5), "dst_rank": ("dst", 5), "src_gpu": ("src GPU", 8), "dst_gpu": ("dst GPU", 8)}
 MEASURED = "ok"  # a measured row's status; every other status says why its size was not measured
 PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.measure.schema import is_measured
+from fabricbench.measure.schema import ROW_ENDS, is_measured
+
+
+def _given(value) -> bool:
+    """A cell that holds a value: not missing, empty or NaN."""
+    return value is not None and value != "" and not (isinstance(value, float) and math.isnan(value))
 
 
 def _num(value, width: int, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+    if not _given(value):
         return " " * (width - 1) + "-"
     return f"{value:>{width}.{digits}f}"
 
 
-def _layout(kernel_name: str) -> list[tuple[str, str, int]]:
-    """(header, column, width) for a kernel's console table."""
+def _layout(kernel_name: str, columns: Iterable[str] = ()) -> list[tuple[str, str, int]]:
+    """(header, column, width) for a kernel's console table; ``columns``: those its pattern adds to its rows, of
+    which the ones naming a row's two ends (ROW_ENDS) come first."""
     kernel = get_kernel(kernel_name)
-    lead = [("size(B)", "size_B", 10), ("iters", "iterations", 7)]
-    if kernel.pattern == "all-pairs":  # an all-pairs row: its source and destination rank first
-        lead = [("src", "src_rank", 5), ("dst", "dst_rank", 5), *lead]
-    elif kernel.pattern == "gpu-routes":  # a GPU route's row: its source and destination GPU first
-        lead = [("src GPU", "src_gpu", 8), ("dst GPU", "dst_gpu", 8), *lead]
+    lead = [(ROW_ENDS[column][0], column, ROW_ENDS[column][1]) for column in ROW_ENDS if column in columns]
+    lead += [("size(B)", "size_B", 10), ("iters", "iterations", 7)]
     tail = [("valid", "validation", 6)]
     if kernel.windowed:
         body = [
@@ -52,8 +56,9 @@ def _layout(kernel_name: str) -> list[tuple[str, str, int]]:
     return lead + body + tail
 
 
-def header(transport: str, kernel_name: str, ranks: int, title: str) -> str:
-    columns = _layout(kernel_name)
+def header(transport: str, kernel_name: str, ranks: int, title: str, row_columns: Iterable[str] = ()) -> str:
+    """A step's header; ``row_columns``: the columns its pattern adds to its rows."""
+    columns = _layout(kernel_name, row_columns)
     names = "".join(f"{h:>{w}}" for h, _, w in columns)
     title = f" - {title}" if title else ""  # no MPI vendor to name in a peer run
     return f"# {transport} {kernel_name} on {ranks} ranks{title}\n#{names[1:]}"
@@ -65,9 +70,10 @@ def line(row: dict) -> str:
         where = f"{size} B: " if size is not None else ""
         return f"# {where}{row['status']}"
     out = []
-    for _, column, width in _layout(row["kernel"]):
+    ends = [column for column in ROW_ENDS if _given(row.get(column))]
+    for _, column, width in _layout(row["kernel"], ends):
         value = row.get(column)
-        if column in ("size_B", "iterations", "src_rank", "dst_rank", "src_gpu", "dst_gpu"):
+        if column in ("size_B", "iterations", *ROW_ENDS):
             out.append(f"{value:>{width}d}")
         elif column == "validation":
             out.append(f"{value:>{width}}")

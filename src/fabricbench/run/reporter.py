@@ -20,6 +20,7 @@ from fabricbench.measure.results import (
 )
 from fabricbench.measure.schema import PREVIOUS_RUNS
 from fabricbench.report import console, osu
+from fabricbench.run.patterns import pattern_of
 
 
 class Reporter:
@@ -94,7 +95,8 @@ class Reporter:
             title = f"{self.metadata.get('mpi_vendor', '')} {self.plan.label}".strip()
             if self.plan.repeat > 1:
                 title = f"{title}, repeat {repeat + 1} of {self.plan.repeat}".lstrip(", ")
-            self._print(console.header(step.transport, step.kernel, ranks, title))
+            row_columns = pattern_of(step.kernel_def).columns
+            self._print(console.header(step.transport, step.kernel, ranks, title, row_columns))
         if self._progress:
             self._progress.set_description(f"{step.transport} {step.kernel}")
 
