@@ -76,7 +76,7 @@ if "$vpy" -c "import pytest" 2>/dev/null; then
     step "tests/test_gpu.py"
     cd "$repo"
     try "$vpy" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/unit/test_gpu_parts.py \
-        tests/unit/test_gpu_pairs.py tests/unit/test_mpi_cuda.py
+        tests/unit/test_gpu_routes.py tests/unit/test_mpi_cuda.py
     cd - >/dev/null
 fi
 

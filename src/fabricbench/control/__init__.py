@@ -3,7 +3,7 @@
 A transport moves its data however it likes (MPI, sockets, verbs); the runner
 synchronises the ranks through a ``ControlPlane``. Under a launcher that is
 MPI (``control.mpi``); between ``serve`` and ``run --peer`` it is one TCP
-connection speaking the rendezvous protocol (``control.pair``). Everything
+connection speaking the rendezvous protocol (``control.connection``). Everything
 crosses as numbers or JSON bytes; nothing is pickled.
 """
 
