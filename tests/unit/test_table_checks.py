@@ -200,3 +200,43 @@ def test_first_difference_names_the_row_and_column(run, tmp_path):
     assert first_difference(frame, other) == (6, "note")
     assert first_difference(frame.iloc[:4], frame) is None
     assert first_difference(frame, frame.iloc[:4]) == (5, "")
+
+
+# Ctrl-C is raised in the main thread when a system call returns; where it lands inside a row's write cannot be
+# chosen on a real run, so these stand in for it: os.fsync (os.write) raising KeyboardInterrupt after the row
+# (half of it) reached the file.
+def _interrupted_at(monkeypatch, call: str, after: int) -> None:
+    import fabricbench.measure.results as results
+
+    real = getattr(results.os, call)
+    calls = []
+
+    def interrupted(fd, *args):
+        calls.append(fd)
+        if len(calls) <= after:
+            return real(fd, *args)
+        if call == "write":
+            real(fd, args[0][: len(args[0]) // 2])
+        else:
+            real(fd, *args)
+        monkeypatch.setattr(results.os, call, real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.os, call, interrupted)
+
+
+@pytest.mark.parametrize("call", ["fsync", "write"])
+def test_a_table_closed_after_ctrl_c_mid_row_counts_the_rows_the_file_holds(tmp_path, monkeypatch, call):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    writer = TableWriter(folder)
+    first, second = _rows()[:2]
+    writer.append(first)
+    _interrupted_at(monkeypatch, call, after=0)
+    with pytest.raises(KeyboardInterrupt):
+        writer.append(second)
+    writer.close()
+    lines = (folder / CSV_NAME).read_bytes().split(b"\n")
+    assert lines[-1] == b""  # the file ends with a whole line: a half row is cut back
+    whole = len(lines) - 2  # less the header and the empty string after the last newline
+    assert writer.rows == whole == (2 if call == "fsync" else 1)

@@ -286,7 +286,7 @@ class TableWriter:
         self.rows = 0
         self._created = not self.csv_path.exists()
         try:
-            self._fd = os.open(self.csv_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask
+            self._fd = os.open(self.csv_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask
         except OSError as exc:
             raise _results_error(exc, self.csv_path) from None
         self._length = os.fstat(self._fd).st_size
@@ -296,6 +296,7 @@ class TableWriter:
             except ResultsError:
                 self.discard()
                 raise
+        self._rows_from = self._length  # where this writer's rows begin
 
     def _write(self, line: bytes) -> None:
         """Append ``line`` and make it durable, or cut the file back to its length before and raise ResultsError."""
@@ -319,7 +320,24 @@ class TableWriter:
             _remove(self.out_dir / PARQUET_NAME)
 
     def close(self) -> None:
-        os.close(self._fd)
+        """Close the table, its row count agreeing with the file.
+
+        Ctrl-C is raised in the main thread when a system call returns, so it can land between a row's write and
+        its count (fsync is where a rank waits): the rank then closes the table with one row on disk that
+        ``rows`` lacks, and metadata.json would disagree with the CSV. The rows this writer added are counted
+        from the file instead, and a row cut short is cut back.
+        """
+        try:
+            end = os.fstat(self._fd).st_size
+            if end != self._length:
+                added = os.pread(self._fd, end - self._rows_from, self._rows_from)
+                whole = added.rfind(b"\n") + 1
+                os.ftruncate(self._fd, self._rows_from + whole)
+                self.rows, self._length = added[:whole].count(b"\n"), self._rows_from + whole
+        except OSError:
+            pass  # the count stays as the writes left it; the read check refuses a table that disagrees
+        finally:
+            os.close(self._fd)
 
     def discard(self) -> None:
         """Close, and remove the file if this writer created it: a run that could not start leaves no table."""
