@@ -140,6 +140,8 @@ class Entry:
 
 @dataclass
 class Plan:
+    """What to run, and how: built once on rank 0 (run.planner.build_plan), broadcast to the ranks as JSON."""
+
     steps: list[Step]
     iterations: int | None = None  # None: OSU's default for the kernel and size
     warmup: int | None = None
@@ -154,7 +156,7 @@ class Plan:
     osu: OsuColumns = field(default_factory=OsuColumns)
     pairs: AllPairsOptions = field(default_factory=AllPairsOptions)
     progress: bool = False
-    transport_options: dict = field(default_factory=dict)  # {options key: that transport's settings}
+    transport_options: dict = field(default_factory=dict)  # {option group name: its settings}
     repeat: int = 1  # run --repeat: how many times the whole plan runs, interleaved (schedule)
     ranks: list[int] = field(default_factory=list)  # run --ranks: collectives on the first N ranks; []: all
 
