@@ -249,12 +249,37 @@ def _load(recipe: Recipe, opener: Callable[[Path], Loaded]) -> tuple[Loaded, Pat
         raise
 
 
-def load_library(recipe: Recipe, signatures: dict[str, tuple[list[Any], Any]]) -> tuple[ctypes.CDLL, Path]:
+LM_ID_NEWLM = -1  # dlmopen: a new link-map namespace
+RTLD_NOW = 2
+
+
+def open_apart(path: Path) -> ctypes.CDLL:
+    """A shared library opened in a link-map namespace of its own (glibc's dlmopen), so that it binds to its own
+    dependencies even where this process has already loaded another library of the same soname (an MPI wheel's
+    bundled libfabric.so.1). OSError when dlmopen is missing or refuses."""
+    libc = ctypes.CDLL(None)
+    try:
+        dlmopen, dlerror = libc.dlmopen, libc.dlerror
+    except AttributeError:
+        raise OSError("this C library has no dlmopen") from None
+    dlmopen.restype, dlmopen.argtypes = ctypes.c_void_p, [ctypes.c_long, ctypes.c_char_p, ctypes.c_int]
+    dlerror.restype = ctypes.c_char_p
+    handle = dlmopen(LM_ID_NEWLM, str(path).encode(), RTLD_NOW)
+    if not handle:
+        said = dlerror()
+        raise OSError(said.decode(errors="replace") if said else f"dlmopen of {path} failed")
+    return ctypes.CDLL(str(path), handle=handle)
+
+
+def load_library(
+    recipe: Recipe, signatures: dict[str, tuple[list[Any], Any]], apart: bool = False
+) -> tuple[ctypes.CDLL, Path]:
     """The recipe built as a plain shared library and opened with ctypes, each function in `signatures`
-    (name -> (argtypes, restype)) typed; and the built file. Raises CLoopUnavailable."""
+    (name -> (argtypes, restype)) typed; and the built file. ``apart``: opened in a namespace of its own
+    (``open_apart``). Raises CLoopUnavailable."""
 
     def opener(path: Path) -> ctypes.CDLL:
-        lib = ctypes.CDLL(str(path))
+        lib = open_apart(path) if apart else ctypes.CDLL(str(path))
         try:
             for function_name, (argtypes, restype) in signatures.items():
                 function = getattr(lib, function_name)
