@@ -42,6 +42,8 @@ from fabricbench.transports.ofi_options import OFI_OPTIONS, OFIUnavailable
 FI_ENV_PREFIX = "FI_"  # libfabric's settings (FI_PROVIDER, FI_CXI_*, FI_TCP_*): the metadata records each rank's
 MAX_ENV = 64  # FI_* variables per rank carried to rank 0
 MAX_ENV_CHARS = 256
+# Providers differ on a zero-length RMA operation (shm in libfabric 1.17 never completes one), and it moves nothing.
+ZERO_RMA = "an RMA operation of 0 B is not timed: libfabric's providers differ on it (shm never completes one)"
 EXTRA_DEPTH = 4  # operations in flight beyond the window: the acknowledgement and DONE messages
 
 
@@ -357,6 +359,8 @@ class OFITransport(Transport):
         if kernel.name in RMA_CODES:
             if self.rma_reason:
                 raise Unsupported(self.rma_reason)
+            if size == 0:
+                raise Unsupported(ZERO_RMA)
             return RMA(self, kernel, size)
         if kernel.name == "latency":
             return PingPong(self, kernel, size)

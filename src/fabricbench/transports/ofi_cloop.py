@@ -30,6 +30,7 @@ from fabricbench.transports.ofi_options import ENDPOINTS, INSTALL_HINT, MESSAGES
 SOURCE = Path(__file__).with_name("_ofiloop.c")
 ROOT_VARS = ("LIBFABRIC_ROOT", "FI_ROOT")
 CRAY_GLOB = "/opt/cray/libfabric/*"
+SYSTEM_HEADER = "/usr/include/rdma/fabric.h"
 RMA_CODES = {"put": 0, "get": 1, "put-bw": 0, "get-bw": 1}  # _ofiloop.c's OP_WRITE, OP_READ
 NAME_BYTES = 256  # _ofiloop.c's NAME_BYTES: the largest endpoint address
 CONTROL_BYTES = 64  # after the two halves: the acknowledgement and DONE messages' buffer
@@ -151,7 +152,7 @@ def _prefix(root: str, how: str) -> Found | None:
     return None
 
 
-def find_libfabric(environ=os.environ, cray_glob: str = CRAY_GLOB) -> Found:
+def find_libfabric(environ=os.environ, cray_glob: str = CRAY_GLOB, system_header: str = SYSTEM_HEADER) -> Found:
     """Where libfabric is, in the order of the module docstring. The system's paths are the answer when nothing
     else is: a missing header there is the build's one-line refusal."""
     if shutil.which("pkg-config"):
@@ -168,7 +169,7 @@ def find_libfabric(environ=os.environ, cray_glob: str = CRAY_GLOB) -> Found:
             if found is None:
                 raise OFIUnavailable(f"${name}={root} holds no libfabric (include/rdma/fabric.h and lib/libfabric.so)")
             return found
-    if Path("/usr/include/rdma/fabric.h").is_file() or not glob.glob(cray_glob):
+    if Path(system_header).is_file() or not glob.glob(cray_glob):
         return Found("system paths")
     for root in sorted(glob.glob(cray_glob), reverse=True):  # the newest version first
         found = _prefix(root, root)
