@@ -23,6 +23,7 @@ TRANSPORTS = {
     "verbs-send": ("fabricbench.transports.verbs", "VerbsSendTransport"),
     "perftest": ("fabricbench.transports.perftest", "PerftestTransport"),
     "perftest-send": ("fabricbench.transports.perftest", "PerftestSendTransport"),
+    "fi-pingpong": ("fabricbench.transports.fi_pingpong", "FiPingpongTransport"),
     "nccl": ("fabricbench.transports.nccl", "NCCLTransport"),
     "cuda-copy": ("fabricbench.transports.cuda_copy", "CudaCopyTransport"),
 }
