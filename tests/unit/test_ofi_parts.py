@@ -7,6 +7,7 @@ import argparse
 
 import pytest
 
+from fabricbench.argtypes import MASK
 from fabricbench.control.rendezvous import FieldReader, ProtocolError
 from fabricbench.errors import PeerError, UsageError
 from fabricbench.transports.ofi import check_environment, check_key, decode_address, fi_environment
@@ -71,6 +72,9 @@ def test_each_ranks_fi_environment_is_small_and_checked():
     found = fi_environment({"FI_PROVIDER": "cxi", "FI_CXI_RX_MATCH_MODE": "hybrid", "PATH": "/bin"})
     assert found == {"FI_CXI_RX_MATCH_MODE": "hybrid", "FI_PROVIDER": "cxi"}
     assert len(fi_environment({f"FI_X{i}": "v" * 1000 for i in range(100)})) == 64
+    # a job's key is recorded as set, never its value
+    masked = fi_environment({"FI_OPX_UUID": "0123-secret", "FI_CXI_AUTH_KEY": "7", "FI_PSM3_UUID": "x"})
+    assert set(masked.values()) == {MASK} and len(masked) == 3
     assert check_environment(found, 1) is found
     for bad in ([], {"PATH": "/bin"}, {"FI_X": 1}, {f"FI_{i}": "" for i in range(65)}):
         with pytest.raises(PeerError):

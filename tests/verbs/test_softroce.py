@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.transports.perftest import listening
 from fabricbench.transports.rdma import BAD_RKEY_HOOK
+from fabricbench.transports.reference_tool import listening
 from support import NEEDS_RDMA_DEVICE, PYTHON, RDMA_DEVICES, clean_env, mpiexec, read_rows
 
 DEVICES = RDMA_DEVICES

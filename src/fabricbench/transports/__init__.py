@@ -24,6 +24,7 @@ TRANSPORTS = {
     "perftest": ("fabricbench.transports.perftest", "PerftestTransport"),
     "perftest-send": ("fabricbench.transports.perftest", "PerftestSendTransport"),
     "ofi": ("fabricbench.transports.ofi", "OFITransport"),
+    "fi-pingpong": ("fabricbench.transports.fi_pingpong", "FiPingpongTransport"),
     "nccl": ("fabricbench.transports.nccl", "NCCLTransport"),
     "cuda-copy": ("fabricbench.transports.cuda_copy", "CudaCopyTransport"),
 }

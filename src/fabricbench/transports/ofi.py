@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 
+from fabricbench.argtypes import MASK
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
 from fabricbench.measure.buffers import POISON, aligned, pattern, times_address
@@ -42,6 +44,8 @@ from fabricbench.transports.ofi_options import OFI_OPTIONS, OFIUnavailable
 FI_ENV_PREFIX = "FI_"  # libfabric's settings (FI_PROVIDER, FI_CXI_*, FI_TCP_*): the metadata records each rank's
 MAX_ENV = 64  # FI_* variables per rank carried to rank 0
 MAX_ENV_CHARS = 256
+# FI_* variables whose value is a job's key or a secret (PSM3's and OPX's job UUID, CXI's auth key): never on disk
+SECRET_NAMES = re.compile(r"UUID|KEY|TOKEN|SECRET|PASS|AUTH|CRED", re.IGNORECASE)
 # Providers differ on a zero-length RMA operation (shm in libfabric 1.17 never completes one), and it moves nothing.
 ZERO_RMA = "an RMA operation of 0 B is not timed: libfabric's providers differ on it (shm never completes one)"
 EXTRA_DEPTH = 4  # operations in flight beyond the window: the acknowledgement and DONE messages
@@ -52,9 +56,10 @@ def _seed(rank: int) -> int:
 
 
 def fi_environment(environ=os.environ) -> dict[str, str]:
-    """This rank's FI_* variables (at most MAX_ENV, each cut at MAX_ENV_CHARS), for the metadata."""
+    """This rank's FI_* variables (at most MAX_ENV, each cut at MAX_ENV_CHARS), for the metadata; the values of
+    those that hold a job's key or secret (FI_OPX_UUID, FI_PSM3_UUID, an auth key) masked."""
     found = sorted((k, v) for k, v in environ.items() if k.startswith(FI_ENV_PREFIX))
-    return {k[:MAX_ENV_CHARS]: v[:MAX_ENV_CHARS] for k, v in found[:MAX_ENV]}
+    return {k[:MAX_ENV_CHARS]: MASK if SECRET_NAMES.search(k) else v[:MAX_ENV_CHARS] for k, v in found[:MAX_ENV]}
 
 
 def check_environment(record: object, rank: int) -> dict[str, str]:

@@ -34,14 +34,9 @@ bandwidths), the row's figures are NaN and its note says why.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import time
 from dataclasses import asdict, dataclass
 
 from fabricbench.control import allgather_json
@@ -59,6 +54,14 @@ from fabricbench.transports.rdma import (
     check_cq_mod,
     default_cq_mod,
     load_pyverbs,
+)
+from fabricbench.transports.reference_tool import (
+    host_record,
+    last_line,
+    pair_ranks,
+    run_pair,
+    server_address,
+    tool_output,
 )
 
 TOOLS = {  # perftest: the kernels of the verbs transport
@@ -101,7 +104,6 @@ REFUSALS = (
     "supported in BW tests only",
     "must be a multiple of",
 )
-LISTEN = "0A"  # TCP state in /proc/net/tcp
 SYSFS_DEVICES = "/sys/class/infiniband"  # where libibverbs finds devices too
 
 
@@ -195,7 +197,7 @@ def _summary(text: str, first_column: str) -> dict[str, str]:
             if len(values) != len(header):
                 break
             return dict(zip(header, values, strict=True))
-    raise PeerError(f"perftest printed no result table: {_last_line(text)}")
+    raise PeerError(f"perftest printed no result table: {last_line(text)}")
 
 
 def _number(text: str) -> float:
@@ -239,32 +241,6 @@ def refused(text: str) -> str:
     return ""
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
-
-
-def _die_with_parent() -> None:
-    """In the child: be killed when the rank that started it dies (PR_SET_PDEATHSIG), so no server is orphaned."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)
-
-
-def listening(port: int) -> bool:
-    """Whether some socket listens on ``port``, read from /proc: probing by connecting would eat perftest's accept."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as rows:
-                next(rows)
-                for row in rows:
-                    fields = row.split()
-                    if fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except (OSError, StopIteration, IndexError, ValueError):
-            continue
-    return False
-
-
 def local_mtu(settings: dict) -> int | None:
     """The active MTU (bytes) of the port perftest opens here: its -d and -i, else the first device and port 1.
 
@@ -292,17 +268,8 @@ def local_mtu(settings: dict) -> int | None:
 
 
 def _tool_version(tool: str) -> str:
-    try:
-        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return _last_line(out.stdout + out.stderr)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]
+    output = tool_output([tool, "--version"])
+    return "unknown" if output is None else last_line(output)
 
 
 class PerftestTransport(Transport):
@@ -342,24 +309,18 @@ class PerftestTransport(Transport):
         for flag, key in (("-d", "device"), ("-i", "port"), ("-x", "gid_index")):
             if settings.get(key) is not None:
                 self.common += [flag, str(settings[key])]
-        half = ctrl.size // 2
-        self.role = {0: "client", half: "server"}.get(ctrl.rank) if ctrl.size >= 2 else None
-        self.server_rank = half
+        self.role, self.server_rank = pair_ranks(ctrl)
         self.path_mtu: int | None = None
         self.mtu_asked = False
         # The client reaches the server by the address the control plane uses, else by host name; the QP type,
         # post list, events and CQ moderation are rank 0's, so both sides run the same test (serve has none).
-        mine = {"host": socket.gethostname(), "address": getattr(ctrl, "local_address", None)}
+        mine = host_record(ctrl)
         if ctrl.rank == 0:
             mine["mode"] = asdict(Mode.from_settings(settings))
         records = allgather_json(ctrl, mine)
         self.mode = Mode.decode(records[0].get("mode"))
         check_cq_mod(self.mode.cq_moderation(self.window), self.window)
-        server = records[half]
-        host, address = server.get("host"), server.get("address")
-        if not isinstance(host, str) or not isinstance(address, (str, type(None))):
-            raise PeerError(f"rank {half}'s host record is malformed")
-        self.server_address = "127.0.0.1" if host == socket.gethostname() else address or host
+        self.server_address = server_address(records, self.server_rank)
         self.version = _tool_version(next(iter(self.tools.values()))) if ctrl.rank == 0 else ""
         if self.mode.qp_type == "ud" and "SEND" in map(verb, self.tools.values()):
             self._path_mtu()  # now, for the metadata; every rank alike
@@ -399,70 +360,21 @@ class PerftestTransport(Transport):
         iterations, _ = self.plan.counts(kernel, size)
         chosen = flags(tool, kernel, self.mode, self.window, self.inline)
         command = self._command(tool, kernel, size, iterations, chosen)
-        server, refusal_line = None, ""
-        port = _free_port() if self.role == "server" else 0
-        try:
-            if self.role == "server":
-                server, refusal_line = self._start_server(command + ["-p", str(port)])
-            announced = allgather_json(self.ctrl, {"port": port, "refused": refusal_line})[self.server_rank]
-            port, refusal_line = announced.get("port"), announced.get("refused")
-            if not isinstance(refusal_line, str):
-                raise PeerError(f"rank {self.server_rank} announced a malformed perftest refusal")
-            if refusal_line:  # perftest itself said no (a case refusal() does not know): on every rank alike
-                raise Unsupported(f"perftest refuses {tool}: {refusal_line[:200]}")
-            if type(port) is not int or not 0 < port < 65536:
-                raise PeerError(f"rank {self.server_rank} announced a bad perftest port {port!r}")
-            output = self._run_client(command + ["-p", str(port), self.server_address]) if self.role == "client" else ""
-            if server:
-                self._finish(server, tool)
-        finally:
-            if server and server.poll() is None:
-                server.kill()
-                server.wait()
-        self.ctrl.barrier()
+        output = run_pair(
+            self.ctrl,
+            self.role,
+            self.server_rank,
+            command,
+            self.server_address,
+            self.plan.timeout,
+            port_flags=("-p", "-p"),
+            refused=refused,
+            explain=lambda text: refused(text) or last_line(text),
+            suite="perftest",
+        )
         if self.ctrl.rank != 0:
             return None
         return self._row(kernel, size, iterations, [tool, *chosen], output)
-
-    def _start_server(self, command: list[str]) -> tuple[subprocess.Popen | None, str]:
-        """The listening server, or (None, perftest's words) where it refused the combination before listening."""
-        server = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent
-        )
-        port = int(command[command.index("-p") + 1])
-        deadline = time.monotonic() + self.plan.timeout
-        while not listening(port):
-            if server.poll() is not None:
-                output = server.stdout.read()
-                if server.returncode and refused(output):
-                    return None, refused(output)
-                raise PeerError(f"{command[0]} server exited ({server.returncode}): {_last_line(output)}")
-            if time.monotonic() > deadline:
-                server.kill()
-                raise PeerError(f"{command[0]} server did not listen on port {port} within {self.plan.timeout:g} s")
-            time.sleep(0.05)
-        return server, ""
-
-    def _run_client(self, command: list[str]) -> str:
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=self.plan.timeout, preexec_fn=_die_with_parent
-            )
-        except subprocess.TimeoutExpired:
-            raise PeerError(f"{command[0]} client did not finish within {self.plan.timeout:g} s") from None
-        output = done.stdout + done.stderr
-        if done.returncode:
-            why = refused(output) or _last_line(output)
-            raise PeerError(f"{command[0]} client failed ({done.returncode}): {why}")
-        return output
-
-    def _finish(self, server: subprocess.Popen, tool: str) -> None:
-        try:
-            output, _ = server.communicate(timeout=self.plan.timeout)
-        except subprocess.TimeoutExpired:
-            raise PeerError(f"{tool} server did not finish within {self.plan.timeout:g} s") from None
-        if server.returncode:
-            raise PeerError(f"{tool} server failed ({server.returncode}): {_last_line(output)}")
 
     def _row(self, kernel: Kernel, size: int, iterations: int, invocation: list[str], output: str) -> dict:
         row = base_row(self.plan, self.name, kernel, size, self.ctrl.size)
