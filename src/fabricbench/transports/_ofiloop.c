@@ -159,29 +159,44 @@ static int has_source(const struct fi_info *info, const char *source)
     return 0;
 }
 
-/* The entry of fi_getinfo's `list` to open. With no `source`, its first choice. With one (the address the peer
- * reached this side's control connection by), the first entry of that same provider whose source address is
- * `source`: the provider lists a domain per interface in its own order (fastest link, then lowest address),
- * so on a host with two networks its first choice may be an interface the peer cannot reach. `*matched` says
- * whether one had it; where none does (cxi, efa, shm are not addressed by IP) the first choice stands. */
-static const struct fi_info *pick(const struct fi_info *list, const char *source, int *matched)
+static int named(const struct fi_info *info, const char *domain)
 {
+    return !domain || !*domain || (info->domain_attr->name && !strcmp(info->domain_attr->name, domain));
+}
+
+static int same_provider(const struct fi_info *a, const struct fi_info *b)
+{
+    const char *x = a->fabric_attr->prov_name, *y = b->fabric_attr->prov_name;
+    return !strcmp(x ? x : "", y ? y : "");
+}
+
+/* The entry of fi_getinfo's `list` to open, NULL where none is on `domain`.
+ * - The domain: the providers addressed by IP (tcp, udp, sockets) list a domain per interface whatever the
+ *   hints' domain name says, so the name is checked here; the first entry on `domain` is the choice.
+ * - With a `source` (the address the peer reached this side's control connection by), the first entry of that
+ *   same provider, on `domain`, whose source address is `source`: such a provider lists its interfaces in its
+ *   own order (fastest link, then lowest address), so on a host with two networks its first choice may be one
+ *   the peer cannot reach. `*matched` says whether one had it; where none does (cxi, efa, shm are not
+ *   addressed by IP) the first choice stands. */
+static const struct fi_info *pick(const struct fi_info *list, const char *domain, const char *source, int *matched)
+{
+    const struct fi_info *first = list;
     *matched = 0;
-    if (!source || !*source)
-        return list;
-    const char *first = list->fabric_attr->prov_name ? list->fabric_attr->prov_name : "";
-    for (const struct fi_info *i = list; i; i = i->next) {
-        const char *name = i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "";
-        if (!strcmp(name, first) && has_source(i, source)) {
+    while (first && !named(first, domain))
+        first = first->next;
+    if (!first || !source || !*source)
+        return first;
+    for (const struct fi_info *i = first; i; i = i->next) {
+        if (same_provider(i, first) && named(i, domain) && has_source(i, source)) {
             *matched = 1;
             return i;
         }
     }
-    return list;
+    return first;
 }
 
 /* fi_getinfo for the run, with FI_RMA where the provider has it: `*rma` says whether it was granted, `*matched`
- * whether the domain is the one with address `source` (see pick). */
+ * whether the domain is the one with address `source` (see pick). -FI_ENODATA where no entry is on `domain`. */
 static int get_info(const char *provider, const char *domain, const char *source, int endpoint, int tagged,
                     int wait, struct fi_info **out, int *rma, int *matched)
 {
@@ -193,8 +208,13 @@ static int get_info(const char *provider, const char *domain, const char *source
         code = fi_getinfo(API_VERSION, NULL, NULL, 0, hints, &list);
         fi_freeinfo(hints);
         if (code == 0) {
-            *out = fi_dupinfo(pick(list, source, matched));
+            const struct fi_info *chosen = pick(list, domain, source, matched);
+            *out = chosen ? fi_dupinfo(chosen) : NULL;
             fi_freeinfo(list);
+            if (!chosen) {
+                code = -FI_ENODATA;
+                continue;
+            }
             if (!*out)
                 return -FI_ENOMEM;
             *rma = with_rma;
