@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fabricbench.measure.schema import MEASURED
 from support import NETNS, PYTHON, TESTBED, clean_env, fabricbench, read_rows, run_testbed
 
 PREFIX, NET = "fbt", "10.213.7"
@@ -83,40 +84,27 @@ def server(hosts):
     proc.wait(timeout=30)
 
 
-def tcp_bw_mbit(out: Path) -> float:
+def peer_run(out: Path, transport: str, *args: str):
+    """``fabricbench run --peer`` from host 1 against the server on host 2, on TRANSPORT: its rows and metadata."""
     result = in_host(
-        "fbt1",
-        PYTHON,
-        "-m",
-        "fabricbench",
-        "run",
-        "--peer",
-        f"{SERVER}:{PORT}",
-        "-t",
-        "tcp",
-        "-k",
-        "bw",
-        "-m",
-        "1M:1M",
-        "-W",
-        "4",
-        "-i",
-        "6",
-        "-x",
-        "1",
-        "--out",
-        str(out),
-        "--format",
-        "none",
-    )
+        "fbt1", PYTHON, "-m", "fabricbench", "run", "--peer", f"{SERVER}:{PORT}", "-t", transport, *args,
+        "--out", str(out), "--format", "none",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows, meta = read_rows(out)
-    assert meta["mode"] == "peer" and rows.validation.iloc[0] == "off"
+    assert meta["mode"] == "peer"
+    return rows, meta
+
+
+def bw_mbit(out: Path, transport: str, *options: str) -> float:
+    """1 MiB bandwidth from host 1 to host 2 on TRANSPORT, in Mbit/s: four messages a window, six windows."""
+    rows, _ = peer_run(out, transport, *options, "-k", "bw", "-m", "1M:1M", "-W", "4", "-i", "6", "-x", "1")
+    assert rows.validation.iloc[0] == "off"
     return float(rows.bw_MBps.iloc[0]) * 8  # MB/s (10^6 B) to Mbit/s
 
 
 def test_tcp_bandwidth_on_a_100mbit_link_is_the_physical_payload_rate(server, shaped, tmp_path):
-    measured = tcp_bw_mbit(tmp_path / "shaped")
+    measured = bw_mbit(tmp_path / "shaped", "tcp")
     # The shaper caps the rate, so a busy CI host (the SoftRoCE VM booting beside it) can only pull it below the
     # cap, at times well below; above the cap, or far below it (a unit off by 8 or 1000), the units or the loop
     # are wrong.
@@ -124,7 +112,62 @@ def test_tcp_bandwidth_on_a_100mbit_link_is_the_physical_payload_rate(server, sh
 
 
 def test_tcp_bandwidth_on_an_unshaped_link_is_far_higher(server, tmp_path):
-    assert tcp_bw_mbit(tmp_path / "unshaped") > 5 * SHAPED_PAYLOAD_MBIT
+    assert bw_mbit(tmp_path / "unshaped", "tcp") > 5 * SHAPED_PAYLOAD_MBIT
+
+
+@pytest.fixture(scope="module")
+def libfabric():
+    """The ofi transport's loop, built against this host's libfabric, with its tcp provider; else skip."""
+    from fabricbench.transports import ofi_cloop
+    from fabricbench.transports.ofi_options import OFIUnavailable
+
+    try:
+        ofi_cloop.load().probe({"provider": "tcp"})
+    except OFIUnavailable as exc:
+        pytest.skip(f"the ofi transport cannot run here: {exc}")
+
+
+# libfabric's tcp provider, so the bytes cross the veth. Completions waited for, not busy-polled: two spinning
+# ranks compete for a small host's cores with the kernel, which moves the provider's packets through the veth and
+# the shaper; on a busy host they then read well below the shaper's cap at times, and take twice as long (the tcp
+# transport's sockets block, as fi_cq_sread does).
+OFI_TCP = ("--ofi-provider", "tcp", "--ofi-progress", "wait")
+DECOY, DECOY_ADDRESS = "fbx0", "10.213.6.1"  # an interface on host 1, and its address, that host 2 cannot reach
+FIRST_TCP_DOMAIN = (
+    "from fabricbench.transports import ofi_cloop; print(ofi_cloop.load().probe({'provider': 'tcp'}).facts()['domain'])"
+)
+
+
+@pytest.fixture
+def second_network(hosts):
+    """A second network on host 1 whose address sorts before the testbed's: libfabric lists an IP provider's
+    domains by link speed, then address, so fi_getinfo's first choice there is this one."""
+    ip = ["ip", "-n", "fbt1"]
+    subprocess.run([*ip, "link", "add", DECOY, "type", "veth", "peer", "name", "fbx1"], check=True)
+    subprocess.run([*ip, "addr", "add", f"{DECOY_ADDRESS}/24", "dev", DECOY], check=True)
+    for name in (DECOY, "fbx1"):
+        subprocess.run([*ip, "link", "set", name, "up"], check=True)
+    yield
+    subprocess.run([*ip, "link", "del", DECOY], check=True)
+
+
+def test_ofi_bandwidth_on_a_100mbit_link_is_the_physical_payload_rate(libfabric, server, shaped, tmp_path):
+    measured = bw_mbit(tmp_path / "shaped", "ofi", *OFI_TCP)
+    assert 0.85 * SHAPED_PAYLOAD_MBIT <= measured <= 1.05 * SHAPED_PAYLOAD_MBIT, measured
+
+
+def test_ofi_spans_two_hosts_on_the_interface_the_peer_reaches(libfabric, server, second_network, tmp_path):
+    # Without the control connection's address, host 1 would open the decoy, which host 2 cannot reach.
+    first_choice = in_host("fbt1", PYTHON, "-c", FIRST_TCP_DOMAIN)
+    assert first_choice.stdout.split() == [DECOY], f"the decoy is not libfabric's first choice: {first_choice}"
+    sweep = ("-k", "latency,bw", "-m", "8:64K", "-i", "10", "-x", "1", "-c", "--timeout", "20")
+    rows, meta = peer_run(tmp_path / "run", "ofi", *OFI_TCP, *sweep)
+    assert set(rows.kernel) == {"latency", "bw"} and (rows.status == MEASURED).all()
+    assert (rows.validation == "pass").all()
+    assert rows.method.str.contains("tcp").all(), rows.method.unique()
+    ofi = meta["transports"]["ofi"]
+    assert ofi["provider"].startswith("tcp") and ofi["domain"] == "veth0", ofi
+    assert ofi["domain_chosen_by"] == f"its address {NET}.1, the control connection's"
 
 
 def mpi_across_hosts(out: Path, *args: str) -> subprocess.CompletedProcess:

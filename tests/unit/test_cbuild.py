@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from fabricbench.transports import cbuild, mpi_cloop
 from fabricbench.transports.cbuild import CLoopUnavailable, Recipe
-from support import executable_stub
+from support import REPO, executable_stub
 
 HINT = "Debian/Ubuntu: apt-get install libibverbs-dev; RHEL/Fedora: dnf install rdma-core-devel"
 GCC_MISSING = (
@@ -150,3 +151,10 @@ def test_a_compiler_that_hangs_is_one_line(recipe, monkeypatch):
 
 def test_the_mpi_loop_raises_the_builders_exception():
     assert mpi_cloop.CLoopUnavailable is CLoopUnavailable
+
+
+def test_every_c_loop_source_is_installed_with_the_package():
+    """A loop is compiled from its source on first use, so an installed fabricbench needs each ``_*.c`` file."""
+    package_data = (REPO / "pyproject.toml").read_text().split("[tool.setuptools.package-data]")[1].split("\n[")[0]
+    for source in Path(cbuild.__file__).parent.glob("_*.c"):
+        assert f'"transports/{source.name}"' in package_data, source.name

@@ -42,6 +42,8 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +76,7 @@ struct fb_ofi_info { /* what fb_open reports, read by ofi_cloop.OFIInfo */
     uint32_t mr_mode;
     uint32_t version;      /* fi_version() of the library loaded */
     uint32_t name_len;     /* this side's address: the endpoint's, or (msg) the listener's; 0 for a msg client */
+    uint32_t source_matched; /* 1 when the domain is the one with fb_open's `source` address */
     uint8_t name[NAME_BYTES];
 };
 
@@ -137,18 +140,83 @@ static struct fi_info *make_hints(const char *provider, const char *domain, int 
     return hints;
 }
 
-/* fi_getinfo for the run, with FI_RMA where the provider has it: `*rma` says whether it was granted. */
-static int get_info(const char *provider, const char *domain, int endpoint, int tagged, int wait, struct fi_info **out,
-                    int *rma)
+/* Whether `info`'s source address is the IP address `source` (text). Only providers addressed by IP say so
+ * (tcp, sockets, udp: one domain per interface, each with that interface's address); any other address
+ * format, or no source address, is no match. */
+static int has_source(const struct fi_info *info, const char *source)
+{
+    const struct sockaddr *sa = info->src_addr;
+    unsigned char want[sizeof(struct in6_addr)];
+    int ip = info->addr_format == FI_SOCKADDR || info->addr_format == FI_SOCKADDR_IN
+             || info->addr_format == FI_SOCKADDR_IN6;
+    if (!ip || !sa || info->src_addrlen < sizeof(struct sockaddr_in))
+        return 0;
+    if (sa->sa_family == AF_INET && inet_pton(AF_INET, source, want) == 1)
+        return !memcmp(&((const struct sockaddr_in *)sa)->sin_addr, want, sizeof(struct in_addr));
+    if (sa->sa_family == AF_INET6 && info->src_addrlen >= sizeof(struct sockaddr_in6)
+        && inet_pton(AF_INET6, source, want) == 1)
+        return !memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr, want, sizeof(struct in6_addr));
+    return 0;
+}
+
+static int named(const struct fi_info *info, const char *domain)
+{
+    return !domain || !*domain || (info->domain_attr->name && !strcmp(info->domain_attr->name, domain));
+}
+
+static int same_provider(const struct fi_info *a, const struct fi_info *b)
+{
+    const char *x = a->fabric_attr->prov_name, *y = b->fabric_attr->prov_name;
+    return !strcmp(x ? x : "", y ? y : "");
+}
+
+/* The entry of fi_getinfo's `list` to open, NULL where none is on `domain`.
+ * - The domain: the providers addressed by IP (tcp, udp, sockets) list a domain per interface whatever the
+ *   hints' domain name says, so the name is checked here; the first entry on `domain` is the choice.
+ * - With a `source` (the address the peer reached this side's control connection by), the first entry of that
+ *   same provider, on `domain`, whose source address is `source`: such a provider lists its interfaces in its
+ *   own order (fastest link, then lowest address), so on a host with two networks its first choice may be one
+ *   the peer cannot reach. `*matched` says whether one had it; where none does (cxi, efa, shm are not
+ *   addressed by IP) the first choice stands. */
+static const struct fi_info *pick(const struct fi_info *list, const char *domain, const char *source, int *matched)
+{
+    const struct fi_info *first = list;
+    *matched = 0;
+    while (first && !named(first, domain))
+        first = first->next;
+    if (!first || !source || !*source)
+        return first;
+    for (const struct fi_info *i = first; i; i = i->next) {
+        if (same_provider(i, first) && named(i, domain) && has_source(i, source)) {
+            *matched = 1;
+            return i;
+        }
+    }
+    return first;
+}
+
+/* fi_getinfo for the run, with FI_RMA where the provider has it: `*rma` says whether it was granted, `*matched`
+ * whether the domain is the one with address `source` (see pick). -FI_ENODATA where no entry is on `domain`. */
+static int get_info(const char *provider, const char *domain, const char *source, int endpoint, int tagged,
+                    int wait, struct fi_info **out, int *rma, int *matched)
 {
     int code = -FI_ENODATA;
     for (int with_rma = 1; with_rma >= 0; with_rma--) {
-        struct fi_info *hints = make_hints(provider, domain, endpoint, tagged, with_rma, wait);
+        struct fi_info *hints = make_hints(provider, domain, endpoint, tagged, with_rma, wait), *list = NULL;
         if (!hints)
             return -FI_ENOMEM;
-        code = fi_getinfo(API_VERSION, NULL, NULL, 0, hints, out);
+        code = fi_getinfo(API_VERSION, NULL, NULL, 0, hints, &list);
         fi_freeinfo(hints);
         if (code == 0) {
+            const struct fi_info *chosen = pick(list, domain, source, matched);
+            *out = chosen ? fi_dupinfo(chosen) : NULL;
+            fi_freeinfo(list);
+            if (!chosen) {
+                code = -FI_ENODATA;
+                continue;
+            }
+            if (!*out)
+                return -FI_ENOMEM;
             *rma = with_rma;
             return 0;
         }
@@ -175,7 +243,7 @@ static void describe(const struct fi_info *info, struct fb_ofi_info *out, int rm
 int fb_probe(const char *provider, const char *domain, int endpoint, int tagged, int wait, struct fb_ofi_info *out)
 {
     struct fi_info *info = NULL;
-    int rma = 0, code = get_info(provider, domain, endpoint, tagged, wait, &info, &rma);
+    int rma = 0, matched = 0, code = get_info(provider, domain, NULL, endpoint, tagged, wait, &info, &rma, &matched);
     if (code)
         return code;
     memset(out, 0, sizeof *out);
@@ -268,15 +336,16 @@ static int finish_endpoint(struct fb_ofi *l, struct fi_info *info, int rma)
     return 0;
 }
 
-/* Open this side: fi_getinfo with the run's hints, fabric, domain, one completion queue, and for RDM the
+/* Open this side: fi_getinfo with the run's hints (on the domain with address `source` where the provider has
+ * one: see pick), fabric, domain, one completion queue, and for RDM the
  * endpoint with its address vector, for a MSG listener (`listen`) its passive endpoint. `buf` holds the send
  * half, the receive half (`region` bytes each) and CONTROL_BYTES; `depth` operations may be in flight each way. */
-struct fb_ofi *fb_open(const char *provider, const char *domain, int endpoint, int tagged, int wait, int listen,
-                       void *buf, uint64_t bytes, uint64_t region, int depth, int timeout_ms,
+struct fb_ofi *fb_open(const char *provider, const char *domain, const char *source, int endpoint, int tagged,
+                       int wait, int listen, void *buf, uint64_t bytes, uint64_t region, int depth, int timeout_ms,
                        struct fb_ofi_info *out, char *error, int error_bytes)
 {
     struct fb_ofi *l = calloc(1, sizeof *l);
-    int code, rma = 0;
+    int code, rma = 0, matched = 0;
     if (!l) {
         snprintf(error, (size_t)error_bytes, "out of memory");
         return NULL;
@@ -297,11 +366,12 @@ struct fb_ofi *fb_open(const char *provider, const char *domain, int endpoint, i
         fail(l, "allocating operation contexts", FI_ENOMEM);
         goto failed;
     }
-    if ((code = get_info(provider, domain, endpoint, tagged, wait, &l->info, &rma))) {
+    if ((code = get_info(provider, domain, source, endpoint, tagged, wait, &l->info, &rma, &matched))) {
         fail(l, "fi_getinfo", code);
         goto failed;
     }
     describe(l->info, out, rma);
+    out->source_matched = (uint32_t)matched;
     l->inject_size = l->info->tx_attr->inject_size;
     if ((code = fi_fabric(l->info->fabric_attr, &l->fabric, NULL))) {
         fail(l, "fi_fabric", code);

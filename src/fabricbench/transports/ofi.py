@@ -20,14 +20,19 @@ Endpoints are RDM by default (``cxi`` and ``efa`` have no other), MSG with
 ``--ofi-endpoint msg``. Completions are busy-polled (``fi_cq_read``) or
 waited for (``fi_cq_sread``, ``--ofi-progress wait``). The provider is
 ``--ofi-provider``'s, else fi_getinfo's first choice for the hints, and the
-rows' method and the metadata name what was chosen. Addresses and memory keys
-travel over the control plane (MPI, or ``--peer``'s connection), each checked
-before use.
+rows' method and the metadata name what was chosen. Between ``serve`` and
+``run --peer`` each side opens the domain whose address is the one the
+control connection uses there, where the provider lists one (tcp, sockets:
+a domain per interface); fi_getinfo's first choice is the fastest interface
+with the lowest address, which on a host with two networks may be one the
+peer cannot reach. Addresses and memory keys travel over the control plane
+(MPI, or ``--peer``'s connection), each checked before use.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import os
 import re
 
@@ -60,6 +65,17 @@ def fi_environment(environ=os.environ) -> dict[str, str]:
     those that hold a job's key or secret (FI_OPX_UUID, FI_PSM3_UUID, an auth key) masked."""
     found = sorted((k, v) for k, v in environ.items() if k.startswith(FI_ENV_PREFIX))
     return {k[:MAX_ENV_CHARS]: MASK if SECRET_NAMES.search(k) else v[:MAX_ENV_CHARS] for k, v in found[:MAX_ENV]}
+
+
+def source_address(ctrl) -> str:
+    """The address the control connection reached this rank by (``--peer``'s), the one whose domain to open: an
+    IPv4-mapped IPv6 address as its IPv4 address, no zone; '' where there is none (MPI's control plane)."""
+    address = getattr(ctrl, "local_address", None) or ""
+    try:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+    except ValueError:
+        return ""
+    return str(getattr(ip, "ipv4_mapped", None) or ip)
 
 
 def check_environment(record: object, rank: int) -> dict[str, str]:
@@ -238,6 +254,7 @@ class OFITransport(Transport):
         self.pair = (0, half) if self.ranks >= 2 else ()
         self.peer = {0: half, half: 0}.get(self.rank) if self.ranks >= 2 else None
         self.listener = self.rank == half  # a MSG endpoint's passive side
+        self.source = source_address(ctrl)
         self.handle = None
         self.lib = None
         self.loop = None
@@ -298,7 +315,7 @@ class OFITransport(Transport):
         error = ctypes.create_string_buffer(ERROR_BYTES)
         listen = int(self.endpoint == "msg" and self.listener)
         self.handle = self.lib.fb_open(
-            *options[:2], options[2], options[3], options[4], listen, self.memory.ctypes.data, self.memory.nbytes,
+            *options[:2], self.source.encode(), *options[2:], listen, self.memory.ctypes.data, self.memory.nbytes,
             self.region, depth, int(min(self.timeout, 2**31 / 1000) * 1000), ctypes.byref(self.info), error,
             ERROR_BYTES,
         )  # fmt: skip
@@ -371,6 +388,14 @@ class OFITransport(Transport):
             return PingPong(self, kernel, size)
         return Stream(self, kernel, size)
 
+    def domain_chosen_by(self) -> str:
+        """Why this rank's endpoint is on its domain, in the metadata's words."""
+        if self.info.source_matched:
+            return f"its address {self.source}, the control connection's"
+        if self.source:
+            return f"fi_getinfo's first choice (no {self.provider or 'provider'} domain has address {self.source})"
+        return "fi_getinfo's first choice"
+
     def metadata(self) -> dict:
         facts = self.facts.get(self.rank) or self.facts.get(0) or {}
         environments = self.environments
@@ -395,6 +420,7 @@ class OFITransport(Transport):
             "progress": "busy-polled fi_cq_read" if self.progress == "spin" else "fi_cq_sread (waiting)",
             "rma_write_completion": "FI_DELIVERY_COMPLETE" if self.delivery else "FI_TRANSMIT_COMPLETE",
             "rma": not self.rma_reason,
+            "domain_chosen_by": self.domain_chosen_by(),
             "peer_rank": self.peer,
             "window": self.window,
             "fi_environment": environments[0] if same else {f"rank {r}": env for r, env in enumerate(environments)},

@@ -76,6 +76,7 @@ class OFIInfo(ctypes.Structure):
         ("mr_mode", _u32),
         ("version", _u32),
         ("name_len", _u32),
+        ("source_matched", _u32),
         ("name", _u8 * NAME_BYTES),
     ]
 
@@ -105,7 +106,7 @@ SIGNATURES = {
     "fb_survey": ([ctypes.c_char_p, _int], _int),
     "fb_close": ([_ptr], None),
     "fb_open": (
-        [_str, _str, _int, _int, _int, _int, _ptr, _u64, _u64, _int, _int, ctypes.POINTER(OFIInfo), _str, _int],
+        [_str, _str, _str, _int, _int, _int, _int, _ptr, _u64, _u64, _int, _int, ctypes.POINTER(OFIInfo), _str, _int],
         _ptr,
     ),
     "fb_connect": ([_ptr, _ptr, _u32, _int], _int),
