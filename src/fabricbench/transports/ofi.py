@@ -422,6 +422,8 @@ class OFITransport(Transport):
             "rma": not self.rma_reason,
             "domain_chosen_by": self.domain_chosen_by(),
             "peer_rank": self.peer,
+            # each side's own choice (serve's host may open another interface than the client's)
+            "domain_by_rank": {str(r): f.get("domain") for r, f in self.facts.items() if isinstance(f, dict)},
             "window": self.window,
             "fi_environment": environments[0] if same else {f"rank {r}": env for r, env in enumerate(environments)},
         }
