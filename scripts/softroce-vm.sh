@@ -20,6 +20,8 @@
 #   FABRICBENCH_VM_EXTRAS   extras for `pip install -e REPO[...]` (default mpich,test)
 #   FABRICBENCH_VM_RWDIR    a host dir the guest may write (results); same path
 #   FABRICBENCH_VM_RDMACM=1 also set up rxe1 on a dummy netdev for rdma_cm
+#                           (default 1 when no COMMAND is given: libfabric's
+#                           verbs provider in tests/verbs connects with rdma_cm)
 #   Every FABRICBENCH_* variable is passed on to COMMAND.
 #
 # Exit status: COMMAND's; 124 on timeout; 125 when the VM or its set-up failed.
@@ -307,7 +309,11 @@ main() {
         *) break ;;
         esac
     done
-    (($#)) || set -- "${default_command[@]}"
+    if (($# == 0)); then
+        set -- "${default_command[@]}"
+        # tests/verbs/test_ofi_verbs.py: rdma_cm refuses rxe0's lo, so libfabric's verbs;ofi_rxm needs rxe1.
+        export FABRICBENCH_VM_RDMACM=${FABRICBENCH_VM_RDMACM:-1}
+    fi
 
     [[ $(uname -m) == x86_64 ]] || die "x86_64 hosts only (qemu-system-x86 and Debian's amd64 kernel)"
     t0=$EPOCHREALTIME
