@@ -20,6 +20,8 @@
 #   FABRICBENCH_VM_EXTRAS   extras for `pip install -e REPO[...]` (default mpich,test)
 #   FABRICBENCH_VM_RWDIR    a host dir the guest may write (results); same path
 #   FABRICBENCH_VM_RDMACM=1 also set up rxe1 on a dummy netdev for rdma_cm
+#                           (default 1 when no COMMAND is given: libfabric's
+#                           verbs provider in tests/verbs connects with rdma_cm)
 #   Every FABRICBENCH_* variable is passed on to COMMAND.
 #
 # Exit status: COMMAND's; 124 on timeout; 125 when the VM or its set-up failed.
@@ -40,6 +42,7 @@ apt_packages=(
     qemu-system-x86 python3-venv python3-pyverbs ibverbs-utils ibverbs-providers
     rdma-core rdmacm-utils perftest iproute2 kmod
     libibverbs-dev gcc libc6-dev # the verbs C loop is compiled against the host's libibverbs on first use
+    libfabric1 libfabric-dev libfabric-bin # the ofi transport's C loop, fi_info and fi_pingpong (its verbs provider)
     busybox-static # virtme-ng builds an initramfs with it (Debian's kernel needs modules to mount 9p)
 )
 guest_pip_packages=(numpy mpi4py mpich pytest)
@@ -181,7 +184,7 @@ ensure_guest_venv() {
     fi
 }
 
-# Builds the C loops (MPI, tcp, verbs) on the host, into a cache the guest may
+# Builds the C loops (MPI, tcp, verbs, ofi) on the host, into a cache the guest may
 # write: compiling them under emulation takes minutes, natively about a second.
 # The guest shares the host's compiler, libraries and headers, so the cache
 # keys match there and the ranks load these builds.
@@ -190,8 +193,13 @@ ensure_c_loops() {
     mkdir -p "$c_loop_cache"
     [[ -x $guest_venv/bin/python ]] || return 0
     env -u FABRICBENCH_CACHE_DIR XDG_CACHE_HOME="$c_loop_cache" "$guest_venv/bin/python" - >&2 <<'PY' ||
-from fabricbench.transports import mpi, tcp, verbs_cloop
-for name, build in (("mpi", lambda: mpi.load(mpi.library_version())), ("tcp", tcp.load_c_loop), ("verbs", verbs_cloop.load)):
+from fabricbench.transports import mpi, ofi_cloop, tcp, verbs_cloop
+for name, build in (
+    ("mpi", lambda: mpi.load(mpi.library_version())),
+    ("tcp", tcp.load_c_loop),
+    ("verbs", verbs_cloop.load),
+    ("ofi", ofi_cloop.load),
+):
     try:
         build()
     except Exception as exc:  # the guest then builds (or falls back) itself
@@ -301,7 +309,11 @@ main() {
         *) break ;;
         esac
     done
-    (($#)) || set -- "${default_command[@]}"
+    if (($# == 0)); then
+        set -- "${default_command[@]}"
+        # tests/verbs/test_ofi_verbs.py: rdma_cm refuses rxe0's lo, so libfabric's verbs;ofi_rxm needs rxe1.
+        export FABRICBENCH_VM_RDMACM=${FABRICBENCH_VM_RDMACM:-1}
+    fi
 
     [[ $(uname -m) == x86_64 ]] || die "x86_64 hosts only (qemu-system-x86 and Debian's amd64 kernel)"
     t0=$EPOCHREALTIME
