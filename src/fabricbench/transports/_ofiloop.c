@@ -118,6 +118,16 @@ const char *fb_error(struct fb_ofi *l) { return l->error; }
 
 uint32_t fb_version(void) { return fi_version(); }
 
+/* Set `name` to `value` where the environment libfabric reads has no `name` (1: set, 0: left as it was). This
+ * library's own setenv: opened in a namespace of its own (dlmopen), libfabric reads that namespace's copy of the
+ * environment, which the interpreter's later changes never reach. */
+int fb_default_env(const char *name, const char *value)
+{
+    if (getenv(name))
+        return 0;
+    return setenv(name, value, 0) == 0;
+}
+
 /* The hints for the run's endpoint: the provider's name and domain where given, the message calls, FI_RMA when
  * `rma`, and every memory-registration mode these loops honour (local descriptors, virtual addresses, provider
  * keys, registrations bound to the endpoint). */

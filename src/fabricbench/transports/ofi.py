@@ -54,6 +54,7 @@ SECRET_NAMES = re.compile(r"UUID|KEY|TOKEN|SECRET|PASS|AUTH|CRED", re.IGNORECASE
 # Providers differ on a zero-length RMA operation (shm in libfabric 1.17 never completes one), and it moves nothing.
 ZERO_RMA = "an RMA operation of 0 B is not timed: libfabric's providers differ on it (shm never completes one)"
 EXTRA_DEPTH = 4  # operations in flight beyond the window: the acknowledgement and DONE messages
+UNIVERSE = "2"  # FI_UNIVERSE_SIZE where the user sets none: the pair's two endpoints
 
 
 def _seed(rank: int) -> int:
@@ -262,6 +263,7 @@ class OFITransport(Transport):
         self.memory = EMPTY
         self.rma_reason = ""
         self.delivery = True
+        self.universe_set = False  # whether FI_UNIVERSE_SIZE is fabricbench's (unset by the user)
         try:
             self._open(ctrl)
         except BaseException:
@@ -276,6 +278,10 @@ class OFITransport(Transport):
             try:
                 self.loop = ofi_cloop.load()
                 self.lib = self.loop.lib
+                # The pair is the only traffic: two endpoints. Providers size their queues by FI_UNIVERSE_SIZE
+                # (ofi_rxm's completion queue is 256 entries per peer, over SoftRoCE's limit at its default 256).
+                if self.lib.fb_default_env(b"FI_UNIVERSE_SIZE", UNIVERSE.encode()):
+                    self.universe_set = True
                 self._open_endpoint()
             except (OFIUnavailable, PeerError) as exc:
                 why = str(exc)[:400]
@@ -426,6 +432,9 @@ class OFITransport(Transport):
             "domain_by_rank": {str(r): f.get("domain") for r, f in self.facts.items() if isinstance(f, dict)},
             "window": self.window,
             "fi_environment": environments[0] if same else {f"rank {r}": env for r, env in enumerate(environments)},
+            "fi_universe_size": f"{UNIVERSE}, set by fabricbench (the pair's two endpoints)"
+            if self.universe_set
+            else "as the environment says",
         }
 
     def close(self) -> None:

@@ -102,6 +102,7 @@ class OFIInfo(ctypes.Structure):
 SIGNATURES = {
     "fb_error": ([_ptr], _str),
     "fb_version": ([], _u32),
+    "fb_default_env": ([_str, _str], _int),
     "fb_probe": ([_str, _str, _int, _int, _int, ctypes.POINTER(OFIInfo)], _int),
     "fb_survey": ([ctypes.c_char_p, _int], _int),
     "fb_close": ([_ptr], None),
