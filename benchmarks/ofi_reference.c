@@ -2,7 +2,11 @@
  *
  * One process forks two: the parent sends first (the initiator), the child answers. They trade fi_getname
  * addresses over a socketpair, which also carries a barrier before each warm-up and each timed loop; no MPI,
- * no Python, no ctypes, no dlmopen. The libfabric calls are _ofiloop.c's, with the same hints:
+ * no Python, no ctypes, no dlmopen. Each allocates and fills its own buffer after the fork, as two ranks do.
+ * The socketpair is read by polling (MSG_DONTWAIT), never by sleeping in read(): a process woken by its
+ * partner's write is placed on the writer's CPU (a synchronous wake-up), which on a busy 2-core host put the
+ * two busy-polling processes on one CPU for whole runs; fabricbench's ranks meet in MPI barriers that poll.
+ * The libfabric calls are _ofiloop.c's, with the same hints:
  * - fi_getinfo(1.9) for an RDM endpoint with FI_TAGGED and FI_RMA (FI_TAGGED alone where RMA is refused), mode
  *   FI_CONTEXT | FI_CONTEXT2, the same MR modes and FI_THREAD_DOMAIN; fabric, domain, one completion queue
  *   (FI_CQ_FORMAT_TAGGED, 2 x depth + 8 entries, no wait object), an address vector of 2, the endpoint bound to
@@ -20,7 +24,8 @@
  *   bw      SIZE ITERATIONS MEAN_MBPS P50_MBPS  MB = 10^6 B; MEAN: all windows' bytes over their whole time, as
  *                                              fabricbench's bw_MBps; P50: one window's bytes over the median
  *                                              window
- * and lines starting with '#' saying what fi_getinfo chose.
+ * each followed by CPU_PARENT CPU_CHILD, where the two were when the timed loop ended (sched_getcpu), and lines
+ * starting with '#' saying what fi_getinfo chose.
  *
  * Build: cc -O2 -o ofi_reference ofi_reference.c -lfabric
  * Usage: ofi_reference -p PROVIDER -k latency|bw -s SIZE[,SIZE...] -i ITERATIONS -x WARMUP [-w WINDOW] [-t SECONDS]
@@ -34,6 +39,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,7 +298,16 @@ static void exactly(ssize_t (*io)(int, void *, size_t), void *at, size_t n)
 }
 
 static ssize_t write_some(int fd, void *at, size_t n) { return write(fd, at, n); }
-static ssize_t read_some(int fd, void *at, size_t n) { return read(fd, at, n); }
+
+/* A read that polls: the process never sleeps, so no wake-up moves it onto its partner's CPU. */
+static ssize_t read_some(int fd, void *at, size_t n)
+{
+    for (;;) {
+        ssize_t got = recv(fd, at, n, MSG_DONTWAIT);
+        if (got >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return got;
+    }
+}
 
 static void barrier(void)
 {
@@ -353,10 +369,8 @@ int main(int argc, char **argv)
     tx_ctx = calloc((size_t)depth, sizeof *tx_ctx);
     rx_ctx = calloc((size_t)depth, sizeof *rx_ctx);
     uint64_t bytes = 2 * region + CONTROL_BYTES;
-    if (!times || !tx_ctx || !rx_ctx || posix_memalign((void **)&buf, 4096, bytes))
+    if (!times || !tx_ctx || !rx_ctx)
         die("allocating", FI_ENOMEM);
-    for (uint64_t b = 0; b < bytes; b++)
-        buf[b] = (char)(b % 251);
 
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair))
@@ -369,6 +383,10 @@ int main(int argc, char **argv)
     link_fd = pair[side];
     close(pair[!side]);
     alarm((unsigned)timeout);
+    if (posix_memalign((void **)&buf, 4096, bytes))
+        die("allocating", FI_ENOMEM);
+    for (uint64_t b = 0; b < bytes; b++)
+        buf[b] = (char)(b % 251);
 
     open_endpoint(provider, bytes);
     uint8_t mine[NAME_BYTES], theirs[NAME_BYTES];
@@ -396,6 +414,11 @@ int main(int argc, char **argv)
             pingpong(size, iterations, times);
         else
             stream(size, window, iterations, times);
+        int cpu = sched_getcpu(), other = -1;
+        if (side == 1)
+            exactly(write_some, &cpu, sizeof cpu);
+        else
+            exactly(read_some, &other, sizeof other);
         if (side == 0) {
             int64_t total = 0;
             for (int64_t i = 0; i < iterations; i++)
@@ -403,12 +426,12 @@ int main(int argc, char **argv)
             qsort(times, (size_t)iterations, sizeof *times, cmp_i64);
             int64_t median = nearest_rank(times, iterations, 50.0);
             if (latency)
-                printf("latency\t%llu\t%lld\t%.4f\t%.4f\n", (unsigned long long)size, (long long)iterations,
-                       median / 2000.0, total / 2000.0 / (double)iterations);
+                printf("latency\t%llu\t%lld\t%.4f\t%.4f\t%d\t%d\n", (unsigned long long)size,
+                       (long long)iterations, median / 2000.0, total / 2000.0 / (double)iterations, cpu, other);
             else {
                 double moved = (double)size * window;
-                printf("bw\t%llu\t%lld\t%.3f\t%.3f\n", (unsigned long long)size, (long long)iterations,
-                       moved * iterations / (double)total * 1e3, moved / (double)median * 1e3);
+                printf("bw\t%llu\t%lld\t%.3f\t%.3f\t%d\t%d\n", (unsigned long long)size, (long long)iterations,
+                       moved * iterations / (double)total * 1e3, moved / (double)median * 1e3, cpu, other);
             }
             fflush(stdout);
         }

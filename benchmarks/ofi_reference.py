@@ -136,8 +136,9 @@ def fabricbench(args, provider: str, group: str, out: Path, facts: dict) -> dict
     return figures
 
 
-def c_program(args, program: Path, provider: str, group: str, facts: dict) -> dict[int, tuple[float, float]]:
-    """One run of the C program: latency (median, mean) or bandwidth (whole-loop MB/s, median window's) per size."""
+def c_program(args, program: Path, provider: str, group: str, facts: dict) -> dict[int, tuple[float, float, int]]:
+    """One run of the C program: latency (median, mean) or bandwidth (whole-loop MB/s, median window's) per size,
+    and 1 where its two processes ended the size's timed loop on one CPU."""
     sizes, counts = (args.lat_sweep, args.lat_counts) if group == "latency" else (args.bw_sweep, args.bw_counts)
     kind = "latency" if group == "latency" else "bw"
     out = tool(
@@ -149,8 +150,8 @@ def c_program(args, program: Path, provider: str, group: str, facts: dict) -> di
         if line.startswith("#"):
             facts.setdefault("c", line.lstrip("# "))
             continue
-        _, size, _, compared, beside = line.split("\t")
-        figures[int(size)] = (float(compared), float(beside))
+        _, size, _, compared, beside, cpu, other = line.split("\t")
+        figures[int(size)] = (float(compared), float(beside), int(cpu == other))
     return figures
 
 
@@ -325,6 +326,7 @@ def report(provider: str, data: dict, args) -> bool:
             f"# {group} ({unit}) {'size':>8} {'fb':>9} {'c':>9} | {'fb/c':>5} {'95% CI':>10} {'A/A':>5} {'CI':>10} "
             f"{beside:>5} | {'best':>5} {'fast':>5} {'slow':>5}{pingpong} | verdict (target {target:g})"
         )
+        shared = launches = 0
         for size in args.bw_sizes if bandwidth else args.lat_sizes:
             got = judge(runs, size, bandwidth)
             if "ratio" not in got:
@@ -334,12 +336,17 @@ def report(provider: str, data: dict, args) -> bool:
             verdict = ratio.verdict(target, higher_is_better=bandwidth)
             any_missed |= missed(verdict)
             extra = "" if bandwidth or args.no_fi_pingpong else f" | {pingpong_figures(runs, size):>25}"
+            ends = [rep.get(who, {}).get(size, ()) for rep in runs for who in ("c", "c again")]
+            placed = [figures for figures in ends if len(figures) > 2]
+            shared, launches = shared + sum(int(figures[2]) for figures in placed), launches + len(placed)
             print(
                 f"  {group:>14} {size_words(size):>8} {got['fabricbench']:>9.2f} {got['c']:>9.2f} | "
                 f"{ratio.median:>5.2f} {ratio.interval:>10} {control.median:>5.2f} {control.interval:>10} "
                 f"{got['beside']:>5.2f} | {got['best']:>5.2f} {got['fast']:>5.2f} {got['slow']:>5.2f}{extra} | "
                 f"{verdict} ({got['reps']} reps, {got['fast_reps']} fast)"
             )
+        if launches:  # a run before the C program said where its processes were has no such count
+            print(f"  # the C program's two processes ended a timed loop on one CPU in {shared} of {launches} cases")
     return any_missed
 
 
