@@ -31,7 +31,15 @@ settle; a rep's ratio is fabricbench over the C program run of that same rep and
 median of its paired ratios with a distribution-free 95 % interval. The machine switches between speed modes
 from one launch to the next, so as in verbs_reference.py a rep's mode is read from its A/A pair: "fast" when
 both C program runs beat the median of all C program runs; the ratios within each mode and best against best
-(each one's best rep) are printed beside the median.
+(each one's best rep) are printed beside the median. A rep's three launches need not share a mode, though
+(on a 2-vCPU VM shm latency sits at about 0.3 or about 0.9 us at 8 B, in spells of 0.1 s to seconds, for
+fabricbench and the C program alike), so a second table takes each launch's mode from its own figure: all
+launches' figures at a size split at their widest gap, where it is a factor of 1.5 or more; it gives how many
+launches of each landed in the slow mode and fabricbench over the C program within each mode. A line per
+group says how often the C program's two processes ended a timed loop on one CPU (they poll, so a third busy
+task on the host can leave them taking turns there).
+
+``--report RUN.json [RUN2.json ...]`` prints the report of runs saved with --raw, their reps pooled.
 
 Targets: fabricbench's latency at most 1.05x the C program's (8 B-4 KiB); bandwidth at least 0.97x (64 KiB-4
 MiB). Exit status 1 when a target is missed by the median.
@@ -62,6 +70,7 @@ KiB, MiB = 1024, 1024 * 1024
 SETTLE_S = 0.3
 TIMEOUT_S = 300  # one contender's launch
 GROUPS = ("latency", "bandwidth")
+MODE_GAP = 1.5  # launches whose figures are this far apart, with none between, are in different speed modes
 WHO = ("fabricbench", "c", "c again", "fi_pingpong")
 
 
@@ -250,6 +259,22 @@ def decode(raw: dict) -> dict:
     return {"reps": reps, "facts": raw["facts"], "seconds": raw.get("seconds", math.nan)}
 
 
+def pooled(raws: list[dict]) -> dict:
+    """Runs read back and their reps put together; the runs must have had the same counts and sizes."""
+    same = ("lat_counts", "bw_counts", "window", "pingpong_iterations", "lat_sweep", "bw_sweep")
+    first = raws[0]["settings"]
+    if any({k: raw["settings"].get(k) for k in same} != {k: first.get(k) for k in same} for raw in raws):
+        raise SystemExit("--report: these runs had different counts, window or sizes; they cannot be pooled")
+    runs = [decode(raw) for raw in raws]
+    reps: dict = {}
+    for run in runs:
+        for provider, groups in run["reps"].items():
+            for group, got in groups.items():
+                reps.setdefault(provider, {}).setdefault(group, []).extend(got)
+    facts = {provider: runs[0]["facts"].get(provider, {}) for provider in reps}
+    return {"reps": reps, "facts": facts, "seconds": sum(run["seconds"] for run in runs), "settings": first}
+
+
 # --- the report ----------------------------------------------------------------------------------------------------
 
 
@@ -291,6 +316,54 @@ def judge(runs: list[dict], size: int, bandwidth: bool) -> dict:
         "fast": within(fast),
         "slow": within(slow),
     }
+
+
+def launch_modes(runs: list[dict], size: int, bandwidth: bool) -> dict | None:
+    """The speed modes as each launch shows them: every launch's figure (fabricbench's and both C program runs')
+    split at the widest gap between them, where that gap is a factor of MODE_GAP or more; None where there is no
+    such gap. The slow side's share for each, and fabricbench over the C program within each mode (medians)."""
+    values = {who: [v for v in series(runs, who, size) if math.isfinite(v) and v > 0] for who in ("fabricbench", "c")}
+    values["c"] += [v for v in series(runs, "c again", size) if math.isfinite(v) and v > 0]
+    ordered = sorted(values["fabricbench"] + values["c"])
+    if len(ordered) < 4:
+        return None
+    gap, cut = max((ordered[i + 1] / ordered[i], i) for i in range(1, len(ordered) - 2))  # 2 or more a side
+    if gap < MODE_GAP:
+        return None
+    boundary = math.sqrt(ordered[cut] * ordered[cut + 1])
+
+    def slow(value: float) -> bool:
+        return value < boundary if bandwidth else value > boundary
+
+    def within(want_slow: bool) -> float:
+        ours = [v for v in values["fabricbench"] if slow(v) == want_slow]
+        theirs = [v for v in values["c"] if slow(v) == want_slow]
+        return statistics.median(ours) / statistics.median(theirs) if ours and theirs else math.nan
+
+    return {
+        "boundary": boundary,
+        "fabricbench": (sum(map(slow, values["fabricbench"])), len(values["fabricbench"])),
+        "c": (sum(map(slow, values["c"])), len(values["c"])),
+        "fast": within(False),
+        "slow": within(True),
+    }
+
+
+def modes_table(runs: list[dict], sizes: list[int], bandwidth: bool) -> None:
+    """A line per size: the launch-level speed modes (launch_modes)."""
+    unit = "MB/s" if bandwidth else "us"
+    print(f"  # speed modes by launch: split at the widest gap (x{MODE_GAP:g} or more) between all launches' figures")
+    for size in sizes:
+        got = launch_modes(runs, size, bandwidth)
+        if got is None:
+            print(f"  {'modes':>14} {size_words(size):>8}  one mode (no gap of x{MODE_GAP:g})")
+            continue
+        (fb_slow, fb_n), (c_slow, c_n) = got["fabricbench"], got["c"]
+        print(
+            f"  {'modes':>14} {size_words(size):>8}  slow {'below' if bandwidth else 'above'} "
+            f"{got['boundary']:.2f} {unit}: fabricbench {fb_slow} of {fb_n} launches slow, the C program "
+            f"{c_slow} of {c_n}; fb/c within the fast mode {got['fast']:.2f}, within the slow {got['slow']:.2f}"
+        )
 
 
 def pingpong_figures(runs: list[dict], size: int) -> str:
@@ -345,6 +418,7 @@ def report(provider: str, data: dict, args) -> bool:
                 f"{got['beside']:>5.2f} | {got['best']:>5.2f} {got['fast']:>5.2f} {got['slow']:>5.2f}{extra} | "
                 f"{verdict} ({got['reps']} reps, {got['fast_reps']} fast)"
             )
+        modes_table(runs, args.bw_sizes if bandwidth else args.lat_sizes, bandwidth)
         if launches:  # a run before the C program said where its processes were has no such count
             print(f"  # the C program's two processes ended a timed loop on one CPU in {shared} of {launches} cases")
     return any_missed
@@ -380,7 +454,9 @@ def main() -> int:
     parser.add_argument("--no-fi-pingpong", action="store_true", help="leave fi_pingpong out")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--raw", type=Path, help="write every rep's figures here as JSON, after each rep")
-    parser.add_argument("--report", type=Path, help="only print the report of a --raw file")
+    parser.add_argument(
+        "--report", type=Path, nargs="+", help="only print the report of --raw files (several: their reps pooled)"
+    )
     args = parser.parse_args()
     check_reps(parser, args.reps)
     args.providers = [p for p in args.providers.split(",") if p]
@@ -394,10 +470,9 @@ def main() -> int:
     if not set(args.lat_sizes) <= set(args.lat_sweep) or not set(args.bw_sizes) <= set(args.bw_sweep):
         parser.error("the reported sizes must be the smallest one doubled (fabricbench's -m sweep)")
     if args.report:
-        raw = json.loads(args.report.read_text())
-        for key, value in raw["settings"].items():  # the counts the run had, not this command line's
+        data = pooled([json.loads(path.read_text()) for path in args.report])
+        for key, value in data["settings"].items():  # the counts the runs had, not this command line's
             setattr(args, key, tuple(value) if key.endswith("_counts") else value)
-        data = decode(raw)
         args.providers = list(data["reps"])
     else:
         for needed in ("fi_pingpong",) if not args.no_fi_pingpong else ():
