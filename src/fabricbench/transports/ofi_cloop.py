@@ -21,6 +21,8 @@ import functools
 import glob
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,21 +297,22 @@ def _load() -> OFILoop | CLoopUnavailable | OFIUnavailable:
     # A libfabric already in this process is another library's (the MPI wheel's own copy, loaded with mpi4py):
     # binding to it would measure that one, not the host's, so the loop then opens in a namespace of its own.
     before = mapped_libfabric()
-    try:
-        lib, path = load_library(recipe, SIGNATURES, apart=bool(before))
-    except CLoopUnavailable as exc:
-        return exc
-    after = mapped_libfabric()
-    apart_from = ""
-    if before:
-        if after - before:
-            apart_from = ", ".join(sorted(before))
-        else:  # the host's libfabric is the one already loaded (Cray MPICH's): one copy is enough
-            _ctypes.dlclose(lib._handle)
-            try:
-                lib, path = load_library(recipe, SIGNATURES)
-            except CLoopUnavailable as exc:
-                return exc
+    with staying_put():
+        try:
+            lib, path = load_library(recipe, SIGNATURES, apart=bool(before))
+        except CLoopUnavailable as exc:
+            return exc
+        after = mapped_libfabric()
+        apart_from = ""
+        if before:
+            if after - before:
+                apart_from = ", ".join(sorted(before))
+            else:  # the host's libfabric is the one already loaded (Cray MPICH's): one copy is enough
+                _ctypes.dlclose(lib._handle)
+                try:
+                    lib, path = load_library(recipe, SIGNATURES)
+                except CLoopUnavailable as exc:
+                    return exc
     return OFILoop(
         lib=lib,
         path=str(path),
@@ -319,6 +322,40 @@ def _load() -> OFILoop | CLoopUnavailable | OFIUnavailable:
         library=", ".join(sorted(after - before)) or ", ".join(sorted(after)),
         apart_from=apart_from,
     )
+
+
+def current_cpu() -> int:
+    """The CPU this thread runs on (sched_getcpu), -1 where the C library cannot say."""
+    try:
+        return int(ctypes.CDLL(None).sched_getcpu())
+    except (AttributeError, OSError):
+        return -1
+
+
+@contextmanager
+def staying_put() -> Iterator[None]:
+    """Put this thread back on its CPU where loading a library moved it, its affinity mask left as it was.
+
+    Debian's libfabric links PSM (libpsm-infinipath1), whose libinfinipath.so.4 calibrates its cycle counter in a
+    load-time constructor: it pins the thread to CPU 0, sleeps, and restores the mask, which leaves the thread on
+    CPU 0. Every rank that loads the loop then busy-polls on CPU 0, and where the other CPUs are busy the scheduler
+    leaves two ranks there, taking turns: on a 2-core host that halved bw at 1 MiB and more.
+    """
+    try:
+        mask = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        yield
+        return
+    cpu = current_cpu()
+    try:
+        yield
+    finally:
+        try:
+            if cpu in mask and current_cpu() != cpu and os.sched_getaffinity(0) == mask:
+                os.sched_setaffinity(0, {cpu})
+                os.sched_setaffinity(0, mask)
+        except OSError:
+            pass  # a mask this process may not set: it stays where the library left it
 
 
 def mapped_libfabric(maps: str = "/proc/self/maps") -> set[str]:
