@@ -10,7 +10,7 @@ import pytest
 from fabricbench.argtypes import MASK
 from fabricbench.control.rendezvous import FieldReader, ProtocolError
 from fabricbench.errors import PeerError, UsageError
-from fabricbench.transports.ofi import check_environment, check_key, decode_address, fi_environment
+from fabricbench.transports.ofi import check_environment, check_key, decode_address, fi_environment, open_hint
 from fabricbench.transports.ofi_cloop import (
     Found,
     find_libfabric,
@@ -148,3 +148,10 @@ def test_a_blank_or_outlandish_provider_name_is_a_usage_error():
         _parsed("run", "--ofi-provider", " ")
     with pytest.raises(UsageError, match="at most 128 printable"):
         _parsed("run", "--ofi-provider", "x" * 200)
+
+
+def test_a_verbs_domain_that_does_not_open_names_rdma_cms_need():
+    said = "fi_domain: No data available"
+    assert "set FI_VERBS_IFACE" in open_hint(said, "verbs;ofi_rxm", {})
+    assert open_hint(said, "verbs;ofi_rxm", {"FI_VERBS_IFACE": "ib0"}) == ""  # told already: nothing to add
+    assert open_hint(said, "tcp;ofi_rxm", {}) == "" and open_hint("fi_enable: Invalid argument", "verbs", {}) == ""

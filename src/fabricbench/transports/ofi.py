@@ -79,6 +79,20 @@ def source_address(ctrl) -> str:
     return str(getattr(ip, "ipv4_mapped", None) or ip)
 
 
+def open_hint(said: str, provider: str, environ=os.environ) -> str:
+    """What to try where opening failed after fi_getinfo chose ``provider`` ('' when nothing is known to help).
+
+    libfabric's verbs provider lists every RDMA device, but connects with rdma_cm, which needs the device's
+    netdev to carry an IP address and refuses one on lo (SoftRoCE's usual set-up): fi_domain then fails with
+    no data. FI_VERBS_IFACE names the netdev to use."""
+    if provider.startswith("verbs") and "fi_domain" in said and "FI_VERBS_IFACE" not in environ:
+        return (
+            " (the verbs provider connects with rdma_cm, which needs an RDMA device whose netdev has an IP address, "
+            "not lo: set FI_VERBS_IFACE to that netdev)"
+        )
+    return ""
+
+
 def check_environment(record: object, rank: int) -> dict[str, str]:
     """Another rank's FI_* record as the control plane brought it: a small dict of strings, else PeerError."""
     if not isinstance(record, dict) or len(record) > MAX_ENV:
@@ -327,7 +341,9 @@ class OFITransport(Transport):
         )  # fmt: skip
         if not self.handle:
             said = error.value.decode(errors="replace")
-            raise OFIUnavailable(f"libfabric {self.loop.version} has {ofi_cloop.no_match(self.settings)}: {said}")
+            chosen = self.info.provider.decode(errors="replace")  # filled once fi_getinfo chose, before fi_domain
+            asked = ofi_cloop.no_match(self.settings)
+            raise OFIUnavailable(f"libfabric {self.loop.version} has {asked}: {said}{open_hint(said, chosen)}")
 
     def _connect(self, address: bytes) -> str:
         """Join the peer; '' on success, else why (every rank learns it in the key exchange that follows)."""
