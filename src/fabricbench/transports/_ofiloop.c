@@ -294,22 +294,18 @@ void fb_close(struct fb_ofi *l)
 {
     if (!l)
         return;
-    if (l->mr)
-        fi_close(&l->mr->fid);
-    if (l->ep)
-        fi_close(&l->ep->fid);
-    if (l->pep)
-        fi_close(&l->pep->fid);
-    if (l->av)
-        fi_close(&l->av->fid);
-    if (l->cq)
-        fi_close(&l->cq->fid);
-    if (l->eq)
-        fi_close(&l->eq->fid);
-    if (l->domain)
-        fi_close(&l->domain->fid);
-    if (l->fabric)
-        fi_close(&l->fabric->fid);
+#define CLOSE(member)                        \
+    if (l->member)                           \
+        fi_close(&l->member->fid)
+    CLOSE(mr);
+    CLOSE(ep);
+    CLOSE(pep);
+    CLOSE(av);
+    CLOSE(cq);
+    CLOSE(eq);
+    CLOSE(domain);
+    CLOSE(fabric);
+#undef CLOSE
     if (l->info)
         fi_freeinfo(l->info);
     free(l->tx_ctx);

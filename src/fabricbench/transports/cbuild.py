@@ -249,6 +249,16 @@ def _load(recipe: Recipe, opener: Callable[[Path], Loaded]) -> tuple[Loaded, Pat
         raise
 
 
+# ctypes' types under the names the C loops' signature tables use
+U8, U32, U64, I64, INT, PTR, STR = (
+    ctypes.c_uint8,
+    ctypes.c_uint32,
+    ctypes.c_uint64,
+    ctypes.c_int64,
+    ctypes.c_int,
+    ctypes.c_void_p,
+    ctypes.c_char_p,
+)
 LM_ID_NEWLM = -1  # dlmopen: a new link-map namespace
 RTLD_NOW = 2
 

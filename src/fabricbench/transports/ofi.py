@@ -328,7 +328,7 @@ class OFITransport(Transport):
         self._trade_keys(ctrl, connected)
 
     def _open_endpoint(self) -> None:
-        options = ofi_cloop._hints(self.settings)
+        options = ofi_cloop.hints(self.settings)
         depth = self.window + EXTRA_DEPTH
         self.memory = aligned(2 * self.region + CONTROL_BYTES)
         self.memory[:] = POISON

@@ -26,7 +26,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabricbench.transports.cbuild import CLoopUnavailable, Recipe, find_compiler, load_library, tool_output
+from fabricbench.transports.cbuild import (
+    I64,
+    INT,
+    PTR,
+    STR,
+    U8,
+    U32,
+    U64,
+    CLoopUnavailable,
+    Recipe,
+    find_compiler,
+    load_library,
+    tool_output,
+)
 from fabricbench.transports.ofi_options import ENDPOINTS, INSTALL_HINT, MESSAGES, PROGRESS, OFIUnavailable
 
 SOURCE = Path(__file__).with_name("_ofiloop.c")
@@ -52,15 +65,7 @@ MR_MODE_BITS = {
     1 << 11: "FI_MR_COLLECTIVE",
 }
 
-_u8, _u32, _u64, _i64, _int, _ptr, _str = (
-    ctypes.c_uint8,
-    ctypes.c_uint32,
-    ctypes.c_uint64,
-    ctypes.c_int64,
-    ctypes.c_int,
-    ctypes.c_void_p,
-    ctypes.c_char_p,
-)
+_u8, _u32, _u64, _i64, _int, _ptr, _str = U8, U32, U64, I64, INT, PTR, STR
 
 
 class OFIInfo(ctypes.Structure):
@@ -198,7 +203,7 @@ class OFILoop:
         """What fi_getinfo chooses for ``settings`` (the ofi option group's), opening nothing; OFIUnavailable
         naming the providers there are when none matches."""
         info = OFIInfo()
-        code = self.lib.fb_probe(*_hints(settings), ctypes.byref(info))
+        code = self.lib.fb_probe(*hints(settings), ctypes.byref(info))
         if code:
             raise OFIUnavailable(f"libfabric {self.version} has {no_match(settings)}: {error_text(code)}")
         return info
@@ -212,7 +217,9 @@ class OFILoop:
         return parse_survey(out.value.decode(errors="replace"))
 
 
-def _hints(settings: dict) -> tuple:
+def hints(settings: dict) -> tuple:
+    """fb_probe's and fb_open's hint arguments from the ofi option group's settings: provider, domain (bytes), the
+    endpoint type's code, tagged (1/0), waiting (1/0)."""
     return (
         (settings.get("provider") or "").encode(),
         (settings.get("domain") or "").encode(),

@@ -19,7 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabricbench.errors import PeerError, UsageError
-from fabricbench.transports.cbuild import CLoopUnavailable, Recipe, find_compiler, load_library
+from fabricbench.transports.cbuild import (
+    I64,
+    INT,
+    PTR,
+    U8,
+    U32,
+    U64,
+    CLoopUnavailable,
+    Recipe,
+    find_compiler,
+    load_library,
+)
 from fabricbench.transports.rdma import MTU_BYTES, UD_GRH_BYTES, Endpoint, VerbsUnavailable, gid_text
 from fabricbench.transports.verbs_link import MARKERS, Port
 
@@ -29,14 +40,7 @@ OP_CODES = {"write": 0, "send": 1, "read": 2, "fop": 3, "cas": 4}  # its OP_WRIT
 HEADERS_HINT = "Debian/Ubuntu: apt-get install libibverbs-dev; RHEL/Fedora: dnf install rdma-core-devel"
 ERROR_BYTES = 256
 
-_u8, _u32, _u64, _i64, _int, _ptr = (
-    ctypes.c_uint8,
-    ctypes.c_uint32,
-    ctypes.c_uint64,
-    ctypes.c_int64,
-    ctypes.c_int,
-    ctypes.c_void_p,
-)
+_u8, _u32, _u64, _i64, _int, _ptr = U8, U32, U64, I64, INT, PTR
 
 
 class CEndpoint(ctypes.Structure):
