@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -240,3 +241,18 @@ def test_a_table_closed_after_ctrl_c_mid_row_counts_the_rows_the_file_holds(tmp_
     assert lines[-1] == b""  # the file ends with a whole line: a half row is cut back
     whole = len(lines) - 2  # less the header and the empty string after the last newline
     assert writer.rows == whole == (2 if call == "fsync" else 1)
+
+
+def test_closing_a_table_twice_leaves_other_files_alone(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    writer = TableWriter(folder)
+    writer.append(_rows()[0])
+    writer.close()
+    other = os.open(tmp_path / "other", os.O_WRONLY | os.O_CREAT)  # may take the number the table's file had
+    try:
+        writer.close()  # the error path closes again: nothing happens, no OSError, the other file stays open
+        os.fstat(other)
+    finally:
+        os.close(other)
+    assert writer.rows == 1

@@ -325,8 +325,11 @@ class TableWriter:
         Ctrl-C is raised in the main thread when a system call returns, so it can land between a row's write and
         its count (fsync is where a rank waits): the rank then closes the table with one row on disk that
         ``rows`` lacks, and metadata.json would disagree with the CSV. The rows this writer added are counted
-        from the file instead, and a row cut short is cut back.
+        from the file instead, and a row cut short is cut back. A second call does nothing: the error path may
+        close a table its writer closed already, and closing the number again could close another file's.
         """
+        if self._fd < 0:
+            return
         try:
             end = os.fstat(self._fd).st_size
             if end != self._length:
@@ -337,7 +340,8 @@ class TableWriter:
         except OSError:
             pass  # the count stays as the writes left it; the read check refuses a table that disagrees
         finally:
-            os.close(self._fd)
+            fd, self._fd = self._fd, -1
+            os.close(fd)
 
     def discard(self) -> None:
         """Close, and remove the file if this writer created it: a run that could not start leaves no table."""
