@@ -69,6 +69,38 @@ def test_every_kernel_moves_checked_data_on_the_provider(provider, tmp_path):
     assert isinstance(info["fi_environment"], dict)
 
 
+STALE_REGION = """
+import contextlib, ctypes, os
+import numpy as np
+from fabricbench.transports import ofi_cloop
+loop = ofi_cloop.load()
+stale = f"/dev/shm/{os.getpid()}:0:0"  # libfabric 1.17's name for this process's first shm endpoint
+with open(stale, "wb") as file:
+    file.write(bytes(4096))  # not a region this libfabric made: as a killed rank of another version leaves it
+try:
+    memory = np.zeros(1 << 16, np.uint8)
+    info, error = ofi_cloop.OFIInfo(), ctypes.create_string_buffer(ofi_cloop.ERROR_BYTES)
+    handle = loop.lib.fb_open(b"shm", b"", b"", 0, 1, 0, 0, memory.ctypes.data, memory.nbytes, 4096, 4, 5000,
+                              ctypes.byref(info), error, ofi_cloop.ERROR_BYTES)
+    print(bytes(info.name[:info.name_len]).decode().rstrip("\\0") if handle else "refused: " + error.value.decode())
+    if handle:
+        loop.lib.fb_close(handle)
+finally:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(stale)
+"""
+
+
+@needs_libfabric
+def test_a_region_left_under_this_process_id_does_not_stop_shm(tmp_path):
+    # A rank killed before it closed leaves /dev/shm/<pid>:0:0 behind; when a later rank is given the same id,
+    # shm saw a live process holding the name and refused to open (fi_enable: EBUSY). The region is made here
+    # under this process's own id; the endpoint opens under a name of its own.
+    result = subprocess.run([PYTHON, "-c", STALE_REGION], capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("fi_shm://fabricbench-"), result.stdout
+
+
 @needs_libfabric
 def test_connected_endpoints_untagged_calls_and_waiting_for_completions(tmp_path):
     rows, meta = run_ofi(

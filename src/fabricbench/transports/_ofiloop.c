@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { EP_RDM, EP_MSG };        /* ofi_options.ENDPOINTS */
 enum { OP_WRITE, OP_READ };     /* ofi_cloop.RMA_CODES */
@@ -234,6 +235,30 @@ static int get_info(const char *provider, const char *domain, const char *source
     return code;
 }
 
+/* Give a shm endpoint a name of this run's own. shm names its region in /dev/shm after the process id
+ * ("<pid>:<domain>:<endpoint>" in libfabric 1.17) and refuses to open (fi_enable: EBUSY) where a file of that
+ * name exists and a process with the id in it lives. A rank killed before closing leaves its file behind; once
+ * the id is reused (pid_max is 32768 on many hosts), the new rank holding it could not open shm at all. The
+ * clock in the name makes it unique however ids repeat. 0, or -FI_ENOMEM. */
+static int own_shm_name(struct fi_info *info)
+{
+    const char *prov = info->fabric_attr->prov_name;
+    char name[64];
+    struct timespec now;
+    if (!prov || strcmp(prov, "shm") || info->addr_format != FI_ADDR_STR)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(name, sizeof name, "fi_shm://fabricbench-%ld-%lld%09ld", (long)getpid(), (long long)now.tv_sec,
+             now.tv_nsec);
+    char *copy = strdup(name);
+    if (!copy)
+        return -FI_ENOMEM;
+    free(info->src_addr);
+    info->src_addr = copy;
+    info->src_addrlen = strlen(copy) + 1;
+    return 0;
+}
+
 static void describe(const struct fi_info *info, struct fb_ofi_info *out, int rma)
 {
     snprintf(out->provider, sizeof out->provider, "%s", info->fabric_attr->prov_name ? info->fabric_attr->prov_name : "");
@@ -374,6 +399,10 @@ struct fb_ofi *fb_open(const char *provider, const char *domain, const char *sou
     }
     if ((code = get_info(provider, domain, source, endpoint, tagged, wait, &l->info, &rma, &matched))) {
         fail(l, "fi_getinfo", code);
+        goto failed;
+    }
+    if ((code = own_shm_name(l->info))) {
+        fail(l, "naming the shm endpoint", code);
         goto failed;
     }
     describe(l->info, out, rma);
