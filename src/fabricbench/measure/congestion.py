@@ -1,0 +1,246 @@
+"""The congestion kernel's pure parts (GPCNeT's question): which ranks are canaries and which congest, what each
+rank does in a phase, and the congestion impact factor.
+
+GPCNeT (Global Performance and Congestion Network Tests, Cray/HPE and NERSC) splits the nodes into canaries
+(about 20 %) and congestors, times the canaries alone, then while the congestors flood the network, and reports
+the congestion impact factor: congested / isolated for a time, isolated / congested for a bandwidth, for the mean
+and for the 99th percentile. This module holds no MPI: the pattern (run.patterns.Congestion) lays out the phases,
+a transport's ``congestion_case`` runs a rank's part of one.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabricbench.argtypes import byte_size
+from fabricbench.errors import UsageError
+
+KiB = 1024
+
+# The canary tests, with GPCNeT's sizes and names. Each sample is one iteration of the test on one canary rank.
+# rr-latency: each canary exchanges with its two neighbours in a random ring of the canaries (Irecv and Isend to
+#   both, then Waitall); the row reports half an exchange, as GPCNeT.
+# rr-bw: a barrier among the canaries, then RR_BW_WINDOW messages to each neighbour in flight; the barrier is
+#   timed with them (GPCNeT's "BW+Sync").
+# allreduce: one MPI_Allreduce of int64 sums among the canaries per sample, back to back.
+CANARIES = {"rr-latency": 8, "rr-bw": 128 * KiB, "allreduce": 8}
+CANARY_TITLES = {
+    "rr-latency": "RR Two-sided Lat",
+    "rr-bw": "RR Two-sided BW+Sync",
+    "allreduce": "Multiple Allreduce",
+}
+CANARY_UNITS = {"rr-latency": "us", "rr-bw": "MB/s", "allreduce": "us"}
+RR_BW_WINDOW = 8  # rr-bw's messages in flight to each neighbour
+# The congestor patterns, with GPCNeT's sizes; the first rank of a group is its incast target or Get root.
+# all-to-all: MPI_Alltoall among the group's ranks.
+# incast: every other rank of the group sends to the first (two-sided).
+# put-incast: every other rank puts into the first's window and flushes (one-sided).
+# get-bcast: every other rank gets from the first's window and flushes (one-sided broadcast).
+CONGESTORS = {"all-to-all": 4 * KiB, "incast": 4 * KiB, "put-incast": 4 * KiB, "get-bcast": 4 * KiB}
+MIX = "mix"  # GPCNeT's own congested phase: the four patterns at once, each on a quarter of the congestors
+NONE = "none"  # the isolated phase: the congestors idle
+MIN_CANARIES = 2
+MIN_GROUP = 2  # a congestor pattern needs a first rank and one other
+DEFAULT_FRACTION = 0.2
+DEFAULT_SEED = 1
+INT64 = 8  # allreduce's elements
+
+
+@dataclass(frozen=True)
+class Test:
+    """A canary test or congestor pattern as asked for: its name and message size in bytes."""
+
+    name: str
+    size: int
+
+
+def parse_tests(text: str, known: dict[str, int], what: str, extra: Sequence[str] = ()) -> tuple[Test, ...]:
+    """``NAME[:SIZE],...`` into Tests; SIZE takes K/M suffixes (1024s); a name's default size where none is given.
+    UsageError naming the problem for an unknown name, a bad size or a repeat."""
+    parse_size = byte_size("message size", 1)
+    found: list[Test] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, _, size_text = item.partition(":")
+        if name not in known and name not in extra:
+            raise UsageError(f"unknown {what} {name!r}; known: {', '.join([*known, *extra])}")
+        if any(test.name == name for test in found):
+            raise UsageError(f"{what} {name!r} is named twice")
+        size = parse_size(size_text) if size_text else known.get(name, max(known.values()))
+        if name == "allreduce" and size % INT64:
+            raise UsageError(f"bad size {size_text!r} for canary allreduce: a multiple of its {INT64}-byte int64s")
+        found.append(Test(name, size))
+    if not found:
+        raise UsageError(f"no {what} named")
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which ranks do what: ``canaries`` in ring order (the seeded permutation; the first leads), ``congestors`` in
+    their shuffled order, and the ``idle`` ranks (--per-node leaves all but one rank of each host out)."""
+
+    canaries: tuple[int, ...]
+    congestors: tuple[int, ...]
+    idle: tuple[int, ...]
+    units: str  # "ranks", or "hosts" under --per-node
+    seed: int
+
+    def metadata(self, hosts: Sequence[str]) -> dict:
+        return {
+            "seed": self.seed,
+            "placed_by": self.units,
+            "canaries": list(self.canaries),
+            "congestors": list(self.congestors),
+            "idle": list(self.idle),
+            "canary_hosts": sorted({hosts[r] for r in self.canaries}),
+            "congestor_hosts": sorted({hosts[r] for r in self.congestors}),
+        }
+
+
+def canary_count(units: int, fraction: float) -> int:
+    """Canaries among ``units``: the fraction, rounded, and at least MIN_CANARIES."""
+    return max(MIN_CANARIES, round(fraction * units))
+
+
+def needed_congestors(congestors: Sequence[Test]) -> int:
+    """Congestor units the patterns need: MIN_GROUP for one alone, a quarter of at least MIN_GROUP each for mix."""
+    return max((4 * MIN_GROUP if test.name == MIX else MIN_GROUP) for test in congestors)
+
+
+def check_units(units: int, fraction: float, congestors: Sequence[Test], what: str = "ranks") -> None:
+    """UsageError, in one line, where ``units`` ranks (or hosts) cannot hold the canaries and the congestors."""
+    canaries = canary_count(units, fraction)
+    need = needed_congestors(congestors)
+    if units - canaries < need:
+        mix = " (mix runs the four patterns at once, a quarter of the congestors each)" if need > MIN_GROUP else ""
+        raise UsageError(
+            f"congestion needs at least {MIN_CANARIES + need if canaries == MIN_CANARIES else canaries + need} {what}: "
+            f"{canaries} canaries at --canary-fraction {fraction:g} and {need} congestors{mix}; got {units}"
+        )
+
+
+def place(hosts: Sequence[str], per_node: bool, fraction: float, seed: int) -> Placement:
+    """The roles of the ranks on ``hosts`` (``hosts[r]`` is rank r's host).
+
+    Every rank takes part, or under ``per_node`` the lowest rank of each host. The units are shuffled with
+    ``seed`` (random.Random: the same on every rank and every Python), so canaries and congestors interleave
+    across hosts as GPCNeT places them; the first ``canary_count`` become the canaries, in that order the ring.
+    """
+    first: dict[str, int] = {}
+    for rank, host in enumerate(hosts):
+        first.setdefault(host, rank)
+    units = sorted(first.values()) if per_node else list(range(len(hosts)))
+    order = list(units)
+    random.Random(seed).shuffle(order)
+    count = canary_count(len(order), fraction)
+    idle = tuple(sorted(set(range(len(hosts))) - set(units)))
+    return Placement(tuple(order[:count]), tuple(order[count:]), idle, "hosts" if per_node else "ranks", seed)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One congestor pattern's ranks in a phase; ``ranks[0]`` is its incast target or Get root."""
+
+    pattern: str
+    size: int
+    ranks: tuple[int, ...]
+
+
+def groups(placement: Placement, congestor: Test) -> tuple[Group, ...]:
+    """The congestor groups of a phase: none when isolated, one on every congestor for a pattern alone, and for
+    mix one per pattern on a quarter of the congestors each (the first quarters take the remainder)."""
+    if congestor.name == NONE:
+        return ()
+    ranks = placement.congestors
+    if congestor.name != MIX:
+        return (Group(congestor.name, congestor.size, ranks),)
+    names = list(CONGESTORS)
+    base, extra = divmod(len(ranks), len(names))
+    out, start = [], 0
+    for index, name in enumerate(names):
+        count = base + (index < extra)
+        out.append(Group(name, congestor.size, ranks[start : start + count]))
+        start += count
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Role:
+    """What one rank does in one phase: the canary test, the canaries in ring order (the first leads: it waits for
+    every group's first rank to say its pattern runs before the samples, and tells them to stop after), and the
+    congestor groups running meanwhile (none in the isolated phase). ``rank`` is this rank."""
+
+    rank: int
+    canary: Test
+    canaries: tuple[int, ...]
+    groups: tuple[Group, ...]
+    window: int = RR_BW_WINDOW
+
+    @property
+    def is_canary(self) -> bool:
+        return self.rank in self.canaries
+
+    @property
+    def group(self) -> Group | None:
+        """This rank's congestor group in the phase, None when it is a canary or idle."""
+        return next((g for g in self.groups if self.rank in g.ranks), None)
+
+    def neighbours(self) -> tuple[int, int]:
+        """(left, right) in the ring of canaries: equal with two canaries."""
+        ring = self.canaries
+        at = ring.index(self.rank)
+        return ring[at - 1], ring[(at + 1) % len(ring)]
+
+
+# --- figures ------------------------------------------------------------------------------------------------------
+
+TAIL = 99.0  # the percentile of the key results (GPCNeT's "99%")
+
+
+def canary_figures(test: str, size: int, per_rank: Sequence[np.ndarray], window: int = RR_BW_WINDOW) -> dict:
+    """A canary test's figures from every canary rank's samples (ns), pooled exactly (no rounding before a ratio).
+
+    A time test (rr-latency halved, allreduce): mean, p50 and p99 of the times in µs. rr-bw: each sample's
+    bandwidth (what the rank sent to both neighbours over the sample) in MB/s, its mean and p50, and as its 99 %
+    figure the bandwidth that 99 % of the samples reach (the 1st percentile: the tail is the slow side). The
+    per-rank spread is the slowest rank's mean over the fastest's (1 when they agree).
+    """
+    arrays = [np.asarray(samples, dtype=np.float64) for samples in per_rank if len(samples)]
+    if not arrays:
+        return {"mean": math.nan, "p50": math.nan, "p99": math.nan, "rank_spread": math.nan, "samples": 0}
+    if test == "rr-bw":
+        sent = 2 * window * size
+        values = [sent / (a / 1e9) / 1e6 for a in arrays]  # MB/s, MB = 10^6 B
+        pooled = np.concatenate(values)
+        means = [float(v.mean()) for v in values]
+        tail = float(np.percentile(pooled, 100 - TAIL))
+        spread = max(means) / min(means) if min(means) > 0 else math.nan
+    else:
+        divisor = 2.0 if test == "rr-latency" else 1.0
+        values = [a / divisor / 1e3 for a in arrays]  # µs
+        pooled = np.concatenate(values)
+        means = [float(v.mean()) for v in values]
+        tail = float(np.percentile(pooled, TAIL))
+        spread = max(means) / min(means) if min(means) > 0 else math.nan
+    return {
+        "mean": float(pooled.mean()),
+        "p50": float(np.percentile(pooled, 50)),
+        "p99": tail,
+        "rank_spread": spread,
+        "samples": int(pooled.size),
+    }
+
+
+def impact(test: str, isolated: float, congested: float) -> float:
+    """The congestion impact factor of one figure: congested / isolated for a time, isolated / congested for a
+    bandwidth, so that above 1 is always worse. NaN where either side is missing or not positive."""
+    if not (isolated > 0 and congested > 0) or not (math.isfinite(isolated) and math.isfinite(congested)):
+        return math.nan
+    return isolated / congested if test == "rr-bw" else congested / isolated
