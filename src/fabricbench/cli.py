@@ -36,6 +36,7 @@ from fabricbench.measure.plan import (
     MAX_WINDOW,
     OUTPUT_FORMATS,
     AllPairsOptions,
+    CongestionOptions,
     Plan,
     parse_rank_counts,
     parse_size_range,
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--token", type=secret, help="the shared secret of a `serve --token` (default: $FABRICBENCH_TOKEN)"
     )
     _add_pairs_arguments(run)
+    _add_congestion_arguments(run)
     transports.add_arguments(run, "run")
     run.set_defaults(func=cmd_run)
 
@@ -360,6 +362,44 @@ def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--json", action="store_true", help="print the slow links and hosts as one JSON object (also verdict.json)"
+    )
+
+
+def _add_congestion_arguments(run: argparse.ArgumentParser) -> None:
+    from fabricbench.measure import congestion
+
+    defaults = CongestionOptions()
+    group = run.add_argument_group("congestion kernel (GPCNeT's canaries and congestors; --per-node places by host)")
+    canaries = ", ".join(f"{name}:{size}" for name, size in congestion.CANARIES.items())
+    congestors = ", ".join(f"{name}:{size}" for name, size in congestion.CONGESTORS.items())
+    group.add_argument(
+        "--canaries",
+        default=defaults.canaries,
+        metavar="LIST",
+        help=f"canary tests as NAME[:SIZE], comma-separated (default all: {canaries})",
+    )
+    group.add_argument(
+        "--congestors",
+        default=defaults.congestors,
+        metavar="LIST",
+        help=f"congestor patterns as NAME[:SIZE], each run alone beside the canaries (default all: {congestors}); "
+        f"{congestion.MIX}: the four at once, a quarter of the congestors each, as GPCNeT runs them",
+    )
+    group.add_argument(
+        "--canary-fraction",
+        type=bounded_decimal("--canary-fraction", 0, 1, above=True),
+        default=defaults.canary_fraction,
+        metavar="F",
+        help="share of the ranks (hosts with --per-node) that are canaries, at least 2 "
+        f"(default {defaults.canary_fraction:g})",
+    )
+    group.add_argument(
+        "--congestion-seed",
+        type=whole_number("--congestion-seed", 0),
+        default=defaults.seed,
+        metavar="N",
+        help="seed of the shuffle that places canaries and congestors, recorded in the metadata "
+        f"(default {defaults.seed})",
     )
 
 

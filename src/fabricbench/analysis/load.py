@@ -10,6 +10,7 @@ imported at the top.
 
 from __future__ import annotations
 
+import math
 import reprlib
 import stat
 import string
@@ -21,7 +22,15 @@ import pandas as pd
 
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_bytes
-from fabricbench.measure.schema import CSV_NAME, META_NAME, OPTIONAL, PARQUET_NAME, SCHEMA_VERSION, is_measured
+from fabricbench.measure.schema import (
+    CSV_NAME,
+    META_NAME,
+    OPTIONAL,
+    OPTIONAL_NUMERIC,
+    PARQUET_NAME,
+    SCHEMA_VERSION,
+    is_measured,
+)
 from fabricbench.measure.table_cells import check_cells, check_row_count, csv_cells, parquet_cells, parse_json
 
 # Metadata fields the report reads that must be strings (and "hosts", a list of strings).
@@ -83,7 +92,7 @@ def migrate(frame: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, dict]:
 
     Schema 1 is every table written before ``schema_version`` existed: its
     metadata called the OS release ``kernel`` (the name of a row column).
-    Rows of schema 1 to 3 may lack the OPTIONAL columns. The returned metadata says under
+    Rows of schema 1 to 4 may lack the OPTIONAL and OPTIONAL_NUMERIC columns. The returned metadata says under
     MIGRATED what was done; a current table comes back unchanged. Metadata of
     the wrong shape or of a newer schema raises a UsageError.
     """
@@ -98,6 +107,9 @@ def migrate(frame: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, dict]:
     for column, default in OPTIONAL.items():
         if column not in frame.columns:
             frame[column] = default
+    for column in OPTIONAL_NUMERIC:
+        if column not in frame.columns:
+            frame[column] = math.nan
     unmarked = "" if "schema_version" in metadata else " (it has no schema_version)"
     metadata["schema_version"] = SCHEMA_VERSION
     metadata[MIGRATED] = f"read as schema {version}{unmarked}; migrated to {SCHEMA_VERSION}"

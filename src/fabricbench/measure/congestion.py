@@ -19,6 +19,7 @@ import numpy as np
 
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
+from fabricbench.measure.stats import nearest_rank
 
 KiB = 1024
 
@@ -209,31 +210,28 @@ def canary_figures(test: str, size: int, per_rank: Sequence[np.ndarray], window:
 
     A time test (rr-latency halved, allreduce): mean, p50 and p99 of the times in µs. rr-bw: each sample's
     bandwidth (what the rank sent to both neighbours over the sample) in MB/s, its mean and p50, and as its 99 %
-    figure the bandwidth that 99 % of the samples reach (the 1st percentile: the tail is the slow side). The
-    per-rank spread is the slowest rank's mean over the fastest's (1 when they agree).
+    figure the bandwidth that 99 % of the samples reach (the 1st percentile: the tail is the slow side).
+    Percentiles are nearest-rank, as every figure of the table. The per-rank spread is the slowest rank's mean
+    over the fastest's (1 when they agree).
     """
     arrays = [np.asarray(samples, dtype=np.float64) for samples in per_rank if len(samples)]
     if not arrays:
         return {"mean": math.nan, "p50": math.nan, "p99": math.nan, "rank_spread": math.nan, "samples": 0}
-    if test == "rr-bw":
+    bandwidth = test == "rr-bw"
+    if bandwidth:
         sent = 2 * window * size
         values = [sent / (a / 1e9) / 1e6 for a in arrays]  # MB/s, MB = 10^6 B
-        pooled = np.concatenate(values)
-        means = [float(v.mean()) for v in values]
-        tail = float(np.percentile(pooled, 100 - TAIL))
-        spread = max(means) / min(means) if min(means) > 0 else math.nan
     else:
         divisor = 2.0 if test == "rr-latency" else 1.0
         values = [a / divisor / 1e3 for a in arrays]  # µs
-        pooled = np.concatenate(values)
-        means = [float(v.mean()) for v in values]
-        tail = float(np.percentile(pooled, TAIL))
-        spread = max(means) / min(means) if min(means) > 0 else math.nan
+    pooled = np.sort(np.concatenate(values))
+    means = np.array([v.mean() for v in values])
+    slowest, fastest = (means.min(), means.max()) if bandwidth else (means.max(), means.min())
     return {
         "mean": float(pooled.mean()),
-        "p50": float(np.percentile(pooled, 50)),
-        "p99": tail,
-        "rank_spread": spread,
+        "p50": nearest_rank(pooled, 50),
+        "p99": nearest_rank(pooled, 100 - TAIL if bandwidth else TAIL),
+        "rank_spread": float(fastest / slowest if bandwidth else slowest / fastest) if min(means) > 0 else math.nan,
         "samples": int(pooled.size),
     }
 

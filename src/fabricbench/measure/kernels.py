@@ -15,6 +15,7 @@ import numpy as np
 from fabricbench.collectives import COLLECTIVES
 from fabricbench.collectives.spec import CollectiveSpec
 from fabricbench.errors import UsageError
+from fabricbench.measure.congestion import MIN_CANARIES
 from fabricbench.measure.stats import bandwidth_MBps
 
 KiB = 1024
@@ -66,7 +67,8 @@ class Kernel:
     pattern: which ranks take part, by name in fabricbench.run.patterns: ``one-pair`` is rank 0 and rank N/2;
     ``concurrent-pairs`` is every rank r < N/2 with r + N/2, all at once; ``all`` is every rank; ``all-pairs``
     meets every ordered pair of ranks in turn, phase by phase, one row per pair; ``gpu-routes`` is every ordered
-    pair of the GPUs on rank 0's host (cuda-copy peer), one row per route.
+    pair of the GPUs on rank 0's host (cuda-copy peer), one row per route; ``congestion`` splits the ranks into
+    canaries and congestors (measure.congestion), one row per canary test and congestor pattern.
     sample: what one entry of the per-iteration time array is: ``rtt`` (a
     round trip, reported halved), ``window`` (W messages and the ack) or ``op``.
     """
@@ -284,6 +286,20 @@ _ALL = [
     # between each source and destination, one row per pair (fabricbench.measure.verdict).
     Kernel("pairs-latency", "latency", "all-pairs", "rtt", 0, 4 * MiB, "{lib} All-Pairs Latency Test"),
     Kernel("pairs-bw", "bandwidth", "all-pairs", "window", 1, 4 * MiB, "{lib} All-Pairs Bandwidth Test"),
+    # GPCNeT's question: canary ranks timed alone, then while congestor ranks flood the network, pattern by pattern;
+    # one row per (canary test, congestor pattern or none) with the congestion impact factor (measure.congestion).
+    # Its message sizes are the tests' own (--canaries, --congestors), not -m's.
+    Kernel(
+        "congestion",
+        "collective",
+        "congestion",
+        "op",
+        0,
+        0,
+        "{lib} Congestion Test (GPCNeT's canaries and congestors)",
+        min_ranks=2 * MIN_CANARIES,
+        osu_datatype="",
+    ),
     # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is
     # bytes copied per second.
     *(

@@ -15,6 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS, MIN_TIMEOUT, byte_range, byte_size, names, whole_number
 from fabricbench.errors import UsageError
+from fabricbench.measure import congestion
 from fabricbench.measure.kernels import KERNELS, Kernel, get_kernel
 from fabricbench.measure.stats import PERCENTILES
 from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT, SCHEDULES
@@ -129,6 +130,34 @@ class AllPairsOptions:
         _require(isinstance(self.json, bool), f"bad --json flag {_shown(self.json)}")
 
 
+@dataclass
+class CongestionOptions:
+    """The congestion kernel's settings (GPCNeT's): the canary tests and congestor patterns as ``NAME[:SIZE]``
+    lists, the share of ranks (hosts, --per-node) that are canaries, and the seed of the placement's shuffle."""
+
+    canaries: str = ",".join(congestion.CANARIES)
+    congestors: str = ",".join(congestion.CONGESTORS)
+    canary_fraction: float = congestion.DEFAULT_FRACTION
+    seed: int = congestion.DEFAULT_SEED
+
+    def canary_tests(self) -> tuple[congestion.Test, ...]:
+        return congestion.parse_tests(self.canaries, congestion.CANARIES, "canary")
+
+    def congestor_tests(self) -> tuple[congestion.Test, ...]:
+        return congestion.parse_tests(self.congestors, congestion.CONGESTORS, "congestor", (congestion.MIX,))
+
+    def check(self) -> None:
+        _require(isinstance(self.canaries, str), f"bad --canaries {_shown(self.canaries)}")
+        _require(isinstance(self.congestors, str), f"bad --congestors {_shown(self.congestors)}")
+        self.canary_tests()
+        self.congestor_tests()
+        _require(
+            _is_number(self.canary_fraction) and 0 < self.canary_fraction < 1,
+            f"bad --canary-fraction {_shown(self.canary_fraction)}: above 0 and below 1",
+        )
+        _require(_is_int(self.seed) and 0 <= self.seed <= MAX_COUNT, f"bad --congestion-seed {_shown(self.seed)}")
+
+
 @dataclass(frozen=True)
 class Entry:
     """One turn of the run: a step in one repeat, on ``ranks`` of the launched ranks (None: all of them)."""
@@ -155,6 +184,7 @@ class Plan:
     output_format: str = "table"
     osu: OsuColumns = field(default_factory=OsuColumns)
     pairs: AllPairsOptions = field(default_factory=AllPairsOptions)
+    congestion: CongestionOptions = field(default_factory=CongestionOptions)
     progress: bool = False
     transport_options: dict = field(default_factory=dict)  # {option group name: its settings}
     repeat: int = 1  # run --repeat: how many times the whole plan runs, interleaved (schedule)
@@ -209,6 +239,8 @@ class Plan:
         _require(self.output_format in OUTPUT_FORMATS, f"bad output format {_shown(self.output_format)}")
         self.osu.check()
         self.pairs.check()
+        _require(isinstance(self.congestion, CongestionOptions), "bad congestion options")
+        self.congestion.check()
         _require(isinstance(self.progress, bool), f"bad progress flag {_shown(self.progress)}")
         _require(
             isinstance(self.transport_options, dict)
@@ -247,6 +279,9 @@ class Plan:
             values["osu"] = OsuColumns(**osu)
         if "pairs" in values:
             values["pairs"] = AllPairsOptions(**_fields_of(AllPairsOptions, values["pairs"], "all-pairs options"))
+        if "congestion" in values:
+            given = _fields_of(CongestionOptions, values["congestion"], "congestion options")
+            values["congestion"] = CongestionOptions(**given)
         plan = cls(**values)
         plan.check()
         return plan

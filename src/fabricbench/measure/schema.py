@@ -24,6 +24,10 @@ COLUMNS = [
     "dst_host",
     "src_gpu",
     "dst_gpu",
+    "canary",
+    "congestor",
+    "canaries",
+    "congestors",
     "window",
     "iterations",
     "warmup",
@@ -44,19 +48,30 @@ COLUMNS = [
     "msgrate_per_s",
     "algbw_GBps",
     "busbw_GBps",
+    "bw_p50_MBps",
+    "bw_p99_MBps",
+    "rank_spread",
+    "congestor_MBps",
+    "cif_mean",
+    "cif_p99",
     "validation",
     "status",
     "note",
 ]
 UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")  # a measured column's name ends in its unit
-NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)}
+# Ratios without a unit: the congestion impact factors (above 1 is worse) and the slowest canary rank's mean over
+# the fastest's.
+RATIOS = {"cif_mean", "cif_p99", "rank_spread"}
+NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)} | RATIOS
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
-INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu"}
+INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu", "canaries", "congestors"}
 # The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
 # 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
 # 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
-# 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU.
-SCHEMA_VERSION = 4
+# 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU;
+# 5: a congestion row carries its canary test and congestor pattern, their rank counts, the canary's bandwidth
+#    percentiles and per-rank spread, the congestors' throughput and the congestion impact factors.
+SCHEMA_VERSION = 5
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
@@ -67,7 +82,7 @@ MEASURED = "ok"  # a measured row's status; every other status says why its size
 PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
 # schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
-# GPU-pair columns (no GPU pair rows then).
+# GPU-pair columns (no GPU pair rows then), schema 4 the congestion columns (no congestion rows then).
 OPTIONAL = {
     "run_id": "",
     "label": "",
@@ -83,7 +98,13 @@ OPTIONAL = {
     "dst_host": "",
     "src_gpu": "",
     "dst_gpu": "",
+    "canary": "",
+    "congestor": "",
+    "canaries": "",
+    "congestors": "",
 }
+# Measured columns an older table may lack (schema 4 and before: the congestion figures): NaN in its rows.
+OPTIONAL_NUMERIC = ("bw_p50_MBps", "bw_p99_MBps", "rank_spread", "congestor_MBps", "cif_mean", "cif_p99")
 
 
 def is_measured(status: object) -> bool:

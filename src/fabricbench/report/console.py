@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import ROW_ENDS, is_measured
+from fabricbench.report import congestion
 
 
 def _given(value) -> bool:
@@ -58,13 +59,17 @@ def _layout(kernel_name: str, columns: Iterable[str] = ()) -> list[tuple[str, st
 
 def header(transport: str, kernel_name: str, ranks: int, title: str, row_columns: Iterable[str] = ()) -> str:
     """A step's header; ``row_columns``: the columns its pattern adds to its rows."""
+    title = f" - {title}" if title else ""  # no MPI vendor to name in a peer run
+    if kernel_name == "congestion":
+        return f"# {transport} {kernel_name} on {ranks} ranks{title}\n{congestion.header()}"
     columns = _layout(kernel_name, row_columns)
     names = "".join(f"{h:>{w}}" for h, _, w in columns)
-    title = f" - {title}" if title else ""  # no MPI vendor to name in a peer run
     return f"# {transport} {kernel_name} on {ranks} ranks{title}\n#{names[1:]}"
 
 
 def line(row: dict) -> str:
+    if row.get("kernel") == "congestion":
+        return congestion.line(row)
     if not is_measured(row.get("status", "")):
         size = row.get("size_B")
         where = f"{size} B: " if size is not None else ""

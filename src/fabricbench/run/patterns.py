@@ -21,11 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabricbench.control import allgather_json
-from fabricbench.errors import PeerError, Unsupported
+from fabricbench.errors import PeerError, Unsupported, UsageError
+from fabricbench.measure import congestion
+from fabricbench.measure.congestion import Placement, Role, Test
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import Plan
-from fabricbench.measure.rows import Loop, Timing, measured_row, rank_summary, timed_row
-from fabricbench.measure.stats import latency_stats
+from fabricbench.measure.rows import Loop, Timing, base_row, measured_row, rank_summary, timed_row
+from fabricbench.measure.schema import MEASURED
+from fabricbench.measure.stats import across_ranks, latency_stats
 from fabricbench.measure.verdict import per_node, phases
 from fabricbench.transports.base import Case, Transport
 
@@ -43,6 +46,8 @@ class Phase:
     send_to: int | None = None  # all-pairs: the rank this one sends to, its samples timing that pair
     recv_from: int | None = None  # all-pairs: the rank this one receives from
     route: tuple[int, int] | None = None  # GPU routes: the (source, destination) GPUs of Transport.routes
+    canary: Test | None = None  # congestion: the canary test timed in this phase
+    congestor: Test | None = None  # congestion: the congestor pattern running meanwhile (congestion.NONE: none)
 
 
 @dataclass
@@ -231,12 +236,137 @@ class AllPairs(Pattern):
         return sorted(rows, key=lambda row: (row["src_rank"], row["dst_rank"]))
 
 
+# What every rank sends rank 0 after a congestion phase, then (canaries) its samples: its role (ROLES), the agreed
+# iterations, its validation, and (congestors) the bytes it moved while its group was confirmed running, and for
+# how long.
+CONGESTION_SUMMARY = ("role", "iterations", "valid", "moved_bytes", "active_ns")
+IDLE, CANARY, CONGESTOR = 0.0, 1.0, 2.0
+CANARY_SAMPLES = {"rr-latency": "rtt/2", "rr-bw": "window", "allreduce": "op"}  # the row's sample column
+PLACEMENT_KEY = "_congestion_placement"  # a row's private field: the reporter moves it into the metadata
+
+
+class Congestion(Pattern):
+    """GPCNeT's test: the ranks split into canaries and congestors (measure.congestion.place), then for the
+    isolated phase and each congestor pattern, each canary test timed on the canaries while the pattern runs on
+    the congestors (``Transport.congestion_case``: the congestors confirm they run before the first sample and stop
+    after the last). One row per (canary test, congestor) from the canaries' exact samples, with the congestors'
+    throughput and the congestion impact factor against the isolated row."""
+
+    columns = ("canary", "congestor", "canaries", "congestors", "bw_p50_MBps", "bw_p99_MBps", "rank_spread")
+    columns += ("congestor_MBps", "cif_mean", "cif_p99")
+
+    def __init__(self, ctrl, transport: Transport, kernel: Kernel, size: int, plan: Plan):
+        super().__init__(ctrl, transport, kernel, size, plan)
+        self.canary_tests = plan.congestion.canary_tests()
+        self.congestor_tests = plan.congestion.congestor_tests()
+        self.placement: Placement | None = None
+        self.hosts: list[str] = []
+        self.methods: dict[str, tuple[str, str]] = {}  # rank 0: each phase's (canary method, congestor method)
+
+    def phases(self) -> list[Phase]:
+        """Collective: every rank's host, the placement, then (isolated and each congestor) x each canary test;
+        Unsupported on every rank alike when the ranks (hosts, --per-node) cannot hold them."""
+        ctrl, options = self.ctrl, self.plan.congestion
+        self.hosts = [str(r.get("host", "")) for r in allgather_json(ctrl, {"host": socket.gethostname()}, "hosts")]
+        placement = congestion.place(self.hosts, self.plan.pairs.per_node, options.canary_fraction, options.seed)
+        try:
+            units = len(placement.canaries) + len(placement.congestors)
+            congestion.check_units(units, options.canary_fraction, self.congestor_tests, placement.units)
+        except UsageError as exc:
+            raise Unsupported(str(exc)) from None
+        self.placement = placement
+        found = []
+        for congestor in (Test(congestion.NONE, 0), *self.congestor_tests):
+            for canary in self.canary_tests:
+                what = f"{self.transport.name} congestion: {canary.name} with {congestor.name}"
+                found.append(Phase(what, canary=canary, congestor=congestor))
+        return found
+
+    def role(self, phase: Phase, rank: int) -> Role:
+        placement = self.placement
+        return Role(rank, phase.canary, placement.canaries, congestion.groups(placement, phase.congestor))
+
+    def case(self, phase: Phase) -> Case:
+        role = self.role(phase, self.ctrl.rank)
+        case = self.transport.congestion_case(role)
+        said = {"canary": case.method if role.is_canary else "", "congestor": case.method if role.group else ""}
+        table = self.ctrl.gather_json(said)
+        if table is not None:  # rank 0: how the canaries and the congestors ran, for the row
+            pick = [next((str(r.get(k, "")) for r in table if r.get(k)), "") for k in ("canary", "congestor")]
+            self.methods[phase.what] = (pick[0], pick[1])
+        return case
+
+    def summary(self, timed: Timed) -> np.ndarray:
+        role = self.role(timed.phase, self.ctrl.rank)
+        kind = CANARY if role.is_canary else CONGESTOR if role.group else IDLE
+        vector = np.full(len(CONGESTION_SUMMARY) + timed.iterations, math.nan)
+        moved, active = getattr(timed.case, "moved_bytes", math.nan), getattr(timed.case, "active_ns", math.nan)
+        vector[: len(CONGESTION_SUMMARY)] = (kind, timed.iterations, timed.valid, moved, active)
+        if kind == CANARY:
+            vector[len(CONGESTION_SUMMARY) : len(CONGESTION_SUMMARY) + len(timed.samples)] = timed.samples
+        return vector
+
+    def rows(self, timed: list[Timed], warmup: int) -> list[dict]:
+        isolated: dict[str, dict] = {}
+        rows = []
+        for each in timed:
+            row = self._row(each, warmup, isolated)
+            rows.append(row)
+        if rows:
+            rows[0][PLACEMENT_KEY] = self.placement.metadata(self.hosts)
+        return rows
+
+    def _row(self, timed: Timed, warmup: int, isolated: dict[str, dict]) -> dict:
+        canary, congestor = timed.phase.canary, timed.phase.congestor
+        table, head = timed.gathered, len(CONGESTION_SUMMARY)
+        canaries, congestors = table[table[:, 0] == CANARY], table[table[:, 0] == CONGESTOR]
+        per_rank = [vector[head : head + int(vector[1])] for vector in canaries]
+        figures = congestion.canary_figures(canary.name, canary.size, per_rank)
+        if congestor.name == congestion.NONE:
+            isolated[canary.name] = figures
+        alone = isolated.get(canary.name)
+        row = base_row(self.plan, self.transport.name, self.kernel, canary.size, len(table), self.transport.buffer)
+        pooled = np.concatenate(per_rank) if per_rank else np.zeros(0)
+        divisor = 2 if canary.name == "rr-latency" else 1
+        row.update(latency_stats(pooled, divisor))  # rr-bw: the time of a whole sample, barrier and windows
+        row.update(across_ranks(np.array([p.mean() for p in per_rank]) / 1000.0 / divisor) if per_rank else {})
+        method, congestor_method = self.methods.get(timed.phase.what, ("", ""))
+        valid = table[:, 2]
+        row.update(
+            canary=canary.name,
+            congestor=congestor.name,
+            canaries=len(canaries),
+            congestors=len(congestors),
+            sample=CANARY_SAMPLES[canary.name],
+            method=method,
+            iterations=timed.iterations,
+            warmup=warmup,
+            window=congestion.RR_BW_WINDOW if canary.name == "rr-bw" else 0,
+            rank_spread=figures["rank_spread"],
+            validation="off" if (valid == -1).all() else ("fail" if (valid == 0).any() else "pass"),
+            status=MEASURED,
+            note=f"congestors: {congestor_method}" if congestor_method else "",
+        )
+        if canary.name == "rr-bw":
+            row.update(bw_MBps=figures["mean"], bw_p50_MBps=figures["p50"], bw_p99_MBps=figures["p99"])
+        if len(congestors):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rates = congestors[:, 3] / congestors[:, 4] * 1e3  # bytes per ns to MB/s (10^6 B/s)
+            rates = rates[np.isfinite(rates)]
+            row["congestor_MBps"] = float(rates.sum()) if len(rates) else math.nan
+        if alone is not None and congestor.name != congestion.NONE:
+            row["cif_mean"] = congestion.impact(canary.name, alone["mean"], figures["mean"])
+            row["cif_p99"] = congestion.impact(canary.name, alone["p99"], figures["p99"])
+        return row
+
+
 PATTERNS: dict[str, type[Pattern]] = {
     "one-pair": Pattern,
     "concurrent-pairs": Pattern,
     "all": Pattern,
     "all-pairs": AllPairs,
     "gpu-routes": GpuRoutes,
+    "congestion": Congestion,
 }
 
 

@@ -11,9 +11,10 @@ import os
 
 from fabricbench import transports
 from fabricbench.errors import UsageError
+from fabricbench.measure.congestion import check_units
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.memory import check_memory, local_rank_count
-from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step, kernel_sizes
+from fabricbench.measure.plan import AllPairsOptions, CongestionOptions, OsuColumns, Plan, Step, kernel_sizes
 from fabricbench.measure.results import RUN_ID_VAR, new_run_id
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
@@ -36,6 +37,7 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     run_id = os.environ.get(RUN_ID_VAR) or new_run_id()
     progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
     pairs = _pairs_options(args, steps)
+    congested = _congestion_options(args, steps, ranks)
     plan = Plan(
         steps=steps,
         iterations=args.iterations,
@@ -50,6 +52,7 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
         output_format="none" if pairs.json else args.output_format,  # --json: stdout holds the verdict alone
         osu=_osu_columns(args, steps),
         pairs=pairs,
+        congestion=congested,
         progress=progress,
         transport_options=options,
         repeat=args.repeat,
@@ -112,6 +115,21 @@ def _pairs_options(args: argparse.Namespace, steps: list[Step]) -> AllPairsOptio
     if args.peer and (args.schedule != AllPairsOptions.schedule or args.per_node):
         raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
     return AllPairsOptions(args.schedule, args.per_node, args.outlier_z, args.outlier_floor / 100, args.json)
+
+
+def _congestion_options(args: argparse.Namespace, steps: list[Step], ranks: int) -> CongestionOptions:
+    """The congestion kernel's settings, checked, with the launched ranks enough for its canaries and every
+    congestor pattern (hosts are counted at run time under --per-node); the defaults when it is not run."""
+    congestion = [s for s in steps if s.kernel_def.pattern == "congestion"]
+    options = CongestionOptions(args.canaries, args.congestors, args.canary_fraction, args.congestion_seed)
+    if not congestion:
+        return CongestionOptions()
+    options.check()
+    if args.output_format == "osu":
+        raise UsageError("the congestion kernel has no OSU text layout: use --format table or none")
+    if not args.per_node and any(s.kernel in transports.supported_kernels(s.transport) for s in congestion):
+        check_units(ranks, options.canary_fraction, options.congestor_tests())
+    return options
 
 
 def _osu_columns(args: argparse.Namespace, steps: list[Step]) -> OsuColumns:

@@ -19,8 +19,8 @@ from fabricbench.measure.results import (
     write_parquet,
 )
 from fabricbench.measure.schema import PREVIOUS_RUNS
-from fabricbench.report import console, osu
-from fabricbench.run.patterns import pattern_of
+from fabricbench.report import congestion, console, osu
+from fabricbench.run.patterns import PLACEMENT_KEY, pattern_of
 
 
 class Reporter:
@@ -45,6 +45,7 @@ class Reporter:
         self.writer = TableWriter(out_dir)
         self.failed_validation = 0
         self.pair_rows: list[dict] = []  # the all-pairs kernels' rows, for the verdict at the end
+        self.congestion_rows: list[dict] = []  # the congestion kernel's rows, for the key results at the end
         self._osu_columns = osu.Columns.from_plan(plan)
         try:
             write_metadata(out_dir, metadata | {"complete": False})
@@ -77,7 +78,11 @@ class Reporter:
 
     def add_transport(self, name: str, metadata: dict) -> None:
         """A transport's own facts (devices, settings), written to metadata.json at once."""
-        self.metadata.setdefault("transports", {})[name] = metadata
+        self._add_metadata("transports", {**self.metadata.get("transports", {}), name: metadata})
+
+    def _add_metadata(self, key: str, value) -> None:
+        """One more entry of metadata.json, written at once."""
+        self.metadata[key] = value
         if self.failure:
             return
         try:
@@ -103,6 +108,9 @@ class Reporter:
     def row(self, row: dict) -> None:
         if self.failure:
             return
+        placement = row.pop(PLACEMENT_KEY, None)
+        if placement is not None:  # where the congestion kernel put its canaries and congestors
+            self._add_metadata("congestion", placement)
         try:
             self.writer.append(row)
         except ResultsError as exc:
@@ -111,6 +119,8 @@ class Reporter:
         self.failed_validation += row.get("validation") == "fail"
         if row.get("src_rank") not in (None, ""):
             self.pair_rows.append(row)
+        if row.get("kernel") == "congestion":
+            self.congestion_rows.append(row)
         self._print(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else console.line(row))
 
     def advance(self, sizes: int) -> None:
@@ -141,6 +151,8 @@ class Reporter:
             return
         if self.pair_rows:
             self._pairs_verdict()
+        for line in congestion.key_results(self.congestion_rows):
+            self._print(line)
         if self.failed_validation:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
         if self.plan.output_format != "none":

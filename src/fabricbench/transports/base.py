@@ -17,6 +17,7 @@ import numpy as np
 
 from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.measure.buffers import EMPTY, POISON
+from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.buffer_place import HOST, BufferPlace
 from fabricbench.transports.options import OptionGroup
@@ -139,6 +140,13 @@ class Transport:
         """A GPU-routes kernel's (source, destination) GPUs, one phase and one row each, alike on every rank
         (``fabricbench.run.patterns.GpuRoutes``). Raises Unsupported on every rank alike where there are none."""
         raise Unsupported(f"{self.name} has no GPU routes")
+
+    def congestion_case(self, role: Role) -> Case:
+        """The congestion kernel's case for one phase (``fabricbench.run.patterns.Congestion``), called on every rank
+        in the same order, so it may make collective calls: a canary's timed test (its samples speak for the row),
+        a congestor's pattern run until the canaries' leader says stop (``moved_bytes`` and ``active_ns`` set after
+        each run), or nothing for a rank with neither part. Raises Unsupported on every rank alike."""
+        raise Unsupported(f"{self.name} has no congestion loops")
 
     def reference_row(self, kernel: Kernel, size: int) -> dict | None:
         """A self-timed transport's row for one size, on rank 0 (None elsewhere); every rank calls it."""
