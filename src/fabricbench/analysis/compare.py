@@ -306,12 +306,38 @@ def all_pairs_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
     return tidy[~pairs].reset_index(drop=True), True
 
 
+def congestion_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
+    """The congestion kernel's rows (one per canary test and congestor) are shown as GPCNeT's key results per
+    series, and drawn with --out as impact-factor bars beside the isolated and congested figures, not compared
+    size by size: the rows left to compare, and whether there were any."""
+    from fabricbench.report.congestion import key_results
+
+    rows = tidy["kernel"] == "congestion"
+    if not rows.any():
+        return tidy, False
+    for (letter, name), group in tidy[rows].groupby(["letter", "series"], sort=False):
+        lines = key_results(group.to_dict("records"))
+        print(f"# {letter} ({name}): " + ("" if lines else "no congested row measured"), flush=True)
+        for line in lines:
+            print(line, flush=True)
+    if out_dir:
+        from fabricbench.analysis.plots import write_congestion_plot
+
+        written = write_congestion_plot(tidy[rows], out_dir)
+        print(f"# wrote {written.name} in {out_dir}/ (congestion impact)", file=sys.stderr)
+    else:
+        print(f"# {int(rows.sum())} congestion rows: --out DIR draws their impact factors", file=sys.stderr)
+    return tidy[~rows].reset_index(drop=True), True
+
+
 def compare(paths: list[str], out: str | None = None, metric_names: list[str] | None = None) -> int:
     """The subcommand: print the comparison, and write CSV and PNGs when asked."""
     metrics = parse_metrics(metric_names)
     out_dir = prepare_out_dir(out) if out else None
     series, tidy, notes = split_series(paths)
     tidy, drawn = all_pairs_apart(tidy, out_dir)
+    tidy, congested = congestion_apart(tidy, out_dir)
+    drawn = drawn or congested
     chosen = kernel_metrics(tidy, metrics)
     if not chosen and drawn:
         return 0

@@ -255,8 +255,9 @@ def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str
         series.append(Series(letter, unique, path, run_id, transport, buffer, metadata))
         rows = by_rank_count(rows)
         measured = rows[comparable(rows)]
-        # An all-pairs kernel has a row per (source, destination) rank or GPU at each size: those are not repeats.
-        unique_by = [*KEY, "repeat", "src_rank", "dst_rank", "src_gpu", "dst_gpu"]
+        # An all-pairs kernel has a row per (source, destination) rank or GPU at each size, and the congestion
+        # kernel one per (canary test, congestor): those are not repeats.
+        unique_by = [*KEY, "repeat", "src_rank", "dst_rank", "src_gpu", "dst_gpu", "canary", "congestor"]
         repeated = measured.duplicated(unique_by, keep="last").reindex(rows.index, fill_value=False)
         if repeated.any():
             notes.append(f"{letter} holds {int(repeated.sum())} repeated (kernel, size) rows; the last of each is used")

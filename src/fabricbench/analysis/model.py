@@ -38,6 +38,7 @@ DEFAULT_RANKS = [2**k for k in range(1, 17)] + [100_000]
 STATISTICS = {"typical": ("lat_p50_us", "bw_MBps"), "best": ("lat_min_us", "bw_peak_MBps")}
 ALGORITHMS = ("ring", "recursive-doubling", "double-binary-tree")
 MODEL_CSV, PROJECTION_CSV, MEASURED_CSV = "model.csv", "projection.csv", "allreduce_vs_model.csv"
+CONGESTION_CSV = "congestion_projection.csv"
 FIT_PNG, PROJECTION_PNG = "fit.png", "projection.png"
 
 
@@ -243,6 +244,41 @@ def project(alpha_us: float, beta_GBps: float, size_B: int, ranks: list[int]) ->
     return rows
 
 
+def congested_parameters(rows: list[dict]) -> list[dict]:
+    """α and β of each phase of one congestion run (isolated first, then each congestor pattern): α the canaries'
+    mean one-way rr-latency (µs), β their mean rr-bw rate (GB/s, what a rank sends to its two neighbours per
+    second). [] without both canary tests measured isolated; a congestor lacking either keeps the isolated one,
+    said in ``from``."""
+    by = {(r.get("canary"), r.get("congestor")): r for r in rows if r.get("kernel") == "congestion"}
+    base_alpha = _positive(by.get(("rr-latency", "none"), {}).get("lat_mean_us"))
+    base_beta = _positive(by.get(("rr-bw", "none"), {}).get("bw_MBps")) / 1e3
+    if math.isnan(base_alpha) or math.isnan(base_beta):
+        return []
+    congestors = list(dict.fromkeys(c for (_, c) in by if c and c != "none"))
+    out = [{"congestor": "none", "alpha_us": base_alpha, "beta_GBps": base_beta, "from": "isolated canaries"}]
+    for congestor in congestors:
+        alpha = _positive(by.get(("rr-latency", congestor), {}).get("lat_mean_us"))
+        beta = _positive(by.get(("rr-bw", congestor), {}).get("bw_MBps")) / 1e3
+        kept = [name for name, value in (("alpha", alpha), ("beta", beta)) if math.isnan(value)]
+        out.append(
+            {
+                "congestor": congestor,
+                "alpha_us": base_alpha if math.isnan(alpha) else alpha,
+                "beta_GBps": base_beta if math.isnan(beta) else beta,
+                "from": "congested canaries" + (f" (isolated {' and '.join(kept)})" if kept else ""),
+            }
+        )
+    return out
+
+
+def _positive(value) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return value if value > 0 and math.isfinite(value) else math.nan
+
+
 # --- the command ---------------------------------------------------------------------------------------------------
 
 
@@ -259,6 +295,7 @@ class Model:
     beta_from: str
     allreduce: list[dict]
     points: dict[str, tuple[np.ndarray, np.ndarray]]
+    congestion: list[dict] = ()  # congested_parameters of the series' congestion rows
 
     @property
     def usable(self) -> bool:
@@ -303,7 +340,9 @@ def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") ->
                 for r in measured.itertuples()
             ]
             name = f"{label} {transport}" + (f" ({buffer} buffers)" if buffer != "host" else "")
-            models.append(Model(name, transport, fits, alpha, beta, alpha_from, beta_from, allreduce, points))
+            congested = congested_parameters(rows.to_dict("records"))
+            model = Model(name, transport, fits, alpha, beta, alpha_from, beta_from, allreduce, points, congested)
+            models.append(model)
     return models
 
 
@@ -349,9 +388,11 @@ def model(
         f"bootstrap resamples (seed {seed}); alpha in us, beta in GB/s (10^9 B/s), n1/2 = alpha*beta in bytes; "
         f"{statistic} figures: latency {STATISTICS[statistic][0]}, bw {STATISTICS[statistic][1]}"
     )
-    fit_rows, projection_rows, measured_rows = [], [], []
+    fit_rows, projection_rows, measured_rows, congestion_rows = [], [], [], []
     for m in models:
         print(f"\n{m.name}")
+        if m.congestion:
+            congestion_rows += _print_congestion(m, size, ranks)
         if not m.fits:
             print(f"  no fit: fewer than {MIN_FIT_SIZES} measured sizes of latency or bw")
         for kernel, segments in m.fits.items():
@@ -392,9 +433,35 @@ def model(
                     f"{_time(point['measured_us'])}; {', '.join(errors)}"
                 )
     if out:
-        written = _write(out, models, fit_rows, projection_rows, measured_rows, size)
+        written = _write(out, models, fit_rows, projection_rows, measured_rows, size, congestion_rows)
         print(f"\nwritten: {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _print_congestion(m: Model, size: int, ranks: list[int]) -> list[dict]:
+    """The allreduce projection with α and β from the congestion run's isolated canaries and from each congestor's
+    congested ones: the ring's time per rank count, and congested / isolated. Returns the rows for the CSV."""
+    print("  congestion: alpha from the canaries' rr-latency mean (one-way), beta from their rr-bw mean rate")
+    for p in m.congestion:
+        print(f"    {p['congestor']:<12} alpha {_g(p['alpha_us'])} us, beta {_g(p['beta_GBps'])} GB/s ({p['from']})")
+    base = m.congestion[0]
+    rows = []
+    for p in m.congestion:
+        for r in project(p["alpha_us"], p["beta_GBps"], size, ranks):
+            isolated = allreduce_time_us(r["algorithm"], r["ranks"], size, base["alpha_us"], base["beta_GBps"])
+            rows.append({"series": m.name, "congestor": p["congestor"], **r, "vs_isolated": r["time_us"] / isolated})
+    congestors = [p["congestor"] for p in m.congestion]
+    print(f"  ring allreduce of {format_size(size)}, projected with each phase's alpha and beta (x: / isolated)")
+    print(f"  {'ranks':>8}" + "".join(f"{('isolated' if c == 'none' else c):>24}" for c in congestors))
+    ring = {(r["congestor"], r["ranks"]): r for r in rows if r["algorithm"] == "ring"}
+    for count in ranks:
+        cells = []
+        for c in congestors:
+            r = ring[c, count]
+            ratio = "" if c == "none" else f" ({r['vs_isolated']:.2f}x)"
+            cells.append(f"{_time(r['time_us']) + ratio:>24}")
+        print(f"  {count:>8}" + "".join(cells))
+    return rows
 
 
 def _print_projection(rows: list[dict], size: int, ranks: list[int]) -> None:
@@ -410,15 +477,29 @@ def _print_projection(rows: list[dict], size: int, ranks: list[int]) -> None:
         print(f"  {count:>8}{cells}")
 
 
-def _write(out: str, models: list[Model], fits: list[dict], projection: list[dict], measured: list[dict], size: int):
-    """model.csv, projection.csv, allreduce_vs_model.csv (when there are measured rows), fit.png, projection.png."""
+def _write(
+    out: str,
+    models: list[Model],
+    fits: list[dict],
+    projection: list[dict],
+    measured: list[dict],
+    size: int,
+    congestion: list[dict] = (),
+):
+    """model.csv, projection.csv, allreduce_vs_model.csv (when there are measured rows), congestion_projection.csv
+    (when a congestion run was given), fit.png, projection.png."""
     import pandas as pd
 
     from fabricbench.measure.results import prepare_out_dir
 
     folder = prepare_out_dir(out)
     written = []
-    for name, rows in ((MODEL_CSV, fits), (PROJECTION_CSV, projection), (MEASURED_CSV, measured)):
+    for name, rows in (
+        (MODEL_CSV, fits),
+        (PROJECTION_CSV, projection),
+        (MEASURED_CSV, measured),
+        (CONGESTION_CSV, congestion),
+    ):
         if rows:
             pd.DataFrame(rows).to_csv(folder / name, index=False)
             written.append(folder / name)

@@ -286,3 +286,52 @@ def _box_slow_pairs(ax, group: pd.DataFrame, place: dict) -> None:
         if src in place and dst in place:
             corner = (place[dst] - 0.5, place[src] - 0.5)
             ax.add_patch(Rectangle(corner, 1, 1, fill=False, edgecolor="red", linewidth=2))
+
+
+def write_congestion_plot(rows: pd.DataFrame, out: Path) -> Path:
+    """``congestion.png``: for each (series, transport), the congestion impact factor of every canary test under
+    each congestor pattern as bars (the mean solid, the 99th percentile hatched; 1 is no effect), and beside it a
+    panel per canary test with its isolated and congested figures: p50 to p99 as a line, the mean as a dot."""
+    from fabricbench.measure.congestion import CANARY_TITLES, CANARY_UNITS, NONE
+
+    rows = rows[comparable(rows)]
+    groups = list(rows.groupby(["series", "transport"], sort=False))
+    canaries = list(dict.fromkeys(rows["canary"]))
+    cols = 1 + len(canaries)
+    fig = Figure(figsize=(4.6 * cols, 4.2 * max(1, len(groups))), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(max(1, len(groups)), cols, squeeze=False)
+    for line, ((series, transport), group) in zip(axes, groups, strict=False):
+        congestors = [c for c in dict.fromkeys(group["congestor"]) if c != NONE]
+        ax, width = line[0], 0.8 / max(1, len(congestors))
+        for index, congestor in enumerate(congestors):
+            of = group[group["congestor"] == congestor].set_index("canary").reindex(canaries)
+            places = np.arange(len(canaries)) + (index - (len(congestors) - 1) / 2) * width
+            bars = ax.bar(places, of["cif_mean"], width * 0.9, label=congestor)
+            colour = bars.patches[0].get_facecolor() if bars.patches else None
+            ax.bar(places, of["cif_p99"], width * 0.45, color="none", edgecolor=colour, hatch="///")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(canaries)), [CANARY_TITLES.get(c, c) for c in canaries], fontsize="small")
+        ax.set_ylabel("congestion impact factor (x; hatched: 99th percentile)")
+        ax.set_title(f"{series}: {transport}", fontsize="medium")
+        if congestors:
+            ax.legend(fontsize="small")
+        for ax, canary in zip(line[1:], canaries, strict=True):
+            of = group[group["canary"] == canary]
+            order = [NONE, *congestors]
+            of = of.set_index("congestor").reindex(order)
+            if canary == "rr-bw":
+                mean, p50, p99 = of["bw_MBps"], of["bw_p50_MBps"], of["bw_p99_MBps"]
+            else:
+                mean, p50, p99 = of["lat_mean_us"], of["lat_p50_us"], of["lat_p99_us"]
+            places = np.arange(len(order))
+            ax.vlines(places, p50, p99, linewidth=3, color="tab:blue", label="p50 to p99")
+            ax.plot(places, mean, "o", color="tab:orange", label="mean")
+            ax.set_xticks(places, ["isolated" if c == NONE else c for c in order], rotation=30, fontsize="small")
+            unit = "MB/s, MB = 10⁶ B" if CANARY_UNITS.get(canary) == "MB/s" else "µs"
+            ax.set_ylabel(f"{CANARY_TITLES.get(canary, canary)} ({unit})")
+            ax.legend(fontsize="x-small")
+    fig.suptitle("fabricbench congestion: canaries alone and beside each congestor pattern", fontsize="large")
+    path = out / "congestion.png"
+    fig.savefig(path, dpi=90)
+    return path

@@ -28,11 +28,12 @@ from pathlib import Path
 
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
+from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, NONE
 from fabricbench.measure.formatting import format_size
 from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.verdict import slow_host
 
-FIELDS = ("transport", "kernel", "size", "buffer", "optional", "name")
+FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "optional", "name")
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
 BOUNDS = ("min", "max")
 # The signals a run ends by: check passes its exit code on instead of judging a cut run.
@@ -89,10 +90,16 @@ class Threshold:
     limits: tuple[Limit, ...] = ()
     optional: bool = False
     name: str = ""
+    canaries: tuple[str, ...] = ()  # the congestion kernel's rows of these canary tests only (): all
+    congestors: tuple[str, ...] = ()  # and of these congestor patterns only
 
     def covers(self, row: dict) -> bool:
         size = row.get("size_B")
         if row.get("transport") not in self.transports or row.get("kernel") not in self.kernels:
+            return False
+        if self.canaries and row.get("canary") not in self.canaries:
+            return False
+        if self.congestors and row.get("congestor") not in self.congestors:
             return False
         if self.buffer is not None and row.get("buffer", "host") != self.buffer:
             return False
@@ -117,7 +124,9 @@ class Threshold:
             high = format_size(self.size_max) if self.size_max is not None else ""
             sizes = f"{low or '0 B'}-{high}" if high else f"{low} and up"
         buffer = f" {self.buffer} buffers" if self.buffer else ""
-        return f"{','.join(self.transports)} {','.join(self.kernels)} {sizes}{buffer}"
+        tests = f" canary {','.join(self.canaries)}" if self.canaries else ""
+        tests += f" with {','.join(self.congestors)}" if self.congestors else ""
+        return f"{','.join(self.transports)} {','.join(self.kernels)} {sizes}{buffer}{tests}"
 
 
 @dataclass
@@ -313,6 +322,10 @@ def parse_thresholds(text: str, source: str, transports: Iterable[str], kernels:
                     values["kernels"] = _names(value, "kernel", kernels)
                 elif name == "size":
                     values["size_min"], values["size_max"] = parse_size(value)
+                elif name == "canary":
+                    values["canaries"] = _names(value, "canary test", CANARIES)
+                elif name == "congestor":
+                    values["congestors"] = _names(value, "congestor pattern", [*CONGESTORS, MIX, NONE])
                 elif name in ("buffer", "name"):
                     if not isinstance(value, str) or not value:
                         raise ValueError(f"must be a non-empty string, got {value!r}")
@@ -400,6 +413,8 @@ def row_name(row: dict) -> str:
         text += f" {row['src_host']} -> {row['dst_host']} ({detail})"
     elif is_gpu_route(row):
         text += f" {row.get('src_host', '')} GPU {_rank(row['src_gpu'])} -> GPU {_rank(row.get('dst_gpu'))}"
+    elif row.get("canary"):
+        text += f" {row['canary']} with {row.get('congestor', '')}"
     if str(row.get("repeat", "0")) not in ("0", "0.0", ""):
         text += f" repeat {_rank(row['repeat'])}"
     return text
