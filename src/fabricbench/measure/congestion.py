@@ -10,6 +10,7 @@ a transport's ``congestion_case`` runs a rank's part of one.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -116,15 +117,17 @@ def needed_congestors(congestors: Sequence[Test]) -> int:
 
 
 def check_units(units: int, fraction: float, congestors: Sequence[Test], what: str = "ranks") -> None:
-    """UsageError, in one line, where ``units`` ranks (or hosts) cannot hold the canaries and the congestors."""
-    canaries = canary_count(units, fraction)
+    """UsageError, in one line, where ``units`` ranks (or hosts) cannot hold the canaries and the congestors; it
+    names the fewest that can."""
     need = needed_congestors(congestors)
-    if units - canaries < need:
-        mix = " (mix runs the four patterns at once, a quarter of the congestors each)" if need > MIN_GROUP else ""
-        raise UsageError(
-            f"congestion needs at least {MIN_CANARIES + need if canaries == MIN_CANARIES else canaries + need} {what}: "
-            f"{canaries} canaries at --canary-fraction {fraction:g} and {need} congestors{mix}; got {units}"
-        )
+    if units - canary_count(units, fraction) >= need:
+        return
+    least = next(u for u in itertools.count(MIN_CANARIES + need) if u - canary_count(u, fraction) >= need)
+    mix = " (mix runs the four patterns at once, a quarter of the congestors each)" if need > MIN_GROUP else ""
+    raise UsageError(
+        f"congestion needs at least {least} {what}: {canary_count(least, fraction)} canaries at --canary-fraction "
+        f"{fraction:g} and {need} congestors{mix}; got {units}"
+    )
 
 
 def place(hosts: Sequence[str], per_node: bool, fraction: float, seed: int) -> Placement:

@@ -1,0 +1,159 @@
+"""The congestion kernel's pure parts: placement, roles, refusals, the figures and impact factors, the key-results
+table, the thresholds that select its rows, and the model's alpha and beta per phase. No process."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fabricbench.analysis.model import congested_parameters
+from fabricbench.analysis.thresholds import parse_thresholds
+from fabricbench.errors import UsageError
+from fabricbench.measure import congestion
+from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, Role, Test
+from fabricbench.measure.kernels import KERNELS
+from fabricbench.measure.plan import CongestionOptions
+from fabricbench.report.congestion import key_results, line
+
+
+def test_placement_is_the_seeds_shuffle_every_rank_takes_part_and_the_canaries_are_a_fifth_at_least_two():
+    hosts = [f"h{r // 2}" for r in range(12)]  # two ranks a host
+    placement = congestion.place(hosts, False, 0.2, seed=7)
+    assert placement == congestion.place(hosts, False, 0.2, seed=7)  # the same on every rank
+    assert placement != congestion.place(hosts, False, 0.2, seed=8)
+    assert len(placement.canaries) == 2 and len(placement.congestors) == 10 and placement.idle == ()
+    assert sorted(placement.canaries + placement.congestors) == list(range(12))
+    assert len(congestion.place(hosts * 5, False, 0.2, 1).canaries) == 12  # a fifth of 60
+    meta = placement.metadata(hosts)
+    assert meta["seed"] == 7 and meta["placed_by"] == "ranks"
+    assert set(meta["canary_hosts"]) == {hosts[r] for r in placement.canaries}
+
+
+def test_per_node_places_hosts_and_leaves_every_other_rank_idle():
+    hosts = ["a", "a", "b", "b", "c", "c", "d", "d", "e", "e"]
+    placement = congestion.place(hosts, True, 0.2, seed=1)
+    assert sorted(placement.canaries + placement.congestors) == [0, 2, 4, 6, 8]
+    assert placement.idle == (1, 3, 5, 7, 9) and placement.units == "hosts"
+
+
+def test_too_few_ranks_for_the_canaries_and_a_pattern_is_refused_in_one_line():
+    congestion.check_units(4, 0.2, [Test("incast", 4096)])
+    with pytest.raises(UsageError) as refused:
+        congestion.check_units(3, 0.2, [Test("incast", 4096)])
+    assert str(refused.value) == (
+        "congestion needs at least 4 ranks: 2 canaries at --canary-fraction 0.2 and 2 congestors; got 3"
+    )
+    with pytest.raises(UsageError, match="needs at least 10 ranks: .* 8 congestors \\(mix runs the four"):
+        congestion.check_units(9, 0.2, [Test("incast", 4096), Test(MIX, 4096)])
+    congestion.check_units(10, 0.2, [Test(MIX, 4096)])
+    with pytest.raises(UsageError, match="needs at least 8 hosts: 6 canaries at --canary-fraction 0.8 and 2"):
+        congestion.check_units(6, 0.8, [Test("incast", 4096)], "hosts")
+
+
+def test_mix_splits_the_congestors_in_quarters_and_a_pattern_alone_takes_them_all():
+    placement = congestion.place(["h"] * 12, False, 0.2, seed=3)
+    (alone,) = congestion.groups(placement, Test("incast", 4096))
+    assert alone.ranks == placement.congestors and alone.pattern == "incast"
+    mixed = congestion.groups(placement, Test(MIX, 1024))
+    assert [g.pattern for g in mixed] == list(CONGESTORS)
+    assert [len(g.ranks) for g in mixed] == [3, 3, 2, 2] and all(g.size == 1024 for g in mixed)
+    assert sum((g.ranks for g in mixed), ()) == placement.congestors
+    assert congestion.groups(placement, Test(congestion.NONE, 0)) == ()
+
+
+def test_a_role_knows_its_ring_neighbours_and_its_group():
+    groups = congestion.groups(congestion.Placement((5, 1, 3), (0, 2, 4), (), "ranks", 1), Test("incast", 8))
+    role = Role(1, Test("rr-latency", 8), (5, 1, 3), groups)
+    assert role.is_canary and role.neighbours() == (5, 3) and role.group is None
+    assert Role(5, Test("rr-latency", 8), (5, 1, 3), groups).neighbours() == (3, 1)
+    assert Role(2, Test("rr-latency", 8), (5, 1, 3), groups).group.ranks == (0, 2, 4)
+    assert Role(4, Test("rr-bw", 8), (4, 6), ()).neighbours() == (6, 6)  # two canaries: both sides the other
+
+
+def test_tests_are_named_with_sizes_and_bad_ones_are_refused():
+    assert congestion.parse_tests("rr-latency, rr-bw:64K", CANARIES, "canary") == (
+        Test("rr-latency", 8),
+        Test("rr-bw", 65536),
+    )
+    assert congestion.parse_tests("mix:1K", CONGESTORS, "congestor", (MIX,)) == (Test(MIX, 1024),)
+    for text, message in (
+        ("rr-lat", "unknown canary 'rr-lat'; known: rr-latency, rr-bw, allreduce"),
+        ("rr-bw,rr-bw", "canary 'rr-bw' is named twice"),
+        ("rr-bw:0", "message size must be at least 1 B"),
+        ("allreduce:12", "for canary allreduce: a multiple of its 8-byte int64s"),
+        ("", "no canary named"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            congestion.parse_tests(text, CANARIES, "canary")
+    with pytest.raises(UsageError, match="bad --canary-fraction 1.0: above 0 and below 1"):
+        CongestionOptions(canary_fraction=1.0).check()
+
+
+def test_the_figures_pool_every_canarys_samples_exactly_and_the_impact_factor_is_worse_above_one():
+    fast, slow = np.full(100, 2000.0), np.full(100, 6000.0)  # ns per exchange
+    figures = congestion.canary_figures("rr-latency", 8, [fast, slow])
+    assert figures["mean"] == pytest.approx(2.0) and figures["samples"] == 200  # µs, half an exchange
+    assert figures["p99"] == pytest.approx(3.0) and figures["rank_spread"] == pytest.approx(3.0)
+    # rr-bw: 2 neighbours x 8 messages x 128 KiB a sample; the 99 % figure is the slow tail: the 1st percentile
+    sample = np.array([1e6] * 99 + [4e6])  # ns
+    bw = congestion.canary_figures("rr-bw", 131072, [sample])
+    assert bw["p50"] == pytest.approx(2 * 8 * 131072 / 1e-3 / 1e6)
+    assert bw["p99"] == pytest.approx(bw["p50"] / 4)
+    assert congestion.impact("rr-latency", 2.0, 5.0) == pytest.approx(2.5)
+    assert congestion.impact("rr-bw", 1000.0, 250.0) == pytest.approx(4.0)
+    # GPCNeT rounds both sides to one decimal first; exact samples do not: 1.04 -> 1.26 is 1.2115..., not 1.3/1.0
+    assert congestion.impact("allreduce", 1.04, 1.26) == pytest.approx(1.26 / 1.04)
+    assert math.isnan(congestion.impact("rr-latency", math.nan, 2.0))
+    assert math.isnan(congestion.canary_figures("allreduce", 8, [])["mean"])
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for congestor, factor in (("none", 1.0), ("incast", 3.0), ("all-to-all", 1.5)):
+        rows.append(
+            {"kernel": "congestion", "transport": "mpi", "status": "ok", "canary": "rr-latency", "size_B": 8,
+             "congestor": congestor, "lat_mean_us": 2.0 * factor, "lat_p50_us": 2.0 * factor,
+             "lat_p99_us": 4.0 * factor, "iterations": 100, "validation": "pass",
+             "cif_mean": math.nan if congestor == "none" else factor,
+             "cif_p99": math.nan if congestor == "none" else factor * 2}
+        )  # fmt: skip
+        rows.append(
+            {"kernel": "congestion", "transport": "mpi", "status": "ok", "canary": "rr-bw", "size_B": 131072,
+             "congestor": congestor, "bw_MBps": 1000.0 / factor, "bw_p50_MBps": 1000.0 / factor,
+             "bw_p99_MBps": 500.0 / factor, "iterations": 100, "validation": "pass",
+             "cif_mean": math.nan if congestor == "none" else factor, "cif_p99": math.nan}
+        )  # fmt: skip
+    return rows
+
+
+def test_the_key_results_table_has_a_column_pair_per_congestor_and_a_line_per_canary():
+    lines = key_results(_rows())
+    assert lines[0].startswith("# Congestion impact factor on mpi (GPCNeT's key results)")
+    assert lines[2].split() == ["#", "incast", "all-to-all"]
+    assert lines[3].split() == ["#", "canary", "test", "avg", "99%", "avg", "99%"]
+    assert lines[4].split()[-4:] == ["3.00x", "6.00x", "1.50x", "3.00x"]
+    assert lines[4].strip().startswith("RR Two-sided Lat (8 B)")
+    assert lines[5].strip().startswith("RR Two-sided BW+Sync (131072 B)") and lines[5].split()[-3] == "-"
+    assert key_results([r for r in _rows() if r["congestor"] == "none"]) == []  # nothing congested: no table
+    shown = line(_rows()[3])
+    assert "rr-bw" in shown and "333.33" in shown and "MB/s" in shown and "3.00x" in shown
+
+
+def test_check_selects_congestion_rows_by_canary_and_congestor():
+    text = '[[threshold]]\ntransport = "mpi"\nkernel = "congestion"\ncanary = "rr-latency"\ncongestor = "incast"\n'
+    (threshold,) = parse_thresholds(text + "max_cif_p99 = 5\n", "t.toml", ["mpi"], KERNELS)
+    covered = [row for row in _rows() if threshold.covers(row)]
+    assert [(r["canary"], r["congestor"]) for r in covered] == [("rr-latency", "incast")]
+    assert threshold.scope == "mpi congestion every size canary rr-latency with incast"
+    with pytest.raises(UsageError, match="field 'canary': unknown canary test 'rr-lat'"):
+        parse_thresholds(text.replace('"rr-latency"', '"rr-lat"') + "max_cif_p99 = 5\n", "t.toml", ["mpi"], KERNELS)
+
+
+def test_the_model_takes_alpha_and_beta_from_each_phase_of_a_congestion_run():
+    found = congested_parameters(_rows())
+    assert [p["congestor"] for p in found] == ["none", "incast", "all-to-all"]
+    assert found[0]["alpha_us"] == 2.0 and found[0]["beta_GBps"] == pytest.approx(1.0)
+    assert found[1]["alpha_us"] == 6.0 and found[1]["beta_GBps"] == pytest.approx(1 / 3)
+    assert congested_parameters([r for r in _rows() if r["canary"] == "rr-bw"]) == []
