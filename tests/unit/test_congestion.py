@@ -12,10 +12,12 @@ from fabricbench.analysis.model import congested_parameters
 from fabricbench.analysis.thresholds import parse_thresholds
 from fabricbench.errors import UsageError
 from fabricbench.measure import congestion
-from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, Role, Test
+from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, Role
 from fabricbench.measure.kernels import KERNELS
 from fabricbench.measure.plan import CongestionOptions
 from fabricbench.report.congestion import key_results, line
+
+Named = congestion.Test  # a canary test or congestor pattern; a name starting Test would be collected by pytest
 
 
 def test_placement_is_the_seeds_shuffle_every_rank_takes_part_and_the_canaries_are_a_fifth_at_least_two():
@@ -39,45 +41,45 @@ def test_per_node_places_hosts_and_leaves_every_other_rank_idle():
 
 
 def test_too_few_ranks_for_the_canaries_and_a_pattern_is_refused_in_one_line():
-    congestion.check_units(4, 0.2, [Test("incast", 4096)])
+    congestion.check_units(4, 0.2, [Named("incast", 4096)])
     with pytest.raises(UsageError) as refused:
-        congestion.check_units(3, 0.2, [Test("incast", 4096)])
+        congestion.check_units(3, 0.2, [Named("incast", 4096)])
     assert str(refused.value) == (
         "congestion needs at least 4 ranks: 2 canaries at --canary-fraction 0.2 and 2 congestors; got 3"
     )
     with pytest.raises(UsageError, match="needs at least 10 ranks: .* 8 congestors \\(mix runs the four"):
-        congestion.check_units(9, 0.2, [Test("incast", 4096), Test(MIX, 4096)])
-    congestion.check_units(10, 0.2, [Test(MIX, 4096)])
+        congestion.check_units(9, 0.2, [Named("incast", 4096), Named(MIX, 4096)])
+    congestion.check_units(10, 0.2, [Named(MIX, 4096)])
     with pytest.raises(UsageError, match="needs at least 8 hosts: 6 canaries at --canary-fraction 0.8 and 2"):
-        congestion.check_units(6, 0.8, [Test("incast", 4096)], "hosts")
+        congestion.check_units(6, 0.8, [Named("incast", 4096)], "hosts")
 
 
 def test_mix_splits_the_congestors_in_quarters_and_a_pattern_alone_takes_them_all():
     placement = congestion.place(["h"] * 12, False, 0.2, seed=3)
-    (alone,) = congestion.groups(placement, Test("incast", 4096))
+    (alone,) = congestion.groups(placement, Named("incast", 4096))
     assert alone.ranks == placement.congestors and alone.pattern == "incast"
-    mixed = congestion.groups(placement, Test(MIX, 1024))
+    mixed = congestion.groups(placement, Named(MIX, 1024))
     assert [g.pattern for g in mixed] == list(CONGESTORS)
     assert [len(g.ranks) for g in mixed] == [3, 3, 2, 2] and all(g.size == 1024 for g in mixed)
     assert sum((g.ranks for g in mixed), ()) == placement.congestors
-    assert congestion.groups(placement, Test(congestion.NONE, 0)) == ()
+    assert congestion.groups(placement, Named(congestion.NONE, 0)) == ()
 
 
 def test_a_role_knows_its_ring_neighbours_and_its_group():
-    groups = congestion.groups(congestion.Placement((5, 1, 3), (0, 2, 4), (), "ranks", 1), Test("incast", 8))
-    role = Role(1, Test("rr-latency", 8), (5, 1, 3), groups)
+    groups = congestion.groups(congestion.Placement((5, 1, 3), (0, 2, 4), (), "ranks", 1), Named("incast", 8))
+    role = Role(1, Named("rr-latency", 8), (5, 1, 3), groups)
     assert role.is_canary and role.neighbours() == (5, 3) and role.group is None
-    assert Role(5, Test("rr-latency", 8), (5, 1, 3), groups).neighbours() == (3, 1)
-    assert Role(2, Test("rr-latency", 8), (5, 1, 3), groups).group.ranks == (0, 2, 4)
-    assert Role(4, Test("rr-bw", 8), (4, 6), ()).neighbours() == (6, 6)  # two canaries: both sides the other
+    assert Role(5, Named("rr-latency", 8), (5, 1, 3), groups).neighbours() == (3, 1)
+    assert Role(2, Named("rr-latency", 8), (5, 1, 3), groups).group.ranks == (0, 2, 4)
+    assert Role(4, Named("rr-bw", 8), (4, 6), ()).neighbours() == (6, 6)  # two canaries: both sides the other
 
 
 def test_tests_are_named_with_sizes_and_bad_ones_are_refused():
     assert congestion.parse_tests("rr-latency, rr-bw:64K", CANARIES, "canary") == (
-        Test("rr-latency", 8),
-        Test("rr-bw", 65536),
+        Named("rr-latency", 8),
+        Named("rr-bw", 65536),
     )
-    assert congestion.parse_tests("mix:1K", CONGESTORS, "congestor", (MIX,)) == (Test(MIX, 1024),)
+    assert congestion.parse_tests("mix:1K", CONGESTORS, "congestor", (MIX,)) == (Named(MIX, 1024),)
     for text, message in (
         ("rr-lat", "unknown canary 'rr-lat'; known: rr-latency, rr-bw, allreduce"),
         ("rr-bw,rr-bw", "canary 'rr-bw' is named twice"),
