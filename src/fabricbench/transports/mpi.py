@@ -31,12 +31,12 @@ from types import SimpleNamespace
 import numpy as np
 
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
-from fabricbench.errors import PeerError, Unsupported, UsageError
+from fabricbench.errors import Unsupported, UsageError
 from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
-from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load
+from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load, require_success
 from fabricbench.transports.options import LOOP, OptionGroup
 
 TAG = 11
@@ -71,12 +71,6 @@ def library_version() -> str:
     if not found.available:
         raise UsageError(found.reason)
     return found.details["library"]
-
-
-def require_success(code: int, what: str) -> None:
-    """A C loop's return: 0, or the MPI error code (with MPI_ERRORS_RETURN) that ended it."""
-    if code:
-        raise PeerError(f"{what}: the C loop ended with MPI error {code}")
 
 
 _LOOP_NOTICE: list[str] = []  # the fallback notice, printed once per process

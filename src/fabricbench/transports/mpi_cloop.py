@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabricbench.errors import PeerError
 from fabricbench.transports import cbuild
 from fabricbench.transports.cbuild import CLoopUnavailable  # also the mpi transports' name for it
 
@@ -34,6 +35,12 @@ SIGNATURES = {
     "fb_rma": [_HANDLE, _FLAG, _FLAG, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_persistent_collectives": [],
 }
+
+
+def require_success(code: int, what: str) -> None:
+    """A C loop's return: 0, or the MPI error code (with MPI_ERRORS_RETURN) that ended it."""
+    if code:
+        raise PeerError(f"{what}: the C loop ended with MPI error {code}")
 
 
 @dataclass(frozen=True)
