@@ -33,6 +33,9 @@ SIGNATURES = {
     "fb_window": [_HANDLE, _FLAG, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_collective": [_HANDLE, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_rma": [_HANDLE, _FLAG, _FLAG, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
+    "fb_canary": [_HANDLE, _HANDLE, *[_FLAG] * 3, *[_BUFFER] * 4, _INT64, _FLAG, _FLAG, _BUFFER, _FLAG, _BUFFER]
+    + [_INT64, _BUFFER],
+    "fb_congestor": [*[_HANDLE] * 3, _FLAG, _FLAG, *[_BUFFER] * 3, _INT64, _FLAG, _BUFFER],
     "fb_persistent_collectives": [],
 }
 
