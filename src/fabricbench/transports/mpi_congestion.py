@@ -40,8 +40,8 @@ from fabricbench.transports.base import Case
 from fabricbench.transports.mpi_cloop import CLoop, require_success
 
 # A congestor group agrees whether to stop after its first iteration and then after every AGREE_EVERY-th: one
-# MPI_Allreduce (MAX) of a 4-byte flag on the group's communicator. It costs about one small allreduce per
-# AGREE_EVERY iterations (a few percent of a one-sided pattern's put + flush, less of an all-to-all's), and the
+# MPI_Allreduce (MAX) of a 4-byte flag on the group's communicator. Its cost is one small allreduce beside
+# AGREE_EVERY iterations, each at least one round trip (a put or get and its flush) or a whole collective; and the
 # stop lands at most AGREE_EVERY iterations after it was sent: after the canaries' last sample, so in no sample.
 # The agreement also bounds how far an incast's eager senders run ahead of the first rank's receives.
 AGREE_EVERY = 32
