@@ -4,7 +4,10 @@
  * messages that cost is a visible part of what gets reported. Each loop here
  * makes exactly the MPI calls, in the same order and with the same barriers,
  * as the Python loop it replaces (PingPong, Window and Collective in mpi.py,
- * OneSided in mpi_rma.py), which follow the OSU Micro-Benchmarks.
+ * OneSided in mpi_rma.py), which follow the OSU Micro-Benchmarks. The
+ * congestion kernel's loops (fb_canary, fb_congestor: GPCNeT's canary tests
+ * and congestor patterns) have no Python twin: mpi_congestion.py runs them in
+ * C only.
  *
  * A plain C library, not a Python extension: it must link the very MPI that
  * mpi4py loaded, so mpi_cloop.py builds it with that MPI's compiler wrapper on
@@ -296,6 +299,191 @@ int fb_rma(MPI_Fint win_handle, int target, int put, void *local_buf, long long 
 out:
     unlocked = MPI_Win_unlock(target, win);
     return err != MPI_SUCCESS ? err : unlocked;
+}
+
+/* The congestion kernel (mpi_congestion.py). Codes of the canary tests and congestor patterns, and the tags of the
+ * ring's two directions and of the start/stop messages between the canary leader and each group's first rank. */
+enum { RR_LATENCY, RR_BW, CANARY_ALLREDUCE };
+enum { ALL_TO_ALL, INCAST, PUT_INCAST, GET_BCAST };
+enum { FROM_LEFT = 21, FROM_RIGHT = 22, STARTED_TAG = 23, STOP_TAG = 24 };
+
+/* One canary rank's samples of `test` on `comm` (the canaries, ranked in ring order; `left` and `right` its
+ * neighbours there, equal with two canaries). rr-latency: one receive from and one send to each neighbour, then
+ * Waitall. rr-bw: a barrier, then `window` receives from and sends to each neighbour (the receives of one direction
+ * share its buffer, as osu_bibw's), then Waitall. allreduce: MPI_Allreduce of size/8 int64 sums. Samples back to
+ * back. A message is tagged by the side it arrives from, so that with two canaries each lands where it belongs.
+ *
+ * `congested`: congestors run meanwhile. Then the leader (the only canary with `n_firsts` > 0) first receives
+ * "started" from every group's first rank on `signal_handle` (a Dup of the transport's communicator), the canaries
+ * meet at a barrier, sample, meet again, and the leader sends "stop" to every first rank: every sample is taken
+ * while every group runs. In the isolated phase nothing waits. */
+int fb_canary(MPI_Fint comm_handle, MPI_Fint signal_handle, int test, int left, int right, void *send_left,
+              void *send_right, void *recv_left, void *recv_right, long long size, int window, int congested,
+              const int *firsts, int n_firsts, void *signal_buf, long long iterations, long long *times)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_handle), signal = MPI_Comm_f2c(signal_handle);
+    int per_side = test == RR_BW ? window : 1;
+    int total = 4 * per_side; /* receives from left, from right, then sends to left, to right */
+    MPI_Request *requests, *from_left, *from_right, *to_left, *to_right;
+    int count, err = as_count(test == CANARY_ALLREDUCE ? size / 8 : size, &count);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (per_side < 1 || per_side > INT_MAX / 4)
+        return MPI_ERR_COUNT;
+    requests = malloc((size_t)total * sizeof *requests);
+    if (requests == NULL)
+        return MPI_ERR_NO_MEM;
+    for (int r = 0; r < total; r++)
+        requests[r] = MPI_REQUEST_NULL;
+    from_left = requests, from_right = from_left + per_side, to_left = from_right + per_side;
+    to_right = to_left + per_side;
+    if (congested) {
+        for (int g = 0; g < n_firsts; g++)
+            TRY(MPI_Recv(signal_buf, 1, MPI_BYTE, firsts[g], STARTED_TAG, signal, MPI_STATUS_IGNORE));
+        TRY(MPI_Barrier(comm));
+    }
+    switch (test) {
+    case RR_LATENCY:
+        TIMED_BACK_TO_BACK(TRY(MPI_Irecv(recv_left, count, MPI_BYTE, left, FROM_LEFT, comm, from_left));
+                           TRY(MPI_Irecv(recv_right, count, MPI_BYTE, right, FROM_RIGHT, comm, from_right));
+                           TRY(MPI_Isend(send_left, count, MPI_BYTE, left, FROM_RIGHT, comm, to_left));
+                           TRY(MPI_Isend(send_right, count, MPI_BYTE, right, FROM_LEFT, comm, to_right));
+                           TRY(MPI_Waitall(total, requests, MPI_STATUSES_IGNORE)));
+        break;
+    case RR_BW:
+        TIMED_BACK_TO_BACK(
+            TRY(MPI_Barrier(comm));
+            for (int w = 0; w < window; w++) {
+                TRY(MPI_Irecv(recv_left, count, MPI_BYTE, left, FROM_LEFT, comm, &from_left[w]));
+                TRY(MPI_Irecv(recv_right, count, MPI_BYTE, right, FROM_RIGHT, comm, &from_right[w]));
+            }
+            for (int w = 0; w < window; w++) {
+                TRY(MPI_Isend(send_left, count, MPI_BYTE, left, FROM_RIGHT, comm, &to_left[w]));
+                TRY(MPI_Isend(send_right, count, MPI_BYTE, right, FROM_LEFT, comm, &to_right[w]));
+            }
+            TRY(MPI_Waitall(total, requests, MPI_STATUSES_IGNORE)));
+        break;
+    case CANARY_ALLREDUCE:
+        TIMED_BACK_TO_BACK(TRY(MPI_Allreduce(send_left, recv_left, count, MPI_INT64_T, MPI_SUM, comm)));
+        break;
+    default:
+        err = MPI_ERR_ARG;
+        goto out;
+    }
+    if (congested) {
+        TRY(MPI_Barrier(comm));
+        for (int g = 0; g < n_firsts; g++)
+            TRY(MPI_Send(signal_buf, 1, MPI_BYTE, firsts[g], STOP_TAG, signal));
+    }
+out:
+    release(requests, total);
+    free(requests);
+    return err;
+}
+
+/* One iteration of a congestor pattern on `comm` (the group, its first rank 0). */
+static int congest_once(int pattern, MPI_Comm comm, MPI_Win win, int rank, int n, void *send_buf, void *recv_buf,
+                        int count, long long size, MPI_Request *requests)
+{
+    int err = MPI_SUCCESS;
+    switch (pattern) {
+    case ALL_TO_ALL:
+        return MPI_Alltoall(send_buf, count, MPI_BYTE, recv_buf, count, MPI_BYTE, comm);
+    case INCAST:
+        if (rank > 0)
+            return MPI_Send(send_buf, count, MPI_BYTE, 0, TAG, comm);
+        for (int i = 1; i < n; i++) {
+            err = MPI_Irecv((char *)recv_buf + (i - 1) * size, count, MPI_BYTE, i, TAG, comm, &requests[i - 1]);
+            if (err != MPI_SUCCESS)
+                return err;
+        }
+        return MPI_Waitall(n - 1, requests, MPI_STATUSES_IGNORE);
+    case PUT_INCAST: /* the first rank is only the target */
+        if (rank > 0 && (err = MPI_Put(send_buf, count, MPI_BYTE, 0, (MPI_Aint)(rank - 1) * size, count, MPI_BYTE,
+                                       win)) == MPI_SUCCESS)
+            err = MPI_Win_flush(0, win);
+        return err;
+    case GET_BCAST:
+        if (rank > 0 && (err = MPI_Get(recv_buf, count, MPI_BYTE, 0, 0, count, MPI_BYTE, win)) == MPI_SUCCESS)
+            err = MPI_Win_flush(0, win);
+        return err;
+    default:
+        return MPI_ERR_ARG;
+    }
+}
+
+/* A congestor rank's part: `pattern` again and again on `comm` until the canary leader says stop.
+ *
+ * The group agrees after its first iteration and then after every `agree_every`-th (iterations 1, 1 + k,
+ * 1 + 2k, ...): the first rank tests its receive of "stop" (posted when the call begins) and an MPI_Allreduce
+ * (MAX) of that flag gives every rank the same answer, so all leave after the same iteration and no collective,
+ * message or flush is left half done. The first agreement also proves that every rank of the group has finished
+ * an iteration: the first rank then sends "started" to the leader. One-sided patterns hold one shared lock on the
+ * first rank's window for the whole call.
+ *
+ * stats[0]: the iterations this rank finished after its first, up to the agreement that stopped it; stats[1]: the ns
+ * from the end of its first iteration (its entry into the first agreement) to the end of the agreement that stopped
+ * it. That span holds every canary sample on every rank of the group, by causality: each rank enters the first
+ * agreement before it can end anywhere, before "started" is sent; and it leaves the last one after the first rank
+ * has received "stop", sent after the last sample. */
+int fb_congestor(MPI_Fint comm_handle, MPI_Fint signal_handle, MPI_Fint win_handle, int pattern, int leader,
+                 void *send_buf, void *recv_buf, void *signal_buf, long long size, int agree_every,
+                 long long *stats)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_handle), signal = MPI_Comm_f2c(signal_handle);
+    MPI_Win win = MPI_Win_f2c(win_handle);
+    MPI_Request stop = MPI_REQUEST_NULL, *requests = NULL;
+    int one_sided = pattern == PUT_INCAST || pattern == GET_BCAST;
+    int rank, n = 0, locked = 0, stop_seen = 0, decision = 0, unlocked;
+    long long done = 0, started_ns = 0;
+    int count, err = as_count(size, &count);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (agree_every < 1)
+        return MPI_ERR_ARG;
+    TRY(MPI_Comm_rank(comm, &rank));
+    TRY(MPI_Comm_size(comm, &n));
+    requests = malloc((size_t)n * sizeof *requests);
+    if (requests == NULL)
+        return MPI_ERR_NO_MEM;
+    for (int r = 0; r < n; r++)
+        requests[r] = MPI_REQUEST_NULL;
+    if (rank == 0)
+        TRY(MPI_Irecv((char *)signal_buf + 1, 1, MPI_BYTE, leader, STOP_TAG, signal, &stop));
+    if (one_sided && rank > 0) {
+        TRY(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+        locked = 1;
+    }
+    for (;;) {
+        TRY(congest_once(pattern, comm, win, rank, n, send_buf, recv_buf, count, size, requests));
+        if (done++ % agree_every)
+            continue;
+        if (done == 1)
+            started_ns = now_ns();
+        if (rank == 0 && !stop_seen)
+            TRY(MPI_Test(&stop, &stop_seen, MPI_STATUS_IGNORE));
+        TRY(MPI_Allreduce(&stop_seen, &decision, 1, MPI_INT, MPI_MAX, comm));
+        if (done == 1) {
+            if (rank == 0)
+                TRY(MPI_Send(signal_buf, 1, MPI_BYTE, leader, STARTED_TAG, signal));
+        } else if (decision) {
+            stats[1] = now_ns() - started_ns;
+            stats[0] = done - 1;
+            break;
+        }
+    }
+out:
+    if (stop != MPI_REQUEST_NULL) { /* only on an error: the stop message never came */
+        MPI_Cancel(&stop);
+        MPI_Wait(&stop, MPI_STATUS_IGNORE);
+    }
+    if (locked) {
+        unlocked = MPI_Win_unlock(0, win);
+        err = err != MPI_SUCCESS ? err : unlocked;
+    }
+    release(requests, n);
+    free(requests);
+    return err;
 }
 
 int fb_persistent_collectives(void)

@@ -31,12 +31,14 @@ from types import SimpleNamespace
 import numpy as np
 
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
-from fabricbench.errors import PeerError, Unsupported, UsageError
+from fabricbench.errors import Unsupported, UsageError
 from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
+from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
+from fabricbench.transports import mpi_congestion
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
-from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load
+from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load, require_success
 from fabricbench.transports.options import LOOP, OptionGroup
 
 TAG = 11
@@ -71,12 +73,6 @@ def library_version() -> str:
     if not found.available:
         raise UsageError(found.reason)
     return found.details["library"]
-
-
-def require_success(code: int, what: str) -> None:
-    """A C loop's return: 0, or the MPI error code (with MPI_ERRORS_RETURN) that ended it."""
-    if code:
-        raise PeerError(f"{what}: the C loop ended with MPI error {code}")
 
 
 _LOOP_NOTICE: list[str] = []  # the fallback notice, printed once per process
@@ -602,6 +598,16 @@ class MPITransport(Transport):
         if kernel.windowed:
             return Window(self.comm, kernel, size, method, self.window, self.cloop, role)
         return PingPong(self.comm, kernel, size, method, self.cloop, role)
+
+    def congestion_case(self, role: Role) -> Case:
+        """This rank's part in one phase of the congestion kernel (``fabricbench.transports.mpi_congestion``):
+        collective on the transport's communicator, every rank with its own Role of the same phase. Raises
+        Unsupported on every rank alike where the loops cannot run: they are C only, on host buffers."""
+        if self.cuda is not None:
+            raise Unsupported("the congestion kernel runs on host buffers only")
+        if self.cloop is None:
+            raise Unsupported("the congestion kernel's loops are C only, and this run times MPI in Python")
+        return mpi_congestion.case(self.comm, role, self.cloop)
 
     def persistent_collectives(self) -> bool:
         if self.cloop:

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabricbench.errors import PeerError
 from fabricbench.transports import cbuild
 from fabricbench.transports.cbuild import CLoopUnavailable  # also the mpi transports' name for it
 
@@ -32,8 +33,17 @@ SIGNATURES = {
     "fb_window": [_HANDLE, _FLAG, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_collective": [_HANDLE, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_rma": [_HANDLE, _FLAG, _FLAG, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
+    "fb_canary": [_HANDLE, _HANDLE, *[_FLAG] * 3, *[_BUFFER] * 4, _INT64, _FLAG, _FLAG, _BUFFER, _FLAG, _BUFFER]
+    + [_INT64, _BUFFER],
+    "fb_congestor": [*[_HANDLE] * 3, _FLAG, _FLAG, *[_BUFFER] * 3, _INT64, _FLAG, _BUFFER],
     "fb_persistent_collectives": [],
 }
+
+
+def require_success(code: int, what: str) -> None:
+    """A C loop's return: 0, or the MPI error code (with MPI_ERRORS_RETURN) that ended it."""
+    if code:
+        raise PeerError(f"{what}: the C loop ended with MPI error {code}")
 
 
 @dataclass(frozen=True)
