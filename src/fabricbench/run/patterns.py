@@ -300,7 +300,12 @@ class Congestion(Pattern):
         role = self.role(timed.phase, self.ctrl.rank)
         kind = CANARY if role.is_canary else CONGESTOR if role.group else IDLE
         vector = np.full(len(CONGESTION_SUMMARY) + timed.iterations, math.nan)
-        moved, active = getattr(timed.case, "moved_bytes", math.nan), getattr(timed.case, "active_ns", math.nan)
+        # A congestor's throughput while the canaries were timed: the runner runs every case for its warm-up (even
+        # of 0), the timed run, then validation's one iteration; the second run's figures are the timed run's.
+        runs = getattr(timed.case, "runs", [])
+        timed_run = runs[1] if len(runs) > 1 else None
+        moved = timed_run.moved_bytes if timed_run else math.nan
+        active = timed_run.active_ns if timed_run else math.nan
         vector[: len(CONGESTION_SUMMARY)] = (kind, timed.iterations, timed.valid, moved, active)
         if kind == CANARY:
             vector[len(CONGESTION_SUMMARY) : len(CONGESTION_SUMMARY) + len(timed.samples)] = timed.samples

@@ -505,6 +505,7 @@ class MPITransport(Transport):
             "barrier",
             "pairs-latency",
             "pairs-bw",
+            "congestion",
         }
     )
     default_kernels = (

@@ -1,0 +1,85 @@
+"""GPCNeT's question on a real network: incast into a host whose link also carries a canary pair.
+
+Six namespace hosts of scripts/netns-testbed.sh on one bridge, seven MPI ranks under hydra: the first host holds
+two ranks, the others one. The placement's seed is chosen here (the same pure function the ranks use) so that
+on the first host sit one canary and the incast target, the other canary elsewhere: the canary pair's messages
+into the first host cross the same link as the four senders' incast. Shaped to 100 Mbit/s with a tbf whose
+queue holds 400 ms, that link queues the canary behind the incast, and its latency must rise several times over;
+unshaped (multi-Gbit veths), the incast leaves the canary nearly alone. Needs root.
+
+The direction and a wide margin are asserted, not a figure: seven ranks share two cores.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from fabricbench.measure import congestion
+from support import NETNS, PYTHON, TESTBED, clean_env, read_rows, run_testbed
+
+PREFIX, NET = "fbc", "10.213.9"
+HOSTS = [f"{PREFIX}{i}" for i in range(1, 7)]
+RANK_HOSTS = [HOSTS[0], *HOSTS]  # hydra fills fbc1 with ranks 0 and 1, then one rank a host
+SHAPE = ["100mbit", "--burst", "32kbit", "--latency", "400ms"]
+# The canary alone: rr-latency, 8 B. 4 KiB incast, as GPCNeT's.
+RUN = ["-k", "congestion", "--canaries", "rr-latency", "--congestors", "incast", "-i", "40", "-x", "4"]
+RUN += ["--max-time", "4", "--timeout", "90"]
+
+pytestmark = NETNS
+
+
+def shared_link_seed() -> int:
+    """The first seed whose placement puts one canary and the incast target on the two-rank host, and the
+    other canary on another host."""
+    for seed in range(1000):
+        placement = congestion.place(RANK_HOSTS, False, congestion.DEFAULT_FRACTION, seed)
+        target = placement.congestors[0]
+        canary_hosts = [RANK_HOSTS[r] for r in placement.canaries]
+        if RANK_HOSTS[target] == HOSTS[0] and sorted(canary_hosts).count(HOSTS[0]) == 1:
+            return seed
+    raise AssertionError("no seed places a canary beside the incast target")
+
+
+SEED = shared_link_seed()
+
+
+def bed(*args: str) -> str:
+    return run_testbed(PREFIX, *args)
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    bed("up", str(len(HOSTS)), "--net", NET)
+    yield
+    bed("down")
+
+
+def congestion_run(out) -> dict:
+    hosts = ",".join([f"{HOSTS[0]}:2", *HOSTS[1:]])
+    command = [TESTBED, "mpiexec", "--prefix", PREFIX, "-n", str(len(RANK_HOSTS)), "-hosts", hosts]
+    args = ["run", "-t", "mpi", *RUN, "--congestion-seed", str(SEED), "--out", str(out), "--format", "none"]
+    result = subprocess.run(
+        [*command, PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=240, env=clean_env()
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows, meta = read_rows(out)
+    assert (rows.status == "ok").all() and list(rows.congestor) == ["none", "incast"]
+    placement = meta["congestion"]
+    assert placement["seed"] == SEED and placement["congestors"][0] in (0, 1)  # the target on the shaped host
+    return rows.set_index("congestor").lat_mean_us.to_dict() | {"cif": float(rows.cif_mean.iloc[1])}
+
+
+def test_incast_through_a_shaped_link_the_canaries_share_slows_them_and_unshaped_it_barely_does(testbed, tmp_path):
+    plain = congestion_run(tmp_path / "plain")
+    bed("shape-link", HOSTS[0], *SHAPE)
+    try:
+        shaped = congestion_run(tmp_path / "shaped")
+    finally:
+        bed("unshape", "all")
+    summary = f"unshaped {plain}, shaped {shaped}"
+    print(summary)
+    assert shaped["cif"] > 4, summary  # queued behind the incast in a 400 ms tbf queue
+    assert plain["cif"] < 3, summary  # the veths carry the incast without a queue
+    assert shaped["cif"] > 2 * plain["cif"], summary
