@@ -54,7 +54,8 @@ def figures(row: dict) -> tuple[float, float, float]:
 
 def line(row: dict) -> str:
     if not is_measured(row.get("status", "")):
-        return f"# {row['status']}"
+        which = f"{row['canary']} with {row.get('congestor', '')}: " if row.get("canary") else ""
+        return f"# {which}{row['status']}"
     mean, p50, p99 = figures(row)
     cells = [
         f"{row.get('canary', ''):>12}",

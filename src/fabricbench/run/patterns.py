@@ -26,7 +26,7 @@ from fabricbench.measure import congestion
 from fabricbench.measure.congestion import Placement, Role, Test
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import Plan
-from fabricbench.measure.rows import Loop, Timing, base_row, measured_row, rank_summary, timed_row
+from fabricbench.measure.rows import Loop, Timing, base_row, measured_row, rank_summary, timed_row, unsupported_row
 from fabricbench.measure.schema import MEASURED
 from fabricbench.measure.stats import across_ranks, latency_stats
 from fabricbench.measure.verdict import per_node, phases
@@ -262,6 +262,7 @@ class Congestion(Pattern):
         self.placement: Placement | None = None
         self.hosts: list[str] = []
         self.methods: dict[str, tuple[str, str]] = {}  # rank 0: each phase's (canary method, congestor method)
+        self.unsupported: list[tuple[Test, str]] = []  # congestor patterns the transport cannot run, and why
 
     def phases(self) -> list[Phase]:
         """Collective: every rank's host, the placement, then (isolated and each congestor) x each canary test;
@@ -276,7 +277,12 @@ class Congestion(Pattern):
             raise Unsupported(str(exc)) from None
         self.placement = placement
         found = []
-        for congestor in (Test(congestion.NONE, 0), *self.congestor_tests):
+        for congestor in self.congestor_tests:
+            why = self.transport.congestion_unsupported(congestor.name)
+            if why:
+                self.unsupported.append((congestor, why))
+        skipped = {congestor for congestor, _ in self.unsupported}
+        for congestor in (Test(congestion.NONE, 0), *(c for c in self.congestor_tests if c not in skipped)):
             for canary in self.canary_tests:
                 what = f"{self.transport.name} congestion: {canary.name} with {congestor.name}"
                 found.append(Phase(what, canary=canary, congestor=congestor))
@@ -313,10 +319,14 @@ class Congestion(Pattern):
 
     def rows(self, timed: list[Timed], warmup: int) -> list[dict]:
         isolated: dict[str, dict] = {}
-        rows = []
-        for each in timed:
-            row = self._row(each, warmup, isolated)
-            rows.append(row)
+        rows = [self._row(each, warmup, isolated) for each in timed]
+        for congestor, why in self.unsupported:
+            for canary in self.canary_tests:
+                row = unsupported_row(
+                    self.plan, self.transport.name, self.kernel, canary.size, self.ctrl.size, why, self.transport.buffer
+                )
+                row.update(canary=canary.name, congestor=congestor.name, sample=CANARY_SAMPLES[canary.name])
+                rows.append(row)
         if rows:
             rows[0][PLACEMENT_KEY] = self.placement.metadata(self.hosts)
         return rows

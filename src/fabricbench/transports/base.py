@@ -148,6 +148,11 @@ class Transport:
         each run), or nothing for a rank with neither part. Raises Unsupported on every rank alike."""
         raise Unsupported(f"{self.name} has no congestion loops")
 
+    def congestion_unsupported(self, pattern: str) -> str | None:
+        """Why this transport cannot run a congestor pattern (``mix``: all four at once), None when it can: the
+        congestion kernel then gives that pattern's rows as unsupported and runs the others."""
+        return None
+
     def reference_row(self, kernel: Kernel, size: int) -> dict | None:
         """A self-timed transport's row for one size, on rank 0 (None elsewhere); every rank calls it."""
         raise NotImplementedError
