@@ -317,7 +317,7 @@ def congestion_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
         return tidy, False
     for (letter, name), group in tidy[rows].groupby(["letter", "series"], sort=False):
         lines = key_results(group.to_dict("records"))
-        print(f"# {letter} ({name}): " + ("" if lines else "no congested row measured"), flush=True)
+        print(f"# {letter} ({name})" + ("" if lines else ": no congested row measured"), flush=True)
         for line in lines:
             print(line, flush=True)
     if out_dir:

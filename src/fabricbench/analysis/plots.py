@@ -311,6 +311,9 @@ def write_congestion_plot(rows: pd.DataFrame, out: Path) -> Path:
             colour = bars.patches[0].get_facecolor() if bars.patches else None
             ax.bar(places, of["cif_p99"], width * 0.45, color="none", edgecolor=colour, hatch="///")
         ax.axhline(1.0, color="black", linewidth=0.8)
+        factors = pd.concat([group["cif_mean"], group["cif_p99"]]).dropna()
+        if len(factors) and factors.max() > 20 * max(factors.min(), 1e-9):  # a shaped link's 100x beside 1x
+            ax.set_yscale("log")
         ax.set_xticks(range(len(canaries)), [CANARY_TITLES.get(c, c) for c in canaries], fontsize="small")
         ax.set_ylabel("congestion impact factor (x; hatched: 99th percentile)")
         ax.set_title(f"{series}: {transport}", fontsize="medium")
@@ -328,6 +331,7 @@ def write_congestion_plot(rows: pd.DataFrame, out: Path) -> Path:
             ax.vlines(places, p50, p99, linewidth=3, color="tab:blue", label="p50 to p99")
             ax.plot(places, mean, "o", color="tab:orange", label="mean")
             ax.set_xticks(places, ["isolated" if c == NONE else c for c in order], rotation=30, fontsize="small")
+            ax.set_yscale("log")  # a congested tail is often orders of magnitude off the isolated figure
             unit = "MB/s, MB = 10⁶ B" if CANARY_UNITS.get(canary) == "MB/s" else "µs"
             ax.set_ylabel(f"{CANARY_TITLES.get(canary, canary)} ({unit})")
             ax.legend(fontsize="x-small")

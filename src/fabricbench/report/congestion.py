@@ -71,8 +71,10 @@ def line(row: dict) -> str:
         _cell(row.get("cif_p99"), 9, 2, "x"),
         f"{row.get('validation', ''):>6}",
     ]
-    note = f"  ({row['note']})" if row.get("note") else ""
-    return "".join(cells) + note
+    # The note names the congestors' calls, the same on every row of a congestor: the table has it, not the line.
+    note = str(row.get("note") or "")
+    note = "" if note.startswith("congestors:") else note
+    return "".join(cells) + (f"  ({note})" if note else "")
 
 
 def key_results(rows: Iterable[dict]) -> list[str]:
