@@ -87,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.commands = sub.choices  # {name: subparser}: refuse_unrecognized names the options of the one given
 
     run = sub.add_parser("run", help="run kernels and write a tidy table")
-    run.add_argument("-t", "--transport", type=names("transport"), help=f"comma list of: {', '.join(TRANSPORTS)}")
+    run.add_argument(
+        "-t",
+        "--transport",
+        type=names("transport"),
+        help=f"comma list of: {', '.join(TRANSPORTS)}; without -k, every kernel of each but congestion",
+    )
     run.add_argument("-k", "--kernel", type=names("kernel"), help=f"comma list of: {', '.join(KERNELS)}")
     run.add_argument(
         "-m",

@@ -85,6 +85,7 @@ class Kernel:
     min_ranks: int = 2
     osu_datatype: str = "MPI_CHAR"  # OSU's "# Datatype:" line; empty for a kernel that moves no data
     collective_spec: CollectiveSpec | None = None  # buffers, checks and bandwidth formulas of a collective
+    opt_in: bool = False  # run only when -k names it, not by ``-t T`` alone (congestion: many phases, 4+ ranks)
 
     @property
     def collective(self) -> bool:
@@ -299,6 +300,7 @@ _ALL = [
         "{lib} Congestion Test (GPCNeT's canaries and congestors)",
         min_ranks=2 * MIN_CANARIES,
         osu_datatype="",
+        opt_in=True,
     ),
     # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is
     # bytes copied per second.

@@ -69,7 +69,11 @@ def _steps(args: argparse.Namespace) -> list[Step]:
     elif not args.transport:
         pairs = [(transports.natural_transport(k), [k]) for k in args.kernel]
     else:
-        pairs = [(t, args.kernel or sorted(transports.supported_kernels(t))) for t in args.transport]
+        # -t alone: every kernel of the transport but those run only when named (congestion)
+        every = {
+            t: sorted(k for k in transports.supported_kernels(t) if not get_kernel(k).opt_in) for t in args.transport
+        }
+        pairs = [(t, args.kernel or every[t]) for t in args.transport]
     # OSU's -T changes what a reduction sums, and so its sizes (MPI_CHAR from 1 B); _osu_columns checks the rest.
     datatype = (args.osu_datatype or "").upper() if args.output_format == "osu" else ""
     steps = []
