@@ -159,3 +159,13 @@ def test_the_model_takes_alpha_and_beta_from_each_phase_of_a_congestion_run():
     assert found[0]["alpha_us"] == 2.0 and found[0]["beta_GBps"] == pytest.approx(1.0)
     assert found[1]["alpha_us"] == 6.0 and found[1]["beta_GBps"] == pytest.approx(1 / 3)
     assert congested_parameters([r for r in _rows() if r["canary"] == "rr-bw"]) == []
+
+
+def test_a_transport_alone_runs_every_kernel_but_congestion_which_runs_when_named():
+    from fabricbench.cli import build_parser
+    from fabricbench.run.planner import _steps
+
+    alone = _steps(build_parser().parse_args(["run", "-t", "mpi"]))
+    assert "congestion" not in {step.kernel for step in alone} and "pairs-bw" in {step.kernel for step in alone}
+    named = _steps(build_parser().parse_args(["run", "-t", "mpi", "-k", "congestion"]))
+    assert [(step.kernel, step.sizes) for step in named] == [("congestion", [0])]  # its sizes are its tests' own
