@@ -297,9 +297,10 @@ class Congestion(Pattern):
         case = self.transport.congestion_case(role)
         said = {"canary": case.method if role.is_canary else "", "congestor": case.method if role.group else ""}
         table = self.ctrl.gather_json(said)
-        if table is not None:  # rank 0: how the canaries and the congestors ran, for the row
-            pick = [next((str(r.get(k, "")) for r in table if r.get(k)), "") for k in ("canary", "congestor")]
-            self.methods[phase.what] = (pick[0], pick[1])
+        if table is not None:  # rank 0: how the canaries and the congestors (each group under mix) ran, for the row
+            canary = next((str(r.get("canary", "")) for r in table if r.get("canary")), "")
+            groups = dict.fromkeys(str(r.get("congestor", "")) for r in table if r.get("congestor"))
+            self.methods[phase.what] = (canary, " | ".join(groups))
         return case
 
     def summary(self, timed: Timed) -> np.ndarray:
