@@ -40,6 +40,14 @@ def _cell(value, width: int, digits: int = 2, suffix: str = "") -> str:
     return f"{f'{value:.{digits}f}{suffix}':>{width}}"
 
 
+def _factor(value, width: int) -> str:
+    """An impact factor: three figures where it is small, so 0.004x does not read 0.00x."""
+    if not _given(value):
+        return f"{'-':>{width}}"
+    text = f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+    return f"{text + 'x':>{width}}"
+
+
 def header() -> str:
     names = "".join(f"{name:>{width}}" for name, width in LAYOUT)
     return f"#{names[1:]}"
@@ -67,8 +75,8 @@ def line(row: dict) -> str:
         f"{CANARY_UNITS.get(row.get('canary', ''), ''):>6}",
         _cell(row.get("rank_spread"), 12),
         _cell(row.get("congestor_MBps"), 12, 1),
-        _cell(row.get("cif_mean"), 9, 2, "x"),
-        _cell(row.get("cif_p99"), 9, 2, "x"),
+        _factor(row.get("cif_mean"), 9),
+        _factor(row.get("cif_p99"), 9),
         f"{row.get('validation', ''):>6}",
     ]
     # The note names the congestors' calls, the same on every row of a congestor: the table has it, not the line.
@@ -103,7 +111,7 @@ def key_results(rows: Iterable[dict]) -> list[str]:
             cells = []
             for congestor in congestors:
                 row = found.get((canary, congestor), {})
-                cells += [_cell(row.get("cif_mean"), 10, 2, "x"), _cell(row.get("cif_p99"), 10, 2, "x")]
+                cells += [_factor(row.get("cif_mean"), 10), _factor(row.get("cif_p99"), 10)]
             out.append(f"  {title:<{first - 2}}" + "".join(cells))
     return out
 
