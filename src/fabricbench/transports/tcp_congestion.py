@@ -52,6 +52,9 @@ RECEIVE, SEND = 0, 1  # a lane's direction (_tcploop.c's)
 NO_ACTION, ADD_INT64, COPY = 0, 1, 2  # a step's action once its lanes are done (_tcploop.c's)
 STEP_WORDS, LANE_WORDS, SEG_WORDS = 5, 4, 3
 TO_LEFT, TO_RIGHT = 0, 1  # a canary's two directions in the ring
+# A case's flags buffer (buffer 0): the decision of an agreement, a constant 1 to send, a byte to receive into.
+FLAGS = 0
+DECISION, ONE, SCRATCH = 0, 1, 2
 
 
 def _seed(rank: int, direction: int = 0) -> int:
@@ -124,7 +127,9 @@ class Program:
             count = len(lanes) - first_lane
             if count == 0 and step.action == NO_ACTION:
                 continue
-            where = [segs_index(segs, step.a), segs_index(segs, step.b)] if step.action != NO_ACTION else [0, 0]
+            where = [0, 0]
+            if step.action != NO_ACTION:
+                where = [_action_segment(segs, step.a), _action_segment(segs, step.b)]
             steps.append((first_lane, count, step.action, *where))
         words = [len(steps), len(lanes), len(segs)]
         for table in (steps, lanes, segs):
@@ -132,7 +137,7 @@ class Program:
         return np.array(words, dtype=np.int64)
 
 
-def segs_index(segs: list[tuple], seg: Seg) -> int:
+def _action_segment(segs: list[tuple], seg: Seg) -> int:
     """The index of an action's segment, appended to the segment table (it is no lane's)."""
     segs.append((seg.buffer, seg.offset, seg.size))
     return len(segs) - 1
@@ -246,11 +251,6 @@ def agreement(ranks: Sequence[int], me: int, flags: int) -> tuple[Program, Progr
         g.send(first, Seg(flags, ONE, 1))
         r.recv(first, Seg(flags, DECISION, 1))
     return gather, release
-
-
-# A case's flags buffer (buffer 0): the decision of an agreement, a constant 1 to send, a byte to receive into.
-DECISION, ONE, SCRATCH = 0, 1, 2
-FLAGS = 0
 
 
 def _flags() -> np.ndarray:
