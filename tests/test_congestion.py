@@ -1,5 +1,6 @@
-"""The congestion kernel on real MPI ranks: every canary test beside every congestor pattern moves checked data,
-its rows and key results are what GPCNeT reports, and a run that cannot place its ranks stops before any starts.
+"""The congestion kernel on real MPI ranks and over tcp: every canary test beside every congestor pattern moves
+checked data, its rows and key results are what GPCNeT reports, a pattern a transport cannot run says why, and a run
+that cannot place its ranks stops before any starts.
 
 Ranks on one host share its cores, so no figure is asserted here: the testbed's shaped link
 (tests/test_congestion_netns.py) is where an impact factor must show.
@@ -9,9 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import threading
 
+import numpy as np
 import pytest
 
+from fabricbench.errors import PeerError
+from fabricbench.measure.congestion import Role
+from fabricbench.measure.congestion import Test as Asked
+from fabricbench.transports import tcp, tcp_congestion
 from support import fabricbench, one_error_line, read_rows
 
 CANARY_TESTS = ["rr-latency", "rr-bw", "allreduce"]
@@ -20,9 +28,9 @@ CONGESTORS = ["all-to-all", "incast", "put-incast", "get-bcast"]
 SMALL = ["--canaries", "rr-latency,rr-bw:16K,allreduce", "-i", "20", "-x", "2", "--timeout", "60"]
 
 
-def congestion_run(out, ranks: int, *extra: str):
+def congestion_run(out, ranks: int, *extra: str, transport: str = "mpi"):
     result = fabricbench(
-        "run", "-n", str(ranks), "-t", "mpi", "-k", "congestion", "-c", "--out", str(out), *SMALL, *extra,
+        "run", "-n", str(ranks), "-t", transport, "-k", "congestion", "-c", "--out", str(out), *SMALL, *extra,
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
@@ -97,8 +105,73 @@ def test_a_run_that_cannot_place_its_ranks_stops_in_one_line_before_any_rank(tmp
     assert not (tmp_path / "r").exists()
 
 
+def test_tcp_runs_every_canary_beside_all_to_all_and_incast_and_says_why_not_the_one_sided_patterns(tmp_path):
+    congestion_run(tmp_path / "run", 8, "--congestors", ",".join(CONGESTORS), transport="tcp")
+    rows, meta = read_rows(tmp_path / "run")
+    measured, refused = rows[rows.status == "ok"], rows[rows.status != "ok"]
+    assert list(zip(measured.congestor, measured.canary, strict=True)) == [
+        (congestor, canary) for congestor in ["none", "all-to-all", "incast"] for canary in CANARY_TESTS
+    ]
+    assert (measured.validation == "pass").all(), measured[["canary", "congestor", "validation"]]
+    assert (measured.canaries == 2).all() and (measured.transport == "tcp").all()
+    assert measured.method.str.startswith("c loop").all()  # CI has a compiler: the tcp C loops run
+    congested = measured[measured.congestor != "none"]
+    assert (congested.congestors == 6).all() and (congested.congestor_MBps > 0).all()
+    assert (congested.cif_mean > 0).all() and congested.note.str.contains("stop agreed through the first rank").all()
+    assert list(zip(refused.congestor, refused.canary, strict=True)) == [
+        (congestor, canary) for congestor in ["put-incast", "get-bcast"] for canary in CANARY_TESTS
+    ]
+    assert set(refused.status) == {
+        "unsupported: TCP sockets have no one-sided put (put-incast runs on mpi)",
+        "unsupported: TCP sockets have no one-sided get (get-bcast runs on mpi)",
+    }
+    assert meta["congestion"]["canaries"]  # the placement is recorded
+
+
 def test_a_transport_without_congestion_loops_says_unsupported(tmp_path):
-    result = fabricbench("run", "-n", "4", "-t", "tcp", "-k", "congestion", "--out", str(tmp_path / "r"))
+    result = fabricbench("run", "-n", "4", "-t", "mpi-rma", "-k", "congestion", "--out", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr
     rows, _ = read_rows(tmp_path / "r")
-    assert rows.status.tolist() == ["unsupported: tcp has no congestion kernel"]
+    assert rows.status.tolist() == ["unsupported: mpi-rma has no congestion kernel"]
+
+
+def test_the_tcp_c_loop_moves_large_windows_both_ways_on_one_socket_and_names_a_silent_or_closed_peer():
+    """Two canaries (left == right) on a socket pair, in this process: rr-bw's windows of 100 kB cannot deadlock,
+    land each on its side and leave the socket clean; a silent peer is a timeout naming it, a closed one says so."""
+    try:
+        module = tcp.load_c_loop().module
+    except tcp.CLoopUnavailable as exc:
+        pytest.skip(f"no tcp C loop here: {exc}")
+    a, b = socket.socketpair()
+    try:
+        cases = [
+            tcp_congestion.Canary({1: a}, Role(0, Asked("rr-bw", 100_000), (0, 1), ()), 0.3, module),
+            tcp_congestion.Canary({0: b}, Role(1, Asked("rr-bw", 100_000), (0, 1), ()), 0.3, module),
+        ]
+        errors = []
+
+        def run(case):
+            try:
+                case.run(3, memoryview(np.zeros(3, np.int64)))
+            except Exception as exc:  # noqa: BLE001 - read below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(case,)) for case in cases]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert errors == []
+        assert all(np.array_equal(case.received, case.expected()) for case in cases)
+        assert cases[0].method.startswith("c loop")
+        for sock in (a, b):
+            with pytest.raises(BlockingIOError):
+                sock.recv(1, socket.MSG_DONTWAIT)
+        with pytest.raises(PeerError, match=r"rr-bw at 100000 B: timed out after 0.3 s waiting for rank 1$"):
+            cases[0].run(1, memoryview(np.zeros(1, np.int64)))
+        b.close()
+        with pytest.raises(PeerError, match=r"rank 1 (closed the connection|.*lost)"):
+            cases[0].run(1, memoryview(np.zeros(1, np.int64)))
+    finally:
+        a.close()
+        b.close()

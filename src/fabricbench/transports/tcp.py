@@ -21,6 +21,8 @@ pattern in Python instead, for a like-for-like look beside mpi4py; the row's
 - allreduce: ring reduce-scatter then ring allgather, float32 sums in numpy.
 - allgather: ring allgather.
 - reduce: a chain along the ring to rank 0, float32 sums in numpy.
+- congestion: GPCNeT's canaries and congestors (all-to-all, incast) over links between every pair of ranks
+  (``tcp_congestion``); no one-sided patterns.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.measure.buffers import aligned, filled, pattern, poisoned
+from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports import cbuild
+from fabricbench.transports import cbuild, tcp_congestion
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.options import LOOP, OptionGroup
@@ -500,6 +503,7 @@ class TCPTransport(Transport):
     name = "tcp"
     kernels = frozenset(
         {"latency", "bw", "bibw", "msgrate", "allreduce", "allgather", "reduce", "pairs-latency", "pairs-bw"}
+        | {"congestion"}  # all-to-all and incast congestors (tcp_congestion)
     )
     default_kernels = ("latency", "bw", "allreduce")
     option_groups = (TCP_OPTIONS,)
@@ -529,8 +533,10 @@ class TCPTransport(Transport):
         options = TCP_OPTIONS.of(plan.transport_options)
         # "auto" (the default) takes the C loops where every rank has them.
         self.cloop, self.why = open_c_loop(ctrl, options.get("loop", "auto"))
-        # The all-pairs kernels need a link to every rank; the others, a partner and ring neighbours.
-        everyone = any(s.transport == self.name and s.kernel_def.pattern == "all-pairs" for s in plan.steps)
+        # The all-pairs and congestion kernels need a link to every rank; the others, a partner and ring neighbours.
+        everyone = any(
+            s.transport == self.name and s.kernel_def.pattern in ("all-pairs", "congestion") for s in plan.steps
+        )
         self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout, everyone)
         self.link_rates = link_rates(self.links)  # {peer: (MB/s or None, what reported it)}
 
@@ -567,6 +573,15 @@ class TCPTransport(Transport):
         if self.cloop:
             case.use_c_loop(self.cloop.module)
         return case
+
+    def congestion_case(self, role: Role) -> Case:
+        """A congestion phase's part of this rank over the links to every rank (``tcp_congestion``), in the C loop
+        where it is built, else in Python; no traffic here, so nothing collective."""
+        loop = self.cloop.module if self.cloop else None
+        return tcp_congestion.case(self.links, role, self.timeout, loop)
+
+    def congestion_unsupported(self, pattern: str) -> str | None:
+        return tcp_congestion.UNSUPPORTED.get(pattern)
 
     def metadata(self) -> dict:
         sock = next(iter(self.links.values()), None)
