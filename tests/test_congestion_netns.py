@@ -1,11 +1,12 @@
 """GPCNeT's question on a real network: incast into a host whose link also carries a canary pair.
 
-Six namespace hosts of scripts/netns-testbed.sh on one bridge, seven MPI ranks under hydra: the first host holds
-two ranks, the others one. The placement's seed is chosen here (the same pure function the ranks use) so that
-on the first host sit one canary and the incast target, the other canary elsewhere: the canary pair's messages
-into the first host cross the same link as the four senders' incast. Shaped to 100 Mbit/s with a tbf whose
-queue holds 400 ms, that link queues the canary behind the incast, and its latency must rise several times over;
-unshaped (multi-Gbit veths), the incast leaves the canary nearly alone. Needs root.
+Six namespace hosts of scripts/netns-testbed.sh on one bridge, seven ranks under hydra (on mpi, and on
+tcp): the first host holds two ranks, the others one. The placement's seed is chosen here (the same pure
+function the ranks use) so that on the first host sit one canary and the incast target, the other canary
+elsewhere: the canary pair's messages into the first host cross the same link as the four senders' incast.
+Shaped to 100 Mbit/s with a tbf whose queue holds 400 ms, that link queues the canary behind the incast, and
+its latency must rise several times over; unshaped (multi-Gbit veths), the incast leaves the canary nearly
+alone. Needs root.
 
 The direction and a wide margin are asserted, not a figure: seven ranks share two cores.
 """
@@ -56,10 +57,11 @@ def testbed():
     bed("down")
 
 
-def congestion_run(out) -> dict:
+def congestion_run(out, transport: str) -> dict:
     hosts = ",".join([f"{HOSTS[0]}:2", *HOSTS[1:]])
     command = [TESTBED, "mpiexec", "--prefix", PREFIX, "-n", str(len(RANK_HOSTS)), "-hosts", hosts]
-    args = ["run", "-t", "mpi", *RUN, "--congestion-seed", str(SEED), "--out", str(out), "--format", "none"]
+    args = ["run", "-t", transport, *RUN, "--congestion-seed", str(SEED), "--out", str(out), "--format", "none"]
+    args += ["--tcp-interface", "veth0"] if transport == "tcp" else []
     result = subprocess.run(
         [*command, PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=240, env=clean_env()
     )
@@ -71,14 +73,17 @@ def congestion_run(out) -> dict:
     return rows.set_index("congestor").lat_mean_us.to_dict() | {"cif": float(rows.cif_mean.iloc[1])}
 
 
-def test_incast_through_a_shaped_link_the_canaries_share_slows_them_and_unshaped_it_barely_does(testbed, tmp_path):
-    plain = congestion_run(tmp_path / "plain")
+@pytest.mark.parametrize("transport", ["mpi", "tcp"])
+def test_incast_through_a_shaped_link_the_canaries_share_slows_them_and_unshaped_it_barely_does(
+    testbed, transport, tmp_path
+):
+    plain = congestion_run(tmp_path / "plain", transport)
     bed("shape-link", HOSTS[0], *SHAPE)
     try:
-        shaped = congestion_run(tmp_path / "shaped")
+        shaped = congestion_run(tmp_path / "shaped", transport)
     finally:
         bed("unshape", "all")
-    summary = f"unshaped {plain}, shaped {shaped}"
+    summary = f"{transport}: unshaped {plain}, shaped {shaped}"
     print(summary)
     assert shaped["cif"] > 4, summary  # queued behind the incast in a 400 ms tbf queue
     assert plain["cif"] < 3, summary  # the veths carry the incast without a queue
