@@ -28,7 +28,7 @@ SHAPE = ["--burst", "32kbit", "--latency", "400ms"]
 # shaped one (0.35 s a window) gets one.
 SWEEP = ["-k", "pairs-bw", "-m", "1M:1M", "-W", "4", "-i", "40", "-x", "1", "--max-time", "0.25", "--timeout", "60"]
 # Four hosts share two cores, so a healthy pair's figure scatters far more than on a fabric (README, "The all-pairs
-# matrix"); the shaped pairs are a hundred times off, beyond any floor.
+# matrix"): a pair is slow only when 50 % off (and beyond the MAD's reach); the shaped pairs are 25 to 100 times off.
 SWEEP += ["--outlier-floor", "50"]
 
 pytestmark = NETNS
@@ -98,11 +98,13 @@ def test_a_shaped_pair_is_the_one_slow_link_and_no_host_is_slow(slow_pair, trans
 @pytest.mark.parametrize("transport", ["tcp", "mpi"])
 def test_a_shaped_host_is_named_and_not_its_links(slow_host, transport, tmp_path):
     found = pairs_bw(tmp_path / "run", transport)
-    assert found["slow_links"] == [], found
     assert [host["host"] for host in found["slow_hosts"]] == [slow_host], found
     (host,) = found["slow_hosts"]
     assert (host["slow_links"], host["links"]) == (3, 3)
-    print(f"{transport}: slow host {slow_host}: {_figures(found, host)}")
+    # Its links are in the host, not listed as links. A link between two healthy hosts that dipped on these busy
+    # cores may be listed as a link (the verdict's rule, tests/unit/test_pairs_verdict.py), never as a host.
+    assert not [link for link in found["slow_links"] if slow_host in (link["src_host"], link["dst_host"])], found
+    print(f"{transport}: slow host {slow_host}: {_figures(found, host)}; other slow links: {found['slow_links']}")
 
 
 def test_check_passes_the_plain_testbed_and_fails_the_shaped_pair_by_name(hosts, tmp_path):

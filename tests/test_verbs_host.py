@@ -9,14 +9,16 @@ output, the enum layouts) are tested in tests/unit/test_rdma_records.py.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.machinery
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from fabricbench.transports.rdma import PYVERBS_DIRS_VAR, VerbsUnavailable, load_pyverbs
-from support import fabricbench, mpiexec
+from support import PYTHON, clean_env, fabricbench, mpiexec
 
 HAS_DEVICE = Path("/sys/class/infiniband").is_dir() and any(Path("/sys/class/infiniband").iterdir())
 no_device = pytest.mark.skipif(HAS_DEVICE, reason="this machine has an RDMA device; the VM tests cover it")
@@ -99,6 +101,52 @@ def test_cq_mod_must_divide_the_window(out):
     line = _one_error_line(result)
     assert result.returncode == 2
     assert "--cq-mod 10 must divide the window of 64" in line
+
+
+# --- --loop c where the verbs C loop cannot be built ------------------------------------------------------------------
+
+# The CLI with pyverbs and one device stood in for (the preflight's device check passes), so that what decides is the
+# C loop's build alone: that refusal comes before any rank, so it needs no device of its own. (Moved here from
+# tests/verbs, where under emulation each of these launches cost about 9 s.)
+WITH_A_DEVICE = (
+    "import sys\n"
+    "from fabricbench.transports import verbs\n"
+    "verbs.load_pyverbs = lambda: None\n"
+    "verbs.device_names = lambda _verbs: ['rxe0']\n"
+    "from fabricbench.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def _libibverbs_loads() -> bool:
+    try:
+        ctypes.CDLL("libibverbs.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _libibverbs_loads(), reason="needs rdma-core's libibverbs (the C loop's cache key)")
+@pytest.mark.parametrize(
+    ("compiler", "words"),
+    [
+        ("/nonexistent/cc", "/nonexistent/cc"),
+        # A compiler that sees no system headers: where libibverbs-dev is missing, verbs.h is the first it lacks.
+        ("cc --sysroot=/nonexistent", "infiniband/verbs.h not found (Debian/Ubuntu: apt-get install libibverbs-dev"),
+    ],
+)
+def test_loop_c_without_the_build_stops_in_one_line_before_any_rank(out, tmp_path, compiler, words):
+    env = clean_env({"CC": compiler, "FABRICBENCH_CACHE_DIR": str(tmp_path / "empty-cache")})
+    result = subprocess.run(
+        [PYTHON, "-c", WITH_A_DEVICE, "run", "-t", "verbs", "-k", "latency", "-m", "8:8", "--loop", "c",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fabricbench: error: --loop c: the verbs C loop is unavailable")
+    assert words in lines[0] and "Traceback" not in result.stderr
+    assert not (out / "results.csv").exists()
 
 
 # --- the pyverbs this machine has ---------------------------------------------------------------------------------

@@ -176,3 +176,30 @@ def test_a_noisy_fabric_of_four_names_the_slow_pair_and_no_host():
         noisy[(1, 0)] = lowest_fast  # host 1's other links as low as they come
         found = verdict(_matrix(4, lambda s, d: 12.0 if {s, d} == {1, 2} else noisy[(s, d)]))
         assert found["slow_hosts"] == [] and [link["directions"] for link in found["slow_links"]] == [[[1, 2], [2, 1]]]
+
+
+def test_a_host_is_not_named_slow_for_its_link_to_a_slow_host():
+    # tests/test_pairs.py's testbed with host 3 shaped (figures from a tcp run there, --outlier-floor 50), and the
+    # link between hosts 1 and 2 dipped once, as busy cores make it. Hosts 1 and 2 then each had two slow links of
+    # three, one of them their link to host 3, and were named slow beside it (CI). That link is host 3's: on their
+    # own links only the link between them is slow, and it is named as a link.
+    measured = {(0, 1): 1425.7, (0, 2): 1670.6, (1, 0): 1063.6, (1, 2): 1530.9, (2, 0): 1287.0, (2, 1): 1299.2}
+    measured |= {(1, 2): 310.0, (2, 1): 1299.2}
+
+    def figure(s: int, d: int) -> float:
+        return 11.9 if 3 in (s, d) else measured[(s, d)]
+
+    found = verdict(_matrix(4, figure), floor=0.5)
+    assert [(h["host"], h["slow_links"], h["links"]) for h in found["slow_hosts"]] == [("h3", 3, 3)]
+    assert [link["directions"] for link in found["slow_links"]] == [[[1, 2]]]
+
+
+def test_the_leave_one_out_does_not_name_a_host_for_its_link_to_a_slow_one():
+    # Two directions of the slow host's read fast, so host 1's reference (the pairs without it, four of six host
+    # 3's) centres high enough that its link to host 3 is slow; with its slow link to host 0 that was two of three.
+    def figure(s: int, d: int) -> float:
+        shaped = {(3, 0): 900.0, (3, 2): 950.0, (0, 3): 5.0, (1, 3): 4.0, (3, 1): 6.0, (2, 3): 5.0}
+        return shaped.get((s, d)) or {(1, 0): 6.0}.get((s, d)) or 1000.0 + 100.0 * ((s + 2 * d) % 3)
+
+    found = verdict(_matrix(4, figure), floor=0.5)
+    assert [h["host"] for h in found["slow_hosts"]] == ["h3"], found["slow_hosts"]

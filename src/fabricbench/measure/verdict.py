@@ -19,7 +19,8 @@ group of rows (transport, kernel, schedule, size), on the log of each figure
 when more than half of its links (unordered pairs, slow when either
 direction is) are, each host judged against the pairs between the other
 hosts; then each pair against the pairs between the hosts that passed. A
-slow host is reported, its links are not.
+slow host is reported, its links are not, and they count against no other
+host: a host is not slow for its links to a slow one.
 """
 
 from __future__ import annotations
@@ -134,15 +135,22 @@ def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float
     ranks = sorted({rank for pair in values for rank in pair})
     leave_out = len(ranks) <= LEAVE_ONE_OUT_UP_TO
     overall = set() if leave_out else judge_group(values, worse, z, floor=floor)[3]
-    slow_ranks = set()
+    slow_pairs: dict[int, set] = {}
     for rank in ranks:
         reference = [p for p in values if rank not in p]
-        slow = judge_group(values, worse, z, reference, floor)[3] if leave_out else overall
-        links = {frozenset(pair) for pair in values if rank in pair}
-        bad = {frozenset(pair) for pair in slow if rank in pair}
-        if slow_host(len(bad), len(links)):
-            slow_ranks.add(rank)
-    return slow_ranks
+        slow_pairs[rank] = judge_group(values, worse, z, reference, floor)[3] if leave_out else overall
+    found = {rank for rank in ranks if slow_host(*_link_counts(rank, values, slow_pairs[rank]))}
+    # Then each again without its links to the others found: a link to a slow host is that host's.
+    return {rank for rank in found if slow_host(*_link_counts(rank, values, slow_pairs[rank], found - {rank}))}
+
+
+def _link_counts(rank: int, pairs: Iterable, slow: Iterable, besides: set = frozenset()) -> tuple[int, int]:
+    """(slow links, links) of ``rank``: its links (unordered pairs) among ``pairs``, slow when a direction is in
+    ``slow``, leaving out its links to the ranks in ``besides`` (hosts found slow: those links are theirs, and
+    count neither for nor against this one)."""
+    links = {frozenset(pair) for pair in pairs if rank in pair and not set(pair) & besides}
+    bad = {frozenset(pair) for pair in slow if frozenset(pair) in links}
+    return len(bad), len(links)
 
 
 def _key(row: dict) -> tuple:
@@ -229,6 +237,9 @@ def _group_verdict(transport, kernel, schedule, size, metric, worse, values, hos
     for rank in sorted({r for link in links for r in link}):
         mine = [link for link in links if rank in link]
         bad = [link for link in mine if links[link]]
+        if rank not in slow_ranks:  # its links to the slow hosts are theirs: judged on its other links alone
+            mine = [link for link in mine if not set(link) & slow_ranks]
+            bad = [link for link in bad if link in mine]
         if rank in slow_ranks or slow_host(len(bad), len(mine)):
             flagged.add(rank)
             own = [v for (s, d), v in values.items() if rank in (s, d)]
