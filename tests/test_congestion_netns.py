@@ -24,8 +24,11 @@ PREFIX, NET = "fbc", "10.213.9"
 HOSTS = [f"{PREFIX}{i}" for i in range(1, 7)]
 RANK_HOSTS = [HOSTS[0], *HOSTS]  # hydra fills fbc1 with ranks 0 and 1, then one rank a host
 SHAPE = ["100mbit", "--burst", "32kbit", "--latency", "400ms"]
-# The canary alone: rr-latency, 8 B. 4 KiB incast, as GPCNeT's.
-RUN = ["-k", "congestion", "--canaries", "rr-latency", "--congestors", "incast", "-i", "40", "-x", "4"]
+# The canary alone: rr-latency, 8 B. The incast at 64 KiB, not GPCNeT's 4 KiB: more bytes in flight fill more of
+# the tbf's queue, so the shaped factor stands clear of what a loaded CI host does to the isolated figure (with
+# 4 KiB a loaded run read 2.4 where quiet ones read 11-44; with 64 KiB, 41-143 quiet and 14-67 beside three
+# busy processes).
+RUN = ["-k", "congestion", "--canaries", "rr-latency", "--congestors", "incast:64K", "-i", "40", "-x", "4"]
 RUN += ["--max-time", "4", "--timeout", "90"]
 
 pytestmark = NETNS
@@ -85,6 +88,6 @@ def test_incast_through_a_shaped_link_the_canaries_share_slows_them_and_unshaped
         bed("unshape", "all")
     summary = f"{transport}: unshaped {plain}, shaped {shaped}"
     print(summary)
-    assert shaped["cif"] > 4, summary  # queued behind the incast in a 400 ms tbf queue
-    assert plain["cif"] < 3, summary  # the veths carry the incast without a queue
-    assert shaped["cif"] > 2 * plain["cif"], summary
+    assert shaped["cif"] > 8, summary  # queued behind the incast in a 400 ms tbf queue
+    assert plain["cif"] < 4, summary  # the veths carry the incast without a queue; two shared cores scatter it
+    assert shaped["cif"] > 3 * plain["cif"], summary
