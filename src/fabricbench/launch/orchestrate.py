@@ -59,6 +59,9 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
             envelope = {"plan": json.loads(plan.to_json())}
         except FabricbenchError as exc:
             envelope = {"error": str(exc), "code": exc.exit_code}
+    # Rank 0 alone builds the plan: the others wait asleep, not spinning in MPI on the cores it needs (8 ranks on
+    # 2 cores take several times as long to start when they spin).
+    ctrl.idle_barrier()
     envelope = json.loads(ctrl.bcast_bytes(json.dumps(envelope).encode() if ctrl.rank == 0 else None))
     if "error" in envelope:
         if ctrl.rank == 0:
@@ -66,13 +69,21 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
         return int(envelope["code"])
     plan = Plan.from_json(json.dumps(envelope["plan"]).encode())
     extra = {**env.mpi_info(), **slurm.job_metadata(os.environ, srun)} if ctrl.rank == 0 else None
-    return execute_plan(plan, ctrl, launcher, hugepages, extra)
+    return execute_plan(plan, ctrl, launcher, hugepages, extra, idle_wait=True)
 
 
 def execute_plan(
-    plan: Plan, ctrl: ControlPlane, launcher: str | None, hugepages: str | None, extra_metadata: dict | None = None
+    plan: Plan,
+    ctrl: ControlPlane,
+    launcher: str | None,
+    hugepages: str | None,
+    extra_metadata: dict | None = None,
+    idle_wait: bool = False,
 ) -> int:
     """Run the plan on this rank; rank 0 writes the table. Returns the exit code (1: validation failed).
+
+    ``idle_wait``: the other ranks wait for rank 0 to start the table at ``ctrl.idle_barrier()``, asleep (MPI,
+    whose waits spin); a control plane whose waits block needs none.
 
     When rank 0 cannot write the table (a full disk), every rank stops at the
     same point: rank 0 raises the ResultsError that says why, the others
@@ -98,6 +109,8 @@ def execute_plan(
             reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
         except FabricbenchError as exc:
             failure = exc
+    if idle_wait:
+        ctrl.idle_barrier()
     try:
         stop_if_failed(ctrl, failure)  # no rank may wait in the sweep for a rank 0 without a table
         execute(plan, ctrl, reporter, lambda tidy: InterruptWatch(tidy, ctrl.abort, leader=ctrl.rank == 0))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Protocol
@@ -25,6 +26,9 @@ from fabricbench.transports import open_transport
 
 CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check
 LINK_HOOK = "FABRICBENCH_TEST_LINK_MBPS"  # test hook: every case's link_MBps, as a NIC would report it
+# Test and benchmark hook: a folder where each rank writes, once, when its first timed run began (time.time_ns) and
+# the modules it had imported by the end of that phase (benchmarks/startup.py, tests/test_startup.py).
+STAMP_HOOK = "FABRICBENCH_TEST_STAMPS"
 
 
 ABORT_GRACE_S = 10.0  # how long the watchdog's abort may take before the rank just exits
@@ -168,13 +172,28 @@ def time_phase(
             guess = watchdog.guess(plan, kernel, size, ctrl.size, iterations)
             watchdog.arm(plan.timeout, phase.what, guess, guessed=True)
         ctrl.barrier()
+        started_ns = time.time_ns()
         case.run(iterations, view)
         samples = times[:iterations].copy() if case.initiator else times[:0]
         timed = Timed(phase, case, iterations, samples, validate(ctrl, case, kernel) if plan.validate else -1)
         timed.gathered = ctrl.gather(pattern.summary(timed))
     finally:
         case.close()
+    if STAMP_HOOK in os.environ:
+        _stamp(os.environ[STAMP_HOOK], ctrl.rank, started_ns)
     return timed
+
+
+def _stamp(folder: str, rank: int, started_ns: int) -> None:
+    """STAMP_HOOK: rank<N>.json with the first timed run's start and the modules imported so far; the first
+    phase's only (a file already there is kept). Written after the phase, so the timed run waits for no file."""
+    import json
+
+    try:
+        with open(os.path.join(folder, f"rank{rank}.json"), "x") as out:
+            json.dump({"first_sample_ns": started_ns, "modules": sorted(sys.modules)}, out)
+    except FileExistsError:
+        pass
 
 
 def validate(ctrl, case, kernel: Kernel) -> int:

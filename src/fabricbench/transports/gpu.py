@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-from importlib import metadata
 
 from fabricbench.errors import UsageError
 from fabricbench.transports.cuda_timing import TIMINGS
@@ -99,6 +98,8 @@ def local_rank(ctrl) -> int:
 
 def cupy_package() -> str | None:
     """The installed CuPy wheel's name (cupy-cuda13x, cupy-cuda12x, or cupy built from source), or None."""
+    from importlib import metadata  # here: three dozen modules (email, zipfile) no command line or host rank needs
+
     for name in (*CUPY_PACKAGES, "cupy"):
         try:
             metadata.version(name)

@@ -35,10 +35,9 @@ from fabricbench.errors import Unsupported, UsageError
 from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports import mpi_congestion
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
-from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load, require_success
+from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load, require_success, wrapper_identity
 from fabricbench.transports.options import LOOP, OptionGroup
 
 TAG = 11
@@ -87,8 +86,14 @@ def open_loop(comm, options: dict) -> CLoop | None:
     choice = options.get("loop", "auto")
     cloop, why = None, ""
     if choice != "python":
+        # The wrapper is a script that starts a few processes: one rank per host asks it, not every rank.
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
-            cloop = load(library_version())
+            identity = node.bcast(wrapper_identity() if node.Get_rank() == 0 else None, root=0)
+        finally:
+            node.Free()
+        try:
+            cloop = load(library_version(), identity)
         except CLoopUnavailable as exc:
             why = str(exc)
     mine, everyone = np.array([int(cloop is not None)], np.int32), np.zeros(1, np.int32)
@@ -608,6 +613,8 @@ class MPITransport(Transport):
             raise Unsupported("the congestion kernel runs on host buffers only")
         if self.cloop is None:
             raise Unsupported("the congestion kernel's loops are C only, and this run times MPI in Python")
+        from fabricbench.transports import mpi_congestion  # here: only a congestion run needs its loops
+
         return mpi_congestion.case(self.comm, role, self.cloop)
 
     def persistent_collectives(self) -> bool:

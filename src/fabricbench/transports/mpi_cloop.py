@@ -96,9 +96,17 @@ def _described(lib: ctypes.CDLL, path: Path, wrapper: list[str], library_version
     )
 
 
-def load(library_version: str) -> CLoop:
+def wrapper_identity() -> str | None:
+    """What the wrapper adds to the compiler, the build's cache key beside the library (a run of the wrapper);
+    None when there is no wrapper."""
+    wrapper = find_wrapper()
+    return None if wrapper is None else _wrapper_flags(wrapper)
+
+
+def load(library_version: str, identity: str | None = None) -> CLoop:
     """The C loop built against this MPI: from the cache when a build for this source, library and wrapper
-    exists, else built now (``cbuild``). Raises CLoopUnavailable."""
+    exists, else built now (``cbuild``). ``identity``: ``wrapper_identity()`` where another rank of this host has
+    asked it already (None: asked here). Raises CLoopUnavailable."""
     wrapper = find_wrapper()
     if wrapper is None:
         raise CLoopUnavailable(NO_WRAPPER)
@@ -108,7 +116,7 @@ def load(library_version: str) -> CLoop:
         compiler=wrapper,
         key_parts=(library_version,),
         missing_hint="install the MPI's development package, or set MPICC to its compiler wrapper",
-        identity=_wrapper_flags(wrapper),
+        identity=_wrapper_flags(wrapper) if identity is None else identity,
         compiler_hint="set MPICC to the MPI's compiler wrapper",
     )
     lib, path = cbuild.load_library(recipe, {name: (args, ctypes.c_int) for name, args in SIGNATURES.items()})

@@ -49,7 +49,7 @@ from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.measure.buffers import aligned, filled, pattern, poisoned
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports import cbuild, tcp_congestion
+from fabricbench.transports import cbuild
 from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.options import LOOP, OptionGroup
@@ -577,10 +577,14 @@ class TCPTransport(Transport):
     def congestion_case(self, role: Role) -> Case:
         """A congestion phase's part of this rank over the links to every rank (``tcp_congestion``), in the C loop
         where it is built, else in Python; no traffic here, so nothing collective."""
+        from fabricbench.transports import tcp_congestion  # here: only a congestion run needs its loops
+
         loop = self.cloop.module if self.cloop else None
         return tcp_congestion.case(self.links, role, self.timeout, loop)
 
     def congestion_unsupported(self, pattern: str) -> str | None:
+        from fabricbench.transports import tcp_congestion
+
         return tcp_congestion.UNSUPPORTED.get(pattern)
 
     def metadata(self) -> dict:
