@@ -203,6 +203,17 @@ class Role:
         return ring[at - 1], ring[(at + 1) % len(ring)]
 
 
+@dataclass(frozen=True)
+class Flood:
+    """What one congestor rank did in one run() while its group was confirmed running: its iterations, the bytes
+    it moved and for how long (a transport's Congestor says how it counts them). The pattern reads the timed
+    run's."""
+
+    iterations: int
+    moved_bytes: int
+    active_ns: int
+
+
 # --- figures ------------------------------------------------------------------------------------------------------
 
 TAIL = 99.0  # the percentile of the key results (GPCNeT's "99%")

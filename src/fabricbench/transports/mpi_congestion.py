@@ -19,8 +19,6 @@ canary's samples make MPI calls and nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from fabricbench.control.mpi import import_mpi
@@ -35,7 +33,7 @@ from fabricbench.measure.buffers import (
     times_address,
     write_pattern,
 )
-from fabricbench.measure.congestion import INT64, Role
+from fabricbench.measure.congestion import INT64, Flood, Role
 from fabricbench.transports.base import Case
 from fabricbench.transports.mpi_cloop import CLoop, require_success
 
@@ -162,15 +160,6 @@ class Canary(_Part):
 
     def run(self, iterations: int, times: memoryview) -> None:
         require_success(self.cloop.lib.fb_canary(*self.c_args, iterations, times_address(times)), self.what)
-
-
-@dataclass(frozen=True)
-class Flood:
-    """What one congestor rank did in one run() while its group was confirmed running (see Congestor)."""
-
-    iterations: int
-    moved_bytes: int
-    active_ns: int
 
 
 class Congestor(_Part):

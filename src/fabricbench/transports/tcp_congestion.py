@@ -35,7 +35,7 @@ import numpy as np
 
 from fabricbench.errors import PeerError
 from fabricbench.measure.buffers import EMPTY, PATTERN_PERIOD, aligned, filled, pattern, poisoned, write_pattern
-from fabricbench.measure.congestion import INT64, MIX, Role
+from fabricbench.measure.congestion import INT64, MIX, Flood, Role
 from fabricbench.transports.base import Case
 
 # As the mpi transport's (mpi_congestion.AGREE_EVERY): a congestor group agrees whether to stop after its first
@@ -524,15 +524,6 @@ class Canary(_Part):
             self.loop.congestion_canary(self.buffers, *self.words, iterations, times, self.timeout, self.where)
         else:
             run_canary_py(*self.py, iterations, times, self.timeout)
-
-
-@dataclass(frozen=True)
-class Flood:
-    """What one congestor rank did in one run() while its group was confirmed running (mpi_congestion's)."""
-
-    iterations: int
-    moved_bytes: int
-    active_ns: int
 
 
 class Congestor(_Part):
