@@ -173,3 +173,23 @@ def process_gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def run_cases_together(cases, iterations: int = 3) -> list[Exception]:
+    """Run each Case's ``run(iterations)`` in a thread of its own at once, as ranks would; the errors they raised."""
+    import numpy as np
+
+    errors = []
+
+    def run(case):
+        try:
+            case.run(iterations, memoryview(np.zeros(iterations, np.int64)))
+        except Exception as exc:  # noqa: BLE001 - the caller reads them
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(case,)) for case in cases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return errors

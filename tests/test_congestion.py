@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import socket
-import threading
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from fabricbench.errors import PeerError
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.congestion import Test as Asked
 from fabricbench.transports import tcp, tcp_congestion
-from support import fabricbench, one_error_line, read_rows
+from support import fabricbench, one_error_line, read_rows, run_cases_together
 
 CANARY_TESTS = ["rr-latency", "rr-bw", "allreduce"]
 CONGESTORS = ["all-to-all", "incast", "put-incast", "get-bcast"]
@@ -148,20 +147,7 @@ def test_the_tcp_c_loop_moves_large_windows_both_ways_on_one_socket_and_names_a_
             tcp_congestion.Canary({1: a}, Role(0, Asked("rr-bw", 100_000), (0, 1), ()), 0.3, module),
             tcp_congestion.Canary({0: b}, Role(1, Asked("rr-bw", 100_000), (0, 1), ()), 0.3, module),
         ]
-        errors = []
-
-        def run(case):
-            try:
-                case.run(3, memoryview(np.zeros(3, np.int64)))
-            except Exception as exc:  # noqa: BLE001 - read below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run, args=(case,)) for case in cases]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        assert errors == []
+        assert run_cases_together(cases) == []
         assert all(np.array_equal(case.received, case.expected()) for case in cases)
         assert cases[0].method.startswith("c loop")
         for sock in (a, b):

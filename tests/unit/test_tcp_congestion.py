@@ -6,7 +6,6 @@ on socket pairs, with a dead peer and a silent one."""
 from __future__ import annotations
 
 import socket
-import threading
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from fabricbench.measure.congestion import Group, Role
 from fabricbench.measure.congestion import Test as Asked
 from fabricbench.transports import tcp_congestion as tc
 from fabricbench.transports.tcp_congestion import ADD_INT64, COPY, RECEIVE, SEND, Program, Seg
+from support import run_cases_together
 
 
 def simulate(programs: dict[int, Program], buffers: dict[int, list[np.ndarray]]) -> None:
@@ -164,29 +164,12 @@ def _canaries(loop=None, timeout: float = 5.0):
     return cases, (a, b)
 
 
-def _run_both(cases, iterations: int = 3):
-    errors = []
-
-    def run(case):
-        try:
-            case.run(iterations, memoryview(np.zeros(iterations, np.int64)))
-        except Exception as exc:  # noqa: BLE001 - the test reads it
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(case,)) for case in cases]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return errors
-
-
 def test_the_python_loop_runs_a_window_of_large_messages_both_ways_on_one_socket_and_validates():
     cases, socks = _canaries()
     try:
         for case in cases:
             case.poison()
-        assert _run_both(cases) == []
+        assert run_cases_together(cases) == []
         for case in cases:
             assert np.array_equal(case.received, case.expected())
             assert case.method.startswith("python loop")

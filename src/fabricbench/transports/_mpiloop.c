@@ -103,6 +103,16 @@ static void release(MPI_Request *requests, int n)
     }
 }
 
+/* `n` requests, each MPI_REQUEST_NULL, so that release() may free whatever a failed loop left; NULL when out of
+ * memory. */
+static MPI_Request *null_requests(int n)
+{
+    MPI_Request *requests = malloc((size_t)n * sizeof *requests);
+    for (int r = 0; requests != NULL && r < n; r++)
+        requests[r] = MPI_REQUEST_NULL;
+    return requests;
+}
+
 int fb_pingpong(MPI_Fint comm_handle, int peer, int initiator, int persistent, void *send_buf, void *recv_buf,
                 long long size, long long iterations, long long *times)
 {
@@ -148,11 +158,9 @@ int fb_window(MPI_Fint comm_handle, int peer, int initiator, int both_ways, int 
         return err;
     if (window < 1 || window > (INT_MAX - 1) / 2)
         return MPI_ERR_COUNT;
-    requests = malloc((size_t)total * sizeof *requests);
+    requests = null_requests(total);
     if (requests == NULL)
         return MPI_ERR_NO_MEM;
-    for (int r = 0; r < total; r++)
-        requests[r] = MPI_REQUEST_NULL;
     ack = &requests[total - 1];
     if (persistent) {
         for (int r = 0; r < receives; r++)
@@ -330,11 +338,9 @@ int fb_canary(MPI_Fint comm_handle, MPI_Fint signal_handle, int test, int left, 
         return err;
     if (per_side < 1 || per_side > INT_MAX / 4)
         return MPI_ERR_COUNT;
-    requests = malloc((size_t)total * sizeof *requests);
+    requests = null_requests(total);
     if (requests == NULL)
         return MPI_ERR_NO_MEM;
-    for (int r = 0; r < total; r++)
-        requests[r] = MPI_REQUEST_NULL;
     from_left = requests, from_right = from_left + per_side, to_left = from_right + per_side;
     to_right = to_left + per_side;
     if (congested) {
@@ -443,11 +449,9 @@ int fb_congestor(MPI_Fint comm_handle, MPI_Fint signal_handle, MPI_Fint win_hand
         return MPI_ERR_ARG;
     TRY(MPI_Comm_rank(comm, &rank));
     TRY(MPI_Comm_size(comm, &n));
-    requests = malloc((size_t)n * sizeof *requests);
+    requests = null_requests(n);
     if (requests == NULL)
         return MPI_ERR_NO_MEM;
-    for (int r = 0; r < n; r++)
-        requests[r] = MPI_REQUEST_NULL;
     if (rank == 0)
         TRY(MPI_Irecv((char *)signal_buf + 1, 1, MPI_BYTE, leader, STOP_TAG, signal, &stop));
     if (one_sided && rank > 0) {

@@ -160,18 +160,23 @@ def ring_exchange(program: Program, left: int, right: int, window: int, buffers:
     return step
 
 
-def barrier(program: Program, me: int, members: Sequence[int], flags: int) -> None:
-    """Two steps: every member but the first sends the first one byte (``flags``'s byte ONE) and the first, once it
-    has them all, answers each with one (into SCRATCH)."""
-    leader = members[0]
-    gather, release = program.step(), program.step()
-    if me == leader:
+def _gather_release(gather: Step, release: Step, me: int, members: Sequence[int], flags: int, answer: int, into: int):
+    """Every member but the first sends the first one byte (``flags``'s byte ONE) in ``gather``; the first, once it
+    has them all, sends each its byte at ``answer`` in ``release``, read into ``into``."""
+    first = members[0]
+    if me == first:
         for other in members[1:]:
             gather.recv(other, Seg(flags, SCRATCH, 1))
-            release.send(other, Seg(flags, ONE, 1))
+            release.send(other, Seg(flags, answer, 1))
     else:
-        gather.send(leader, Seg(flags, ONE, 1))
-        release.recv(leader, Seg(flags, SCRATCH, 1))
+        gather.send(first, Seg(flags, ONE, 1))
+        release.recv(first, Seg(flags, into, 1))
+
+
+def barrier(program: Program, me: int, members: Sequence[int], flags: int) -> None:
+    """Two steps: every member but the first sends the first one byte and the first, once it has them all, answers
+    each with one (ONE, into SCRATCH)."""
+    _gather_release(program.step(), program.step(), me, members, flags, ONE, SCRATCH)
 
 
 def recursive_doubling(program: Program, ring: Sequence[int], me: int, buffers: tuple[int, int, int], nbytes: int):
@@ -241,15 +246,7 @@ def agreement(ranks: Sequence[int], me: int, flags: int) -> tuple[Program, Progr
     """A congestor group's agreement: ``gather`` (every rank but the first sends it one byte) and ``release`` (the
     first sends each its DECISION byte, read into theirs)."""
     gather, release = Program(), Program()
-    first = ranks[0]
-    g, r = gather.step(), release.step()
-    if me == first:
-        for other in ranks[1:]:
-            g.recv(other, Seg(flags, SCRATCH, 1))
-            r.send(other, Seg(flags, DECISION, 1))
-    else:
-        g.send(first, Seg(flags, ONE, 1))
-        r.recv(first, Seg(flags, DECISION, 1))
+    _gather_release(gather.step(), release.step(), me, ranks, flags, DECISION, DECISION)
     return gather, release
 
 
