@@ -61,3 +61,8 @@ def short_name(column: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def given(value) -> bool:
+    """A table cell that holds a value: not missing, empty or NaN."""
+    return value is not None and value != "" and not (isinstance(value, float) and math.isnan(value))

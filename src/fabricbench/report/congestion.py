@@ -7,10 +7,10 @@ a quarter of the congestors each) is GPCNeT's own congested phase.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from fabricbench.measure.congestion import CANARY_TITLES, CANARY_UNITS, NONE
+from fabricbench.measure.formatting import given
 from fabricbench.measure.schema import is_measured
 
 # (header, width) of a congestion line; the figures are µs for a time test, MB/s for rr-bw (the unit column).
@@ -30,19 +30,15 @@ LAYOUT = (
 )
 
 
-def _given(value) -> bool:
-    return value is not None and value != "" and not (isinstance(value, float) and math.isnan(value))
-
-
-def _cell(value, width: int, digits: int = 2, suffix: str = "") -> str:
-    if not _given(value):
+def _cell(value, width: int, digits: int = 2) -> str:
+    if not given(value):
         return f"{'-':>{width}}"
-    return f"{f'{value:.{digits}f}{suffix}':>{width}}"
+    return f"{value:>{width}.{digits}f}"
 
 
 def _factor(value, width: int) -> str:
     """An impact factor: three figures where it is small, so 0.004x does not read 0.00x."""
-    if not _given(value):
+    if not given(value):
         return f"{'-':>{width}}"
     text = f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
     return f"{text + 'x':>{width}}"
@@ -118,4 +114,4 @@ def key_results(rows: Iterable[dict]) -> list[str]:
 
 def _size(found: dict, canary: str) -> str:
     size = next((row.get("size_B") for (name, _), row in found.items() if name == canary), None)
-    return f"{int(size)} B" if _given(size) else "?"
+    return f"{int(size)} B" if given(size) else "?"

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
+from fabricbench.measure.formatting import given
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import ROW_ENDS, is_measured
 from fabricbench.report import congestion
 
 
-def _given(value) -> bool:
-    """A cell that holds a value: not missing, empty or NaN."""
-    return value is not None and value != "" and not (isinstance(value, float) and math.isnan(value))
-
-
 def _num(value, width: int, digits: int = 2) -> str:
-    if not _given(value):
+    if not given(value):
         return " " * (width - 1) + "-"
     return f"{value:>{width}.{digits}f}"
 
@@ -75,7 +70,7 @@ def line(row: dict) -> str:
         where = f"{size} B: " if size is not None else ""
         return f"# {where}{row['status']}"
     out = []
-    ends = [column for column in ROW_ENDS if _given(row.get(column))]
+    ends = [column for column in ROW_ENDS if given(row.get(column))]
     for _, column, width in _layout(row["kernel"], ends):
         value = row.get(column)
         if column in ("size_B", "iterations", *ROW_ENDS):
