@@ -10,6 +10,17 @@ another); a rep's ratio is a contender over the reference tool measured in that 
 are summarised by their median with a distribution-free 95 % confidence interval from order
 statistics, and the reference run twice in every rep (the A/A control) shows the resolution the
 machine allows. A target is "met, clearly" when the whole interval is on its good side.
+
+Bracketed pairs (``run_bracketed``, ``judge_bracketed``), for machines that switch between speed modes
+from one launch to the next (a VM whose same binary reads 270 us in some launches and 900 us in others):
+there an A/A control per rep is not enough, since the reference and a contender can each land in a
+different mode. So every contender's launch is bracketed by two launches of the reference, one right
+before and one right after (R X1 R X2 R ...: a rep of k contenders makes k+1 reference launches). A pair
+counts only when its two reference launches agree within ``AGREE``: the machine did not switch modes
+around it, as far as launches a few seconds apart can tell. Its ratio is the contender over the geometric
+mean of its two references. The kept pairs are then split into modes where the references themselves
+fall into two groups apart by more than ``MODE_GAP`` (the widest gap between sorted references), and each
+mode is judged on its own median.
 """
 
 from __future__ import annotations
@@ -36,6 +47,111 @@ def run_shuffled(
             before()
         results[who] = slot[who]()
     return results
+
+
+def run_bracketed(
+    order: random.Random, reference: Callable[[], Result], contenders: dict[str, Callable[[], Result]]
+) -> dict[str, tuple[Result, Result, Result]]:
+    """One rep of the bracketed design: the reference, then every contender in an order drawn from ``order``, each
+    followed by the reference once more. {contender: (reference before, contender, reference after)}."""
+    results, before = {}, reference()
+    for who in order.sample(list(contenders), len(contenders)):
+        value = contenders[who]()
+        after = reference()
+        results[who] = (before, value, after)
+        before = after
+    return results
+
+
+AGREE = 1.10  # a pair counts when its two references are within 10 % of each other
+MODE_GAP = 1.5  # references that sort into two groups more than 1.5x apart are two speed modes
+MIN_MODE = 3  # a mode is judged only with at least this many kept pairs
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A contender's figure with the reference's figures from the launches right before and right after it."""
+
+    before: float
+    value: float
+    after: float
+
+    @property
+    def agreement(self) -> float:
+        """How far the two references are apart: the larger over the smaller, 1 when they agree exactly."""
+        low, high = sorted((self.before, self.after))
+        return high / low if low > 0 else math.inf
+
+    @property
+    def reference(self) -> float:
+        return math.sqrt(self.before * self.after)
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.reference
+
+
+def split_modes(pairs: list[Pair], gap: float = MODE_GAP) -> list[list[Pair]]:
+    """The pairs in one group, or in two where their references sort into two groups more than ``gap`` times apart
+    at the widest step between neighbours; the group of lower references first."""
+    ordered = sorted(pairs, key=lambda p: p.reference)
+    if len(ordered) < 2:
+        return [ordered] if ordered else []
+    steps = [ordered[i + 1].reference / ordered[i].reference for i in range(len(ordered) - 1)]
+    widest = max(range(len(steps)), key=steps.__getitem__)
+    if steps[widest] <= gap:
+        return [ordered]
+    return [ordered[: widest + 1], ordered[widest + 1 :]]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One speed mode's kept pairs: its reference's median figure and the median of the ratios, with its interval."""
+
+    reference: float
+    ratio: Ratio
+    count: int
+
+    @property
+    def judged(self) -> bool:
+        return self.count >= MIN_MODE
+
+
+@dataclass(frozen=True)
+class Bracketed:
+    """A contender at one size under the bracketed design: the pairs kept of all, their modes, and the verdict."""
+
+    kept: int
+    total: int
+    modes: tuple[Mode, ...]
+    verdict: str
+
+    @property
+    def worst(self) -> Mode | None:
+        """The judged mode furthest on the bad side; None when no mode has enough pairs."""
+        judged = [m for m in self.modes if m.judged]
+        return judged[0] if judged else None
+
+
+def judge_bracketed(
+    pairs: list[Pair], target: float, higher_is_better: bool, agree: float = AGREE, gap: float = MODE_GAP
+) -> Bracketed:
+    """Keep the pairs whose references agree within ``agree``, split them into speed modes, judge each mode with
+    enough pairs by its median ratio. Missed when any judged mode misses; unresolved when none has enough pairs."""
+    kept = [p for p in pairs if p.agreement <= agree]
+    sign = -1 if higher_is_better else 1
+    modes = []
+    for group in split_modes(kept, gap):
+        ratios = [p.ratio for p in group]
+        ratio = Ratio(statistics.median(ratios), *median_interval(ratios))
+        modes.append(Mode(statistics.median(p.reference for p in group), ratio, len(group)))
+    modes.sort(key=lambda m: (not m.judged, -sign * m.ratio.median))  # judged first, the worst of them first
+    judged = [m for m in modes if m.judged]
+    if not judged:
+        verdict = f"unresolved: {len(kept)} of {len(pairs)} pairs kept"
+    else:  # the worst mode's verdict: missed by its median when any mode is
+        verdict = judged[0].ratio.verdict(target, higher_is_better)
+    return Bracketed(len(kept), len(pairs), tuple(modes), verdict)
 
 
 def paired(reference: list[float], ours: list[float]) -> list[float]:

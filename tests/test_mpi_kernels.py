@@ -28,7 +28,7 @@ def test_self_launched_p2p_rows_units_and_validation(out):
     assert (rows.ranks == 2).all()
     latency = rows[rows.kernel == "latency"]
     assert list(latency.size_B) == [0] + [2**k for k in range(17)]
-    assert (latency["sample"] == "rtt/2").all() and (latency.method == "c loop, persistent").all()
+    assert (latency["sample"] == "rtt/2").all() and (latency.method == "c loop, blocking").all()
     # Percentiles are ordered and in µs: a shared-memory round trip is well under a second.
     ordered = ["lat_min_us", "lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us", "lat_max_us"]
     assert (latency[ordered].diff(axis=1).iloc[:, 1:] >= 0).all().all()

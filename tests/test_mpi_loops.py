@@ -55,7 +55,7 @@ def test_the_python_loop_makes_the_same_rows_and_says_so(out):
     assert result.returncode == 0, result.stderr
     rows, meta = _measured(out)
     assert (rows.validation == "pass").all() and len(set(rows.kernel)) == len(MPI_KERNELS + RMA_KERNELS)
-    assert set(rows.method) == {"python loop, persistent", "python loop, blocking", "python loop, lock/flush"}
+    assert set(rows.method) == {"python loop, blocking", "python loop, lock/flush"}
     assert meta["transports"]["mpi"]["timed_loop"] == "python loop"
 
 
@@ -75,7 +75,7 @@ def test_without_a_compiler_the_run_falls_back_with_one_notice(tmp_path):
     assert len(notices) == 1 and "timed in Python" in notices[0] and "mpicc" in notices[0], result.stderr
     assert "Traceback" not in result.stderr
     rows, meta = _measured(out)
-    assert set(rows.method) == {"python loop, persistent", "python loop, blocking", "python loop, lock/flush"}
+    assert set(rows.method) == {"python loop, blocking", "python loop, lock/flush"}
     assert (rows.validation == "pass").all()
     assert "mpicc" in meta["transports"]["mpi"]["c_loop_unavailable"]
 
