@@ -28,14 +28,13 @@ import time
 from functools import partial
 from types import SimpleNamespace
 
-import numpy as np
-
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import Unsupported, UsageError
-from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import filled, nothing, pattern, poisoned, times_address
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
 from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load, require_success, wrapper_identity
 from fabricbench.transports.options import LOOP, OptionGroup
@@ -214,7 +213,7 @@ class Window(_PointToPoint):
         if not self.active:
             return
         if self.initiator and not self.both_ways:
-            self.received = EMPTY  # a one-way sender receives only the ack
+            self.received = nothing()  # a one-way sender receives only the ack
         if cloop:
             flags = (int(self.initiator), int(self.both_ways), int(method == "persistent"))
             buffers = (self.send.ctypes.data, self.recv.ctypes.data, self.ack.ctypes.data)
@@ -772,7 +771,7 @@ class CudaPointToPoint(Case):
     @property
     def received(self):
         if not self.active or (self.initiator and not self.rtt and not self.both_ways):
-            return EMPTY  # a one-way sender receives only the ack
+            return nothing()  # a one-way sender receives only the ack
         return self.recv.read()
 
     @received.setter
@@ -859,7 +858,7 @@ class CudaCollective(Case):
     @property
     def received(self):
         if not self.receives:
-            return EMPTY
+            return nothing()
         return self.recv.read()
 
     @received.setter
