@@ -365,7 +365,8 @@ def mpi_datatype(element: Element | None):
 
 
 class Collective(Case):
-    """One collective per sample, timed alone; an untimed barrier follows, as in OSU."""
+    """One collective per sample, timed alone; an untimed barrier follows, as in OSU, except after a barrier,
+    which is one (osu_barrier times back-to-back barriers; a second one would double a barrier run's calls)."""
 
     def __init__(self, comm, kernel: Kernel, size: int, persistent: bool, cloop: CLoop | None):
         super().__init__()
@@ -377,6 +378,7 @@ class Collective(Case):
         self.bufs = bufs = spec.buffers(size, comm.Get_size(), comm.Get_rank())
         self.received = bufs.received
         self.barrier = comm.Barrier
+        self.separate = kernel.name != "barrier"  # the untimed barrier between samples
         datatype, code = mpi_datatype(spec.element)
         name, args = MPI_CALLS[kernel.name](comm, bufs, datatype)
         self.request = self.operation = None
@@ -397,7 +399,7 @@ class Collective(Case):
         if self.cloop:
             require_success(self.cloop.lib.fb_collective(*self.c_args, iterations, times_address(times)), self.what)
             return
-        barrier, clock = self.barrier, time.perf_counter_ns
+        barrier, separate, clock = self.barrier, self.separate, time.perf_counter_ns
         if self.request:
             start, wait = self.request.Start, self.request.Wait
             for i in range(iterations):
@@ -405,14 +407,16 @@ class Collective(Case):
                 start()
                 wait()
                 times[i] = clock() - begin
-                barrier()
+                if separate:
+                    barrier()
             return
         operation = self.operation
         for i in range(iterations):
             begin = clock()
             operation()
             times[i] = clock() - begin
-            barrier()
+            if separate:
+                barrier()
 
     def close(self) -> None:
         if self.request:
