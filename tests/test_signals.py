@@ -121,13 +121,14 @@ def test_ctrl_c_under_mpiexec_ends_ranks_inside_the_mpi_c_loop(out):
     assert meta["transports"]["mpi"]["timed_loop"] == "c loop"
 
 
-# Holds `import numpy` until a signal comes: a real Ctrl-C (SIGINT) lands while fabricbench is still loading.
-_HOLD_NUMPY = """
+# Holds the import of the transport registry (which fabricbench.cli imports) until a signal comes: a real Ctrl-C
+# (SIGINT) lands while fabricbench is still loading.
+_HOLD_IMPORT = """
 import sys, time
 class Hold:
     def find_spec(self, name, path=None, target=None):
-        if name == "numpy":
-            print("loading numpy", flush=True)
+        if name == "fabricbench.transports":
+            print("loading fabricbench.transports", flush=True)
             time.sleep(60)
         return None
 sys.meta_path.insert(0, Hold())
@@ -147,14 +148,14 @@ raise SystemExit(entry())
 )
 def test_ctrl_c_while_fabricbench_loads_is_one_line_not_a_traceback(rank_env, code, said):
     run = subprocess.Popen(
-        [PYTHON, "-c", _HOLD_NUMPY],
+        [PYTHON, "-c", _HOLD_IMPORT],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(rank_env),
     )
     try:
-        assert run.stdout.readline() == "loading numpy\n"
+        assert run.stdout.readline() == "loading fabricbench.transports\n"
         run.send_signal(signal.SIGINT)
         _, stderr = run.communicate(timeout=30)
     finally:

@@ -1,10 +1,10 @@
 """``python -m fabricbench`` and the ``fabricbench`` command.
 
 The CLI's own handlers end a Ctrl-C in one line, but only once cli.py has
-been imported; numpy and the rest take a noticeable moment to load, and a
-Ctrl-C then would print a traceback. Nothing has started by then, so there
-is nothing to end: one line, exit 130, as the CLI says it; a rank of a
-launched job dies of the signal instead, as it would a moment later.
+been imported; it and the transports' declarations take a noticeable moment
+to load, and a Ctrl-C then would print a traceback. Nothing has started by
+then, so there is nothing to end: one line, exit 130, as the CLI says it; a
+rank of a launched job dies of the signal instead, as it would a moment later.
 """
 
 import os

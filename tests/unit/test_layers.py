@@ -4,7 +4,7 @@ Every import counts, the ones inside functions too (they are how cycles used to 
 the command line; analysis (what reads finished runs); launch (starting ranks, serve, the shims, doctor); run (one
 timing protocol, its patterns, rank 0's reporter); report (console and OSU text); transports; collectives; measure
 (what a run is made of: plan, kernels, rows, stats, results); control (control planes and the wire format); and the
-root's errors and argument types. control/, transports/ and collectives/ must import nothing above them.
+root's errors, argument types and lazy numpy. control/, transports/ and collectives/ must import nothing above them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "fabricbench"
 # Top first. A module's layer is its sub-package, or its own name at the root.
 LAYERS = ["__main__", "cli", "analysis", "launch", "run", "report", "transports", "collectives", "measure", "control"]
-BASE = {"errors", "argtypes", ""}  # the root's shared pieces and the package itself (its __version__)
+BASE = {"errors", "argtypes", "lazy", ""}  # the root's shared pieces (lazy: numpy at first use) and the package itself
 GUARDED = ("control", "transports", "collectives")
 
 

@@ -1,8 +1,9 @@
-"""What the command line imports before it does anything: none of the heavy libraries a run's ranks or rank 0's
-writers load only when used (pandas, pyarrow, matplotlib, tqdm, mpi4py, CuPy, importlib.metadata).
+"""What the command line imports before it does anything: none of the libraries a run's ranks or rank 0's
+writers load only when used (numpy, pandas, pyarrow, matplotlib, tqdm, mpi4py, CuPy, importlib.metadata).
 
 Every rank of a job parses the command line, so whatever this path imports, thousands of ranks import from a
-shared file system. Timing it would be flaky on a busy machine; the module set is not.
+shared file system; ``--help`` and the self-launching parent (which plans and starts mpiexec) import nothing
+else. Timing it would be flaky on a busy machine; the module set is not.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import json
 import subprocess
 import sys
 
-# What no command line parse needs: rank 0 loads pandas and pyarrow for the table at the end, the plots
-# matplotlib, progress tqdm, a rank mpi4py when MPI starts, the GPU places CuPy, doctor importlib.metadata.
-NOT_AT_PARSE = ("pandas", "pyarrow", "matplotlib", "tqdm", "mpi4py", "cupy", "importlib.metadata")
+# What no command line parse needs: a rank loads numpy for its buffers and samples and mpi4py when MPI starts,
+# rank 0 pandas and pyarrow for the table at the end, the plots matplotlib, progress tqdm, the GPU places CuPy,
+# doctor importlib.metadata.
+NOT_AT_PARSE = ("numpy", "pandas", "pyarrow", "matplotlib", "tqdm", "mpi4py", "cupy", "importlib.metadata")
 # The congestion kernel's loops: only a run of that kernel opens them.
 CONGESTION_LOOPS = ("fabricbench.transports.tcp_congestion", "fabricbench.transports.mpi_congestion")
 
@@ -41,4 +43,24 @@ def test_importing_the_cli_and_building_its_parser_loads_no_heavy_library():
 
 def test_parsing_a_run_command_line_loads_no_heavy_library():
     code = "from fabricbench.cli import build_parser\nbuild_parser().parse_args(['run', '-k', 'barrier', '-i', '10'])"
+    assert heavy(imported_by(code)) == []
+
+
+def test_help_loads_no_heavy_library():
+    code = "import contextlib, io\nfrom fabricbench.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+    code += "    with contextlib.suppress(SystemExit):\n        main(['run', '--help'])"
+    assert heavy(imported_by(code)) == []
+
+
+def test_the_self_launching_parent_plans_without_a_heavy_library():
+    """What the parent does before it starts mpiexec: parse, find the launcher and mpiexec, build the plan."""
+    code = "\n".join(
+        [
+            "from fabricbench.cli import build_parser",
+            "from fabricbench.launch import launcher, orchestrate",
+            "from fabricbench.run.planner import build_plan",
+            "args = build_parser().parse_args(['run', '-n', '8', '-k', 'barrier', '-i', '10'])",
+            "build_plan(args, 8)",
+        ]
+    )
     assert heavy(imported_by(code)) == []

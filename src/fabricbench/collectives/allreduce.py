@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
-
 from fabricbench.collectives.spec import (
     FLOAT32,
     OSU_MAX_SIZE,
@@ -18,6 +16,7 @@ from fabricbench.collectives.spec import (
     value_result,
     value_sum,
 )
+from fabricbench.lazy import np
 
 
 def expected(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> np.ndarray:

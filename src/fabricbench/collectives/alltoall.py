@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
-
 from fabricbench.collectives.spec import (
     BYTE,
     OSU_MAX_SIZE,
@@ -15,6 +13,7 @@ from fabricbench.collectives.spec import (
     ring_factor,
     with_result,
 )
+from fabricbench.lazy import np
 from fabricbench.measure.buffers import aligned, pattern, poisoned
 
 

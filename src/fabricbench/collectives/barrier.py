@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from fabricbench.collectives.spec import CollectiveBuffers, CollectiveSpec
-from fabricbench.measure.buffers import EMPTY
+from fabricbench.measure.buffers import nothing
 
 
 def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
-    return CollectiveBuffers(EMPTY, EMPTY, 0, EMPTY, lambda: EMPTY)
+    return CollectiveBuffers(nothing(), nothing(), 0, nothing(), nothing)
 
 
 SPEC = CollectiveSpec("barrier", "{lib} Barrier Latency Test", None, 0, 0, buffers, None, None)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
-
 from fabricbench.collectives.spec import (
     BYTE,
     OSU_MAX_SIZE,
@@ -15,16 +13,17 @@ from fabricbench.collectives.spec import (
     block_bytes,
     unit_factor,
 )
-from fabricbench.measure.buffers import EMPTY, filled, pattern, poisoned
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import filled, nothing, pattern, poisoned
 
 
 def expected(size: int, ranks: int, rank: int) -> np.ndarray:
-    return EMPTY if rank == ROOT else pattern(size, ROOT)
+    return nothing() if rank == ROOT else pattern(size, ROOT)
 
 
 def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
     if rank == ROOT:
-        buf, received = filled(size, ROOT), EMPTY
+        buf, received = filled(size, ROOT), nothing()
     else:
         buf = received = poisoned(size)
     return CollectiveBuffers(buf, buf, size, received, partial(expected, size, ranks, rank))

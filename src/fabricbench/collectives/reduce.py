@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
-
 from fabricbench.collectives import allreduce
 from fabricbench.collectives.spec import (
     FLOAT32,
@@ -21,11 +19,12 @@ from fabricbench.collectives.spec import (
     unit_factor,
     value_result,
 )
-from fabricbench.measure.buffers import EMPTY
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import nothing
 
 
 def expected(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> np.ndarray:
-    return allreduce.expected(size, ranks, rank, element) if rank == ROOT else EMPTY
+    return allreduce.expected(size, ranks, rank, element) if rank == ROOT else nothing()
 
 
 def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
@@ -33,7 +32,7 @@ def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> Col
     send, check = filled_values(count, rank, element), partial(expected, size, ranks, rank, element)
     if rank == ROOT:
         return value_result(send, count, check, element)
-    return CollectiveBuffers(send, EMPTY, count, EMPTY, check)  # MPI_Reduce takes no receive buffer here
+    return CollectiveBuffers(send, nothing(), count, nothing(), check)  # MPI_Reduce takes no receive buffer here
 
 
 SPEC = CollectiveSpec(

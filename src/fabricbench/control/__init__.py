@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-import numpy as np
-
 from fabricbench.errors import PeerError
+from fabricbench.lazy import np
 
 
 class ControlPlane(Protocol):

@@ -9,9 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from fabricbench.errors import UsageError
+from fabricbench.lazy import np
 
 # MPI_THREAD_SERIALIZED, not mpi4py's default MULTIPLE: a library at MULTIPLE takes a lock around
 # every call, which the timed loops would report as the fabric's (benchmarks/mpi_overhead.py shows it

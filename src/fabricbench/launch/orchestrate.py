@@ -82,8 +82,9 @@ def execute_plan(
 ) -> int:
     """Run the plan on this rank; rank 0 writes the table. Returns the exit code (1: validation failed).
 
-    ``idle_wait``: the other ranks wait for rank 0 to start the table at ``ctrl.idle_barrier()``, asleep (MPI,
-    whose waits spin); a control plane whose waits block needs none.
+    ``idle_wait``: the other ranks wait for rank 0 to start the table, and at the end to write it, at
+    ``ctrl.idle_barrier()``, asleep (MPI, whose waits spin: seven ranks spinning in MPI_Finalize on two cores
+    starve rank 0's Parquet write); a control plane whose waits block needs none.
 
     When rank 0 cannot write the table (a full disk), every rank stops at the
     same point: rank 0 raises the ResultsError that says why, the others
@@ -117,9 +118,14 @@ def execute_plan(
     except Stopped as stopped:
         if ctrl.rank != 0:
             return stopped.code
-    if reporter:
-        reporter.close()
-        failure = reporter.failure
+        idle_wait = False  # every rank stopped: the others have left, none waits for the table
+    try:
+        if reporter:
+            reporter.close()
+            failure = reporter.failure
+    finally:
+        if idle_wait:  # the others wait asleep while rank 0 writes the table: in MPI_Finalize they spin
+            ctrl.idle_barrier()
     if failure:
         raise failure
     return 1 if reporter and reporter.failed_validation else 0

@@ -7,11 +7,25 @@ with a non-zero pattern on allocation.
 
 from __future__ import annotations
 
-import numpy as np
+import functools
+
+from fabricbench.lazy import np
 
 PAGE = 4096
 POISON = 0xFE  # never produced by pattern(): marks "nothing arrived here"
-EMPTY = np.empty(0, dtype=np.uint8)  # what a rank that receives nothing validates
+
+
+@functools.cache
+def nothing() -> np.ndarray:
+    """What a rank that receives nothing validates: one empty uint8 array, made at first use (importing this
+    module imports no numpy)."""
+    return np.empty(0, dtype=np.uint8)
+
+
+def __getattr__(name: str):
+    if name == "EMPTY":  # the same array under its constant's name, for code that reads it once numpy is in
+        return nothing()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def aligned(nbytes: int, dtype: str = "u1") -> np.ndarray:

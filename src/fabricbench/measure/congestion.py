@@ -16,10 +16,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.stats import nearest_rank
 
 KiB = 1024

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from fabricbench.collectives import COLLECTIVES
 from fabricbench.collectives.spec import CollectiveSpec
 from fabricbench.errors import UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.congestion import MIN_CANARIES
 from fabricbench.measure.stats import bandwidth_MBps
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from fabricbench.lazy import np
 from fabricbench.measure.kernels import SAMPLE_LABELS, Kernel
 from fabricbench.measure.schema import MEASURED
 from fabricbench.measure.stats import across_ranks, latency_stats, stability_note

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+from fabricbench.lazy import np
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 UNSTABLE_CV = 0.10  # flagged when the block medians' stdev is above 10 % of their median (pyperf warns at 10 %)

@@ -2,8 +2,9 @@
 
 Adding a transport is one line in ``TRANSPORTS`` (in the order the default
 sweep and ``doctor`` list them) plus its module. A module is imported when a
-name is first looked up; what it imports at that point must stay light
-(numpy, the standard library): heavy libraries load when a rank opens it.
+name is first looked up (building the command line's parser looks up every
+one); what it imports at that point must stay light (the standard library, and
+numpy only through ``fabricbench.lazy``): the rest loads when a rank opens it.
 """
 
 from __future__ import annotations

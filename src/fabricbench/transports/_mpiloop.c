@@ -66,14 +66,16 @@ static inline long long now_ns(void)
         }                                                    \
     } while (0)
 
-/* One operation per sample, timed alone, then an untimed barrier, as OSU's collectives. */
+/* One operation per sample, timed alone, then an untimed barrier, as OSU's collectives; none after a barrier,
+ * which is one (osu_barrier): `separate` is false there. */
 #define TIMED_ALONE(operation)                               \
     do {                                                     \
         for (long long i = 0; i < iterations; i++) {         \
             long long start = now_ns();                      \
             operation;                                       \
             times[i] = now_ns() - start;                     \
-            TRY(MPI_Barrier(comm));                          \
+            if (separate)                                    \
+                TRY(MPI_Barrier(comm));                      \
         }                                                    \
     } while (0)
 
@@ -237,6 +239,7 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
                         : datatype == CHARS ? MPI_CHAR
                         : datatype == INTS  ? MPI_INT
                                             : MPI_BYTE;
+    int separate = op != BARRIER; /* the untimed barrier between samples */
     int n, err = as_count(count, &n);
     if (err != MPI_SUCCESS)
         return err;

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from fabricbench.errors import FabricbenchError, Unsupported
-from fabricbench.measure.buffers import EMPTY, POISON
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import POISON, nothing
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.buffer_place import HOST, BufferPlace
@@ -41,7 +40,7 @@ class Case:
     window_holds_transit: bool = True
 
     def __init__(self) -> None:
-        self.received: np.ndarray = EMPTY  # uint8 view of what this rank received
+        self.received: np.ndarray = nothing()  # uint8 view of what this rank received
         self.row_fields: dict = {}  # columns the transport sets in the row (rank 0's case): sample, note
 
     def run(self, iterations: int, times: memoryview) -> None:
@@ -50,7 +49,7 @@ class Case:
 
     def expected(self) -> np.ndarray:
         """What ``received`` must hold after one iteration (uint8 view)."""
-        return EMPTY
+        return nothing()
 
     def poison(self) -> None:
         """Overwrite what was received so that validation sees only fresh data."""

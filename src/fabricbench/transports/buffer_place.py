@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from fabricbench.errors import UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.buffers import POISON
 from fabricbench.transports import gpu
 from fabricbench.transports.options import OptionGroup

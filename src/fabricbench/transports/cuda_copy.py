@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
-
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.measure.buffers import pattern
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import nothing, pattern
 from fabricbench.measure.kernels import COPY_KERNELS, Kernel
 from fabricbench.transports import gpu
-from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cuda_timing import EventTimer, sample_name
 
 SEED = 7  # the copied pattern's seed
@@ -126,7 +125,7 @@ class CopyCase(Case):
     @property
     def received(self):
         if not self.initiator or self.src is None:
-            return EMPTY
+            return nothing()
         self.cupy.cuda.runtime.deviceSynchronize()
         return self._result()
 
@@ -135,7 +134,7 @@ class CopyCase(Case):
         pass
 
     def expected(self) -> np.ndarray:
-        return pattern(self.size, SEED) if self.initiator else EMPTY
+        return pattern(self.size, SEED) if self.initiator else nothing()
 
     def close(self) -> None:
         self.timer.close()
@@ -196,7 +195,7 @@ class PeerCase(Case):
     @property
     def received(self):
         if not self.initiator:
-            return EMPTY
+            return nothing()
         with self.cupy.cuda.Device(self.src_gpu):
             self.stream.synchronize()
         return self.cupy.asnumpy(self.destination)
@@ -206,7 +205,7 @@ class PeerCase(Case):
         pass
 
     def expected(self) -> np.ndarray:
-        return pattern(self.size, SEED + self.src_gpu) if self.initiator else EMPTY
+        return pattern(self.size, SEED + self.src_gpu) if self.initiator else nothing()
 
     def close(self) -> None:
         self.timer.close()

@@ -32,14 +32,13 @@ import time
 from functools import partial
 from types import SimpleNamespace
 
-import numpy as np
-
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import Unsupported, UsageError
-from fabricbench.measure.buffers import filled, pattern, poisoned, times_address
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import filled, nothing, pattern, poisoned, times_address
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
 from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load, require_success, wrapper_identity
 from fabricbench.transports.options import LOOP, OptionGroup
@@ -219,7 +218,7 @@ class Window(_PointToPoint):
         if not self.active:
             return
         if self.initiator and not self.both_ways:
-            self.received = EMPTY  # a one-way sender receives only the ack
+            self.received = nothing()  # a one-way sender receives only the ack
         if cloop:
             flags = (int(self.initiator), int(self.both_ways), int(method == "persistent"))
             buffers = (self.send.ctypes.data, self.recv.ctypes.data, self.ack.ctypes.data)
@@ -371,7 +370,8 @@ def mpi_datatype(element: Element | None):
 
 
 class Collective(Case):
-    """One collective per sample, timed alone; an untimed barrier follows, as in OSU."""
+    """One collective per sample, timed alone; an untimed barrier follows, as in OSU, except after a barrier,
+    which is one (osu_barrier times back-to-back barriers; a second one would double a barrier run's calls)."""
 
     def __init__(self, comm, kernel: Kernel, size: int, persistent: bool, cloop: CLoop | None):
         super().__init__()
@@ -383,6 +383,7 @@ class Collective(Case):
         self.bufs = bufs = spec.buffers(size, comm.Get_size(), comm.Get_rank())
         self.received = bufs.received
         self.barrier = comm.Barrier
+        self.separate = kernel.name != "barrier"  # the untimed barrier between samples
         datatype, code = mpi_datatype(spec.element)
         name, args = MPI_CALLS[kernel.name](comm, bufs, datatype)
         self.request = self.operation = None
@@ -403,7 +404,7 @@ class Collective(Case):
         if self.cloop:
             require_success(self.cloop.lib.fb_collective(*self.c_args, iterations, times_address(times)), self.what)
             return
-        barrier, clock = self.barrier, time.perf_counter_ns
+        barrier, separate, clock = self.barrier, self.separate, time.perf_counter_ns
         if self.request:
             start, wait = self.request.Start, self.request.Wait
             for i in range(iterations):
@@ -411,14 +412,16 @@ class Collective(Case):
                 start()
                 wait()
                 times[i] = clock() - begin
-                barrier()
+                if separate:
+                    barrier()
             return
         operation = self.operation
         for i in range(iterations):
             begin = clock()
             operation()
             times[i] = clock() - begin
-            barrier()
+            if separate:
+                barrier()
 
     def close(self) -> None:
         if self.request:
@@ -775,7 +778,7 @@ class CudaPointToPoint(Case):
     @property
     def received(self):
         if not self.active or (self.initiator and not self.rtt and not self.both_ways):
-            return EMPTY  # a one-way sender receives only the ack
+            return nothing()  # a one-way sender receives only the ack
         return self.recv.read()
 
     @received.setter
@@ -862,7 +865,7 @@ class CudaCollective(Case):
     @property
     def received(self):
         if not self.receives:
-            return EMPTY
+            return nothing()
         return self.recv.read()
 
     @received.setter

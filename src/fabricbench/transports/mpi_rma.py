@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
-from fabricbench.measure.buffers import POISON, filled, pattern, poisoned
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import POISON, filled, nothing, pattern, poisoned
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports.base import EMPTY, Case, Transport
+from fabricbench.transports.base import Case, Transport
 from fabricbench.transports.mpi import (
     MPI_OPTIONS,
     MPITransport,
@@ -64,15 +63,15 @@ class OneSided(Case):
         self.memory[:] = pattern(size, TARGET_SEED) if not self.put else POISON
         if self.initiator:
             self.local = filled(size, ORIGIN_SEED) if self.put else poisoned(size)
-            self.received = EMPTY if self.put else self.local
+            self.received = nothing() if self.put else self.local
         elif self.active:
-            self.received = self.memory if self.put else EMPTY
+            self.received = self.memory if self.put else nothing()
         if self.initiator and cloop:
             self.c_args = (self.win.py2f(), self.peer, int(self.put), self.local.ctypes.data, size, self.window)
 
     def expected(self):
         if self.received.size == 0:
-            return EMPTY
+            return nothing()
         return pattern(self.size, ORIGIN_SEED if self.put else TARGET_SEED)
 
     def poison(self) -> None:
@@ -119,7 +118,7 @@ class OneSided(Case):
             win.Unlock(target)
 
     def close(self) -> None:
-        self.memory = self.received = EMPTY
+        self.memory = self.received = nothing()
         self.win.Free()
 
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports import gpu
 from fabricbench.transports.base import Case, Diagnosis, Transport

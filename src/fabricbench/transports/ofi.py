@@ -39,10 +39,10 @@ import re
 from fabricbench.argtypes import MASK
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.measure.buffers import POISON, aligned, pattern, times_address
+from fabricbench.measure.buffers import POISON, aligned, nothing, pattern, times_address
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports import ofi_cloop
-from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.ofi_cloop import CONTROL_BYTES, ERROR_BYTES, NAME_BYTES, RMA_CODES, OFIInfo
 from fabricbench.transports.ofi_options import OFI_OPTIONS, OFIUnavailable
 
@@ -151,7 +151,7 @@ class _Case(Case):
         self.transport.require_success(code)
 
     def close(self) -> None:
-        self.received = EMPTY
+        self.received = nothing()
 
 
 class PingPong(_Case):
@@ -177,7 +177,7 @@ class Stream(_Case):
         self.sending = self.active and (self.initiator or both)
         self.receiving = self.active and (both or not self.initiator)
         if self.active and not self.receiving:
-            self.received = EMPTY  # a one-way sender gets nothing back
+            self.received = nothing()  # a one-way sender gets nothing back
 
     def run(self, iterations: int, times: memoryview) -> None:
         if self.active:
@@ -205,7 +205,7 @@ class RMA(_Case):
         # A put lands in the target's receive half; a get in the origin's, from the target's send half.
         receives = not self.initiator if self.put else self.initiator
         if not receives:
-            self.received = EMPTY
+            self.received = nothing()
 
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.active:
@@ -279,7 +279,7 @@ class OFITransport(Transport):
         self.lib = None
         self.loop = None
         self.info = OFIInfo()
-        self.memory = EMPTY
+        self.memory = nothing()
         self.rma_reason = ""
         self.delivery = True
         self.universe_set = False  # whether FI_UNIVERSE_SIZE is fabricbench's (unset by the user)

@@ -39,18 +39,17 @@ from functools import partial
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
-
 from fabricbench.argtypes import port_number
 from fabricbench.collectives.spec import ROOT
 from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError
-from fabricbench.measure.buffers import aligned, filled, pattern, poisoned
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import aligned, filled, nothing, pattern, poisoned
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports import cbuild
-from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.options import LOOP, OptionGroup
 from fabricbench.transports.tcp_link import (
@@ -235,7 +234,7 @@ class Window(_PointToPoint):
         self.ack = memoryview(filled(1, 0))
         self.ack_in = memoryview(poisoned(1))
         if self.active and self.initiator and not self.both_ways:
-            self.received = EMPTY  # a one-way sender receives only the ack
+            self.received = nothing()  # a one-way sender receives only the ack
         if self.active and self.both_ways:
             self.duplex = Duplex(self.sock, self.sock, timeout)
 

@@ -42,14 +42,13 @@ import socket
 import sys
 import time
 
-import numpy as np
-
 from fabricbench.control import allgather_json
 from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageError
-from fabricbench.measure.buffers import POISON, pattern, times_address
+from fabricbench.lazy import np
+from fabricbench.measure.buffers import POISON, nothing, pattern, times_address
 from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, partner_of
 from fabricbench.transports import verbs_cloop
-from fabricbench.transports.base import EMPTY, Case, Diagnosis, Transport
+from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.link_rate import link_rate_MBps, port_label, software_device
 from fabricbench.transports.rdma import (
@@ -117,7 +116,7 @@ class _Pair(Case):
 
     def close(self) -> None:
         self.mine = self.theirs = None
-        self.received = EMPTY
+        self.received = nothing()
 
 
 class WriteLatency(_Pair):
@@ -217,7 +216,7 @@ class ReadLatency(_Pair):
     def __init__(self, transport, kernel, size):
         super().__init__(transport, kernel, size)
         if not self.initiator:
-            self.received = EMPTY  # the peer's CPU takes no part; nothing lands here
+            self.received = nothing()  # the peer's CPU takes no part; nothing lands here
             return
         self.wr = self.link.send_wr(transport.e.IBV_WR_RDMA_READ, size, signaled=True, inline=False)
 
@@ -260,7 +259,7 @@ class Stream(_Pair):
         self.receiving = transport.two_sided and (both_ways or not self.initiator)
         self.peer_waits = self.initiator and not (both_ways or transport.two_sided)  # a WRITE target, idle
         if self.initiator and not both_ways:
-            self.received = EMPTY  # a one-way sender gets nothing back
+            self.received = nothing()  # a one-way sender gets nothing back
         self.recv_chain = transport.recv_chain
         opcode = transport.e.IBV_WR_SEND if transport.two_sided else transport.e.IBV_WR_RDMA_WRITE
         chain = [self.link.send_wr(opcode, size, signaled=True, inline=self.inline)]
@@ -369,7 +368,7 @@ class _Fetching(_Pair):
         if not self.active:
             return
         if not self.initiator:
-            self.received = EMPTY
+            self.received = nothing()
             if self.atomic:
                 self.link.atomic_target.view(np.uint64)[0] = ATOMIC_START
         elif self.atomic:
@@ -431,7 +430,7 @@ class CStream(_Pair):
         self.receiving = self.active and transport.two_sided and (both_ways or not self.initiator)
         self.peer_waits = self.sending and not (both_ways or transport.two_sided)  # a WRITE's target is idle
         if self.active and self.initiator and not both_ways:
-            self.received = EMPTY  # a one-way sender gets nothing back
+            self.received = nothing()  # a one-way sender gets nothing back
 
     def run(self, iterations: int, times: memoryview) -> None:
         if not self.active:

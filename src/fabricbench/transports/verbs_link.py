@@ -12,9 +12,8 @@ import errno
 import secrets
 import time
 
-import numpy as np
-
 from fabricbench.errors import PeerError, UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.buffers import PAGE, aligned
 from fabricbench.transports.rdma import (
     GID_TYPES,
