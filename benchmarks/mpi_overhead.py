@@ -44,7 +44,8 @@ contenders are never measured far apart in time. The sizes come in a few groups 
 a rep's ratio is a contender over the C program's run of that same rep and group. Each measure is the
 median of its paired ratios, with a distribution-free 95 % confidence interval from order statistics;
 the A/A control's ratio should be 1, and its spread is what a ratio can resolve here. A full run (11 reps) takes
-about 7 minutes on an idle 2-core VM at 2 ranks; --quick, a tenth of every count and 6 reps, about 2.
+about 7 minutes on an idle 2-core VM at 2 ranks; --quick, a tenth of every count and 6 reps, about 2 (MPICH)
+or 3 (Open MPI).
 
 Targets (fabricbench's C loop over the C program, the median of the paired ratios): latency at every size from
 0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97; allreduce,
