@@ -1,28 +1,41 @@
 """How close do fabricbench's MPI loops come to a plain C program that makes the same MPI calls?
 
-Run it alone, on one machine with nothing else busy (it starts its own ranks, two of them):
+Run it alone, on one machine with nothing else busy (it starts its own ranks, two of them, or four):
 
     python benchmarks/mpi_overhead.py [--reps N] [--quick] [--seed S] [--thread-multiple] [--python VENV/bin/python]
+                                      [--ranks 2|4]
 
 --python runs everything on another venv's MPI (its mpi4py, mpiexec and wrapper), e.g. one with PyPI's
 Open MPI wheel; as root the script sets the variables Open MPI then asks for.
 
-The reference is osu_reference.c, beside this script: OSU Micro-Benchmarks 7.4's loops (osu_latency,
-osu_bw, osu_bibw, osu_allreduce, osu_bcast, osu_alltoall, osu_allgather, osu_put_latency) in plain C,
-built at start into a temporary directory with -O2 and the very compiler wrapper fabricbench builds its
-own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs fabricbench). Against it:
-- fabricbench ``run -t mpi,mpi-rma --loop c --method blocking``: its C loop making OSU's own calls
-  (MPI_Send/MPI_Recv ping-pong; W Isend, Waitall and an ack; blocking collectives; lock/flush Put), the
-  like-for-like comparison that the targets are for;
-- fabricbench ``--loop python --method blocking``: the same calls through mpi4py, shown beside, for what
+The reference is osu_reference.c, beside this script: OSU Micro-Benchmarks 7.4's loops in plain C (osu_latency,
+osu_bw, osu_bibw, osu_mbw_mr, osu_allreduce, osu_allgather, osu_alltoall, osu_bcast, osu_reduce,
+osu_reduce_scatter, osu_barrier, osu_put_latency, osu_get_latency; its header comment lists every place it departs
+from OSU on purpose), built at start into a temporary directory with -O2 and the very compiler wrapper fabricbench
+builds its own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs fabricbench). It covers
+every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for. Against it:
+- fabricbench ``run -t mpi,mpi-rma --loop c`` with METHOD_ARGS (``--method blocking``): its C loop making OSU's
+  own calls (MPI_Send/MPI_Recv ping-pong; W Isend, Waitall and an ack; blocking collectives; lock/flush Put and
+  Get), the like-for-like comparison that the targets are for;
+- fabricbench ``--loop python`` with the same METHOD_ARGS: the same calls through mpi4py, shown beside, for what
   the interpreter costs;
 - the C program once more, the A/A control: the resolution this machine allows.
-Every contender is a launch of its own (``mpiexec -n 2``, the mpiexec beside --python), runs the same
-sizes with the same iteration and warm-up counts, and reads its figures back: fabricbench's from its
-results.csv (``--out DIR --format none``; lat_mean_us for latency, one way, and for put, one operation;
-bw_MBps for bw and bibw; lat_rank_avg_us for the collectives, OSU's average over the ranks), the C
-program's from its output. fabricbench runs with ``--hugepages off``, so that numpy's buffers get the
-same pages as the C program's posix_memalign.
+Every contender is a launch of its own (``mpiexec -n RANKS``, the mpiexec beside --python), runs the same sizes with
+the same iteration and warm-up counts, and reads its figures back: fabricbench's from its results.csv (``--out DIR
+--format none``), the C program's from its output, each kernel's figure from the column COLUMNS names:
+lat_mean_us for latency (one way) and for put and get (one operation and its flush); bw_MBps for bw and bibw;
+msgrate_per_s for msgrate (messages/s, every pair's rate added up); lat_rank_avg_us for the collectives and barrier
+(OSU's Avg, the mean of the ranks' means). barrier has one figure, at size 0, as fabricbench's one row. fabricbench
+runs with ``--hugepages off``, so that numpy's buffers get the same pages as the C program's posix_memalign.
+
+--ranks 4 runs every contender on 4 ranks: the point-to-point kernels between rank 0 and rank 2 (fabricbench's
+partner_of, and the C program's), msgrate with 2 pairs (0 to 2, 1 to 3), the collectives on all 4. On a 2-core
+machine the ranks are then oversubscribed, and MPI's ranks busy-poll: a message that needs a rank which is not
+running waits for a scheduler slice, some milliseconds. So each group's counts are divided by its
+oversubscribed_divisor at 4 ranks (the collectives' down to one or two iterations); the figures then say that
+every kernel runs at 4 ranks, not a few per cent. Even so a 4-rank run is mostly launches (four interpreters on
+two cores) and scheduler waits: --quick took 7.5 minutes on a 2-core VM with other work on it (load 5), and 11
+reps would take about twice that; --reps 6 keeps a full 4-rank run near 8 minutes.
 
 Why it is built this way (the design of tcp_reference.py, shared in paired.py): on a small shared
 machine an MPI loop's speed drifts over seconds by more than the few per cent being judged here, so the
@@ -30,12 +43,14 @@ contenders are never measured far apart in time. The sizes come in a few groups 
 (GROUPS); in every rep each group runs on every contender back to back, in an order shuffled anew, and
 a rep's ratio is a contender over the C program's run of that same rep and group. Each measure is the
 median of its paired ratios, with a distribution-free 95 % confidence interval from order statistics;
-the A/A control's ratio should be 1, and its spread is what a ratio can resolve here.
+the A/A control's ratio should be 1, and its spread is what a ratio can resolve here. A full run (11 reps) takes
+about 7 minutes on an idle 2-core VM at 2 ranks; --quick, a tenth of every count and 6 reps, about 2 (MPICH)
+or 3 (Open MPI).
 
-Targets (fabricbench's C loop over the C program, the median of the paired ratios): latency at 8 B at
-most 1.03; latency at every size from 0 B to 4 KiB at most 1.05; bw and bibw at every size from 1 B to
-4 MiB at least 0.97; allreduce, bcast, alltoall and allgather at every size from 4 B to 1 MiB at most
-1.05; put latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the wrapper and the
+Targets (fabricbench's C loop over the C program, the median of the paired ratios): latency at every size from
+0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97; allreduce,
+allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05; barrier at most
+1.05; put and get latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the wrapper and the
 thread levels, then gives a line per kernel and size (every contender's median and the ratios) and a
 line per target (its worst size, and how many sizes meet it). Exit status 1 when a target is missed by
 the median.
@@ -67,13 +82,21 @@ from pathlib import Path
 from paired import MIN_REPS, Ratio, check_reps, missed, run_shuffled
 
 SOURCE = Path(__file__).with_name("osu_reference.c")
-RANKS = 2
+RANK_CHOICES = (2, 4)  # --ranks
 REFERENCE, CONTROL = "C program", "A/A"
 LOOPS = {"C loop": "c", "python loop": "python"}  # series name: fabricbench's --loop
-COLLECTIVES = ("allreduce", "bcast", "alltoall", "allgather")
-MIN_SIZES = {"allreduce": 4, "put": 1}  # a whole float32; fabricbench's put sweeps from 1 B, and so does the C program
+# fabricbench's collectives on -t mpi, all of which OSU 7.4 has a program for.
+COLLECTIVES = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
+REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")  # float32 elements: sizes from 4 B
+# The smallest size each kernel gives a figure for: a whole float32; put and get (fabricbench's and the C program's)
+# sweep from 1 B, bw, bibw and msgrate too (OSU's sweep).
+MIN_SIZES = {**dict.fromkeys(REDUCTIONS, 4), **dict.fromkeys(("put", "get", "bw", "bibw", "msgrate"), 1)}
+FIXED_SIZES = {"barrier": 0}  # a kernel that moves no data: one figure, at size 0, whatever the group's sizes
+# fabricbench's --method for every fabricbench launch: OSU's own calls (blocking collectives, Isend/Irecv windows).
+# An empty list leaves fabricbench's default method.
+METHOD_ARGS = ["--method", "blocking"]
 KiB, MiB = 1024, 1024 * 1024
-DEFAULT_REPS = 11  # about 5 minutes on a 2-core VM
+DEFAULT_REPS = 11  # about 7 minutes on a 2-core VM at 2 ranks (at 4 ranks, see the docstring)
 QUICK_SCALE = 10  # --quick divides every count by this
 LAUNCH_TIMEOUT_S = 600
 
@@ -88,6 +111,9 @@ class Group:
     hi: int
     iterations: int
     warmup: int
+    # At 4 ranks on 2 cores the busy-polling ranks are oversubscribed and a message may wait a scheduler slice:
+    # --ranks 4 divides the counts by this, to keep a 4-rank run's time near a 2-rank run's.
+    oversubscribed_divisor: int = 1
 
     @property
     def sizes(self) -> list[int]:
@@ -100,17 +126,23 @@ class Group:
     @property
     def keys(self) -> set[tuple[str, int]]:
         """(kernel, size) of every figure the group gives."""
-        return {(k, s) for k in self.kernels for s in self.sizes if s >= MIN_SIZES.get(k, 0)}
+        keys = {(k, FIXED_SIZES[k]) for k in self.kernels if k in FIXED_SIZES}
+        return keys | {
+            (k, s) for k in self.kernels if k not in FIXED_SIZES for s in self.sizes if s >= MIN_SIZES.get(k, 0)
+        }
 
 
 # Few groups, since every launch of fabricbench starts an interpreter on each rank; counts near OSU's, lowered where
 # a size would take long (bw from 16 KiB), raised where it would be over in a millisecond (the small collectives).
+# At 4 ranks (oversubscribed_divisor): a ping-pong between ranks 0 and 2 still runs at about its 2-rank speed, but a
+# window or a collective, where every rank must run, waits scheduler slices: on 2 cores about 4 ms a small
+# collective (and its barrier) and up to a second for a 1 MiB reduction, so those counts come down to a few.
 GROUPS = (
-    Group("mpi,mpi-rma", ("latency", "put"), 0, 4 * KiB, 10000, 1000),
-    Group("mpi", ("bw", "bibw"), 1, 8 * KiB, 300, 30),
-    Group("mpi", ("bw", "bibw"), 16 * KiB, 4 * MiB, 10, 2),
-    Group("mpi", COLLECTIVES, 4, 8 * KiB, 2000, 200),
-    Group("mpi", COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10),
+    Group("mpi,mpi-rma", ("latency", "put", "get"), 0, 4 * KiB, 10000, 500, 20),
+    Group("mpi", ("bw", "bibw", "msgrate"), 1, 8 * KiB, 300, 30, 50),
+    Group("mpi", ("bw", "bibw", "msgrate"), 16 * KiB, 4 * MiB, 10, 2, 10),
+    Group("mpi", (*COLLECTIVES, "barrier"), 4, 8 * KiB, 2000, 200, 1000),
+    Group("mpi", COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10, 100),
 )
 KERNEL_ORDER = list(dict.fromkeys(kernel for group in GROUPS for kernel in group.kernels))  # the tables' order
 
@@ -132,15 +164,27 @@ class Target:
 
 
 TARGETS = (
-    Target("latency 8 B", "latency", 8, 8, 1.03, False),
-    Target("latency 0 B - 4 KiB", "latency", 0, 4 * KiB, 1.05, False),
+    Target("latency 0 B - 4 KiB", "latency", 0, 4 * KiB, 1.03, False),
     Target("bw 1 B - 4 MiB", "bw", 1, 4 * MiB, 0.97, True),
     Target("bibw 1 B - 4 MiB", "bibw", 1, 4 * MiB, 0.97, True),
+    Target("msgrate 1 B - 4 MiB", "msgrate", 1, 4 * MiB, 0.97, True),
     *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in COLLECTIVES),
+    Target("barrier", "barrier", 0, 0, 1.05, False),
     Target("put 1 B - 4 KiB", "put", 1, 4 * KiB, 1.05, False),
+    Target("get 1 B - 4 KiB", "get", 1, 4 * KiB, 1.05, False),
 )
-# The column of fabricbench's table that holds OSU's figure, by kernel (the collectives: lat_rank_avg_us).
-COLUMNS = {"latency": "lat_mean_us", "put": "lat_mean_us", "bw": "bw_MBps", "bibw": "bw_MBps"}
+# The column of fabricbench's results.csv that holds the C program's figure, by kernel: one-way latency and one
+# operation's latency (lat_mean_us), MB/s (bw_MBps), messages/s over all pairs (msgrate_per_s, osu_mbw_mr's
+# Messages/s), and for the collectives and barrier lat_rank_avg_us, the mean of the ranks' means (OSU's Avg).
+COLUMNS = {
+    "latency": "lat_mean_us",
+    "put": "lat_mean_us",
+    "get": "lat_mean_us",
+    "bw": "bw_MBps",
+    "bibw": "bw_MBps",
+    "msgrate": "msgrate_per_s",
+    **dict.fromkeys((*COLLECTIVES, "barrier"), "lat_rank_avg_us"),
+}
 PROBE = (
     "import json, mpi4py, platform\nfrom fabricbench.control.mpi import import_mpi\nMPI = import_mpi()\n"
     "from fabricbench.transports.mpi_cloop import find_wrapper\n"
@@ -164,6 +208,7 @@ class Setup:
     mpi4py: str
     python_version: str
     c_thread_multiple: bool  # the C program asks for MPI_THREAD_MULTIPLE too (--thread-multiple)
+    ranks: int  # mpiexec -n, every contender alike (--ranks)
 
 
 def one_line(text: str) -> str:
@@ -179,7 +224,7 @@ def tool(command: list[str], env: dict) -> str:
         # Busy-polling ranks that share a core with other work wait a scheduler slice per message.
         raise SystemExit(
             f"{shlex.join(command)} did not finish within {LAUNCH_TIMEOUT_S} s: is something else busy? "
-            f"(load average {os.getloadavg()[0]:.2f}; {RANKS} ranks want {RANKS} idle cores)"
+            f"(load average {os.getloadavg()[0]:.2f}; every rank wants an idle core)"
         ) from None
     if done.returncode != 0:
         raise SystemExit(
@@ -188,7 +233,7 @@ def tool(command: list[str], env: dict) -> str:
     return done.stdout
 
 
-def find_setup(python: str, c_thread_multiple: bool) -> Setup:
+def find_setup(python: str, c_thread_multiple: bool, ranks: int) -> Setup:
     """Ask ``python`` for its MPI, mpi4py and fabricbench's wrapper; its mpiexec is the one beside it."""
     bin_dir = Path(python).absolute().parent
     mpiexec = bin_dir / "mpiexec"
@@ -211,6 +256,7 @@ def find_setup(python: str, c_thread_multiple: bool) -> Setup:
         found["mpi4py"],
         found["python"],
         c_thread_multiple,
+        ranks,
     )
 
 
@@ -226,6 +272,13 @@ def build(setup: Setup, directory: Path) -> Path:
     return binary
 
 
+def scaled(group: Group, ranks: int, quick: bool) -> Group:
+    """The group's counts for this run: divided by QUICK_SCALE with --quick, and by the group's
+    oversubscribed_divisor at 4 ranks."""
+    divisor = (QUICK_SCALE if quick else 1) * (group.oversubscribed_divisor if ranks > RANK_CHOICES[0] else 1)
+    return replace(group, iterations=max(1, group.iterations // divisor), warmup=group.warmup // divisor)
+
+
 # --- one launch of each contender ----------------------------------------------------------------
 
 
@@ -233,7 +286,7 @@ def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int],
     """The C program's figures for one group: {(kernel, size): value}."""
     args = ["--thread-multiple"] if setup.c_thread_multiple else []
     args += [",".join(group.kernels), f"{group.lo}:{group.hi}", str(group.iterations), str(group.warmup)]
-    out = tool([setup.mpiexec, "-n", str(RANKS), str(binary), *args], setup.env)
+    out = tool([setup.mpiexec, "-n", str(setup.ranks), str(binary), *args], setup.env)
     values, library = {}, ""
     for line in out.splitlines():
         if line.startswith("# library "):
@@ -247,10 +300,10 @@ def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int],
 
 
 def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tuple[str, int], float]:
-    """fabricbench's figures for one group with ``--loop LOOP --method blocking``: {(kernel, size): value}."""
-    run = [setup.mpiexec, "-n", str(RANKS), setup.python, "-m", "fabricbench", "run", "-t", group.transports]
+    """fabricbench's figures for one group with ``--loop LOOP`` and METHOD_ARGS: {(kernel, size): value}."""
+    run = [setup.mpiexec, "-n", str(setup.ranks), setup.python, "-m", "fabricbench", "run", "-t", group.transports]
     run += ["-k", ",".join(group.kernels), "-m", f"{group.lo}:{group.hi}"]
-    run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, "--method", "blocking"]
+    run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, *METHOD_ARGS]
     tool([*run, "--hugepages", "off", "--format", "none", "--out", str(out_dir)], setup.env)
     with open(out_dir / "results.csv") as table:
         rows = list(csv.DictReader(table))
@@ -263,14 +316,17 @@ def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tu
             raise SystemExit(
                 f"fabricbench --loop {loop}: {row['kernel']} {row['size_B']} B: {row['method']} {row['status']}"
             )
-        values[(row["kernel"], int(row["size_B"]))] = float(row[COLUMNS.get(row["kernel"], "lat_rank_avg_us")])
+        values[(row["kernel"], int(row["size_B"]))] = float(row[COLUMNS[row["kernel"]]])
     return checked(values, group, f"fabricbench --loop {loop}")
 
 
 def checked(values: dict, group: Group, who: str) -> dict:
-    """The group's figures, every one of them; any others (a size a sweep adds, as put at 0 B) are dropped."""
+    """The group's figures, every one of them and each a positive number; any others (a size a sweep adds, as put
+    at 0 B) are dropped."""
     if missing := group.keys - set(values):
         raise SystemExit(f"{who} gave no figure for {sorted(missing)}")
+    if bad := sorted(key for key in group.keys if not values[key] > 0):  # 0, NaN: a figure nothing was timed for
+        raise SystemExit(f"{who} gave no usable figure for {bad}: {[values[key] for key in bad]}")
     return {key: values[key] for key in group.keys}
 
 
@@ -285,7 +341,7 @@ def size_words(size: int) -> str:
 
 
 def unit(kernel: str) -> str:
-    return "MB/s" if kernel in ("bw", "bibw") else "us"
+    return {"bw": "MB/s", "bibw": "MB/s", "msgrate": "msg/s"}.get(kernel, "us")
 
 
 @dataclass(frozen=True)
@@ -316,14 +372,14 @@ def judge(by: dict[str, list[float]], size: int, target: Target) -> Judged:
 def per_size_table(series: dict, targets: dict[str, Target]) -> None:
     """Print one line per kernel and size, judged against the every-size target of its kernel."""
     print(
-        f"{'kernel':<10}{'size':>8}  {'unit':<5}{'C program':>11}{'C loop':>11}{'ratio':>8}{'95% CI':>13}"
+        f"{'kernel':<15}{'size':>8}  {'unit':<6}{'C program':>13}{'C loop':>13}{'ratio':>8}{'95% CI':>13}"
         f"{'python loop':>13}{'ratio':>8}{'A/A':>7}  {'target':<9}verdict"
     )
     for (kernel, size), by in sorted(series.items(), key=lambda item: (KERNEL_ORDER.index(item[0][0]), item[0][1])):
         one = judge(by, size, targets[kernel])
         m = one.medians
         print(
-            f"{kernel:<10}{size_words(size):>8}  {unit(kernel):<5}{m[REFERENCE]:>11.3f}{m['C loop']:>11.3f}"
+            f"{kernel:<15}{size_words(size):>8}  {unit(kernel):<6}{m[REFERENCE]:>13.3f}{m['C loop']:>13.3f}"
             f"{one.c_loop.median:>8.3f}{one.c_loop.interval:>13}{m['python loop']:>13.3f}{one.python_loop:>8.3f}"
             f"{one.control:>7.3f}  {targets[kernel].words:<9}{one.verdict}"
         )
@@ -371,15 +427,19 @@ def main() -> int:
         default=sys.executable,
         help="the Python of the venv whose MPI, mpi4py, mpiexec and mpicc to use (default: this one)",
     )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        choices=RANK_CHOICES,
+        default=RANK_CHOICES[0],
+        help="mpiexec -n for every contender (default 2); at 4 the point-to-point kernels run rank 0 with rank 2, and "
+        "every group's counts are divided by its oversubscribed_divisor",
+    )
     args = parser.parse_args()
     reps = args.reps or (MIN_REPS if args.quick else DEFAULT_REPS)
     check_reps(parser, reps)
-    groups = GROUPS
-    if args.quick:
-        groups = tuple(
-            replace(g, iterations=max(1, g.iterations // QUICK_SCALE), warmup=g.warmup // QUICK_SCALE) for g in GROUPS
-        )
-    setup = find_setup(args.python, args.thread_multiple)
+    groups = tuple(scaled(g, args.ranks, args.quick) for g in GROUPS)
+    setup = find_setup(args.python, args.thread_multiple, args.ranks)
     order = random.Random(args.seed)
     # Per (kernel, size) and contender, one value per rep.
     series: dict[tuple[str, int], dict[str, list[float]]] = {}
@@ -398,9 +458,11 @@ def main() -> int:
                         series.setdefault(key, {}).setdefault(who, []).append(value)
     elapsed = time.monotonic() - started
 
-    every_size = {t.kernel: t for t in TARGETS if t.lo < t.hi}
+    # Each kernel's widest target judges its every size (barrier's only one is its one size).
+    every_size = {t.kernel: t for t in sorted(TARGETS, key=lambda t: t.hi - t.lo)}
+    method = " ".join(METHOD_ARGS) or "its default --method"
     print(
-        f"# fabricbench's MPI C loop (--loop c --method blocking) against osu_reference.c, {RANKS} ranks, {reps} reps"
+        f"# fabricbench's MPI C loop (--loop c {method}) against osu_reference.c, {setup.ranks} ranks, {reps} reps"
         f"{' (--quick: a tenth of the iterations)' if args.quick else ''}, {elapsed:.0f} s; load average "
         f"{load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs"
     )
@@ -421,7 +483,8 @@ def main() -> int:
     ok = target_table(series)
     print("# A/A: the C program run twice in each rep; its ratio's spread is the resolution of every ratio above")
     print(
-        "# latency: one way (round trip / 2); put: one MPI_Put + MPI_Win_flush; collectives: OSU's average over ranks"
+        "# latency: one way (round trip / 2); put, get: one MPI_Put (MPI_Get) + MPI_Win_flush; msgrate: messages/s "
+        "over all pairs; collectives and barrier: OSU's average over ranks"
     )
     return 0 if ok else 1
 

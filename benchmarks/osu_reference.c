@@ -2,25 +2,63 @@
  * benchmarks/mpi_overhead.py holds fabricbench's MPI loops against in the same run.
  *
  * Why a program of our own and not OSU itself: the machines this runs on have no OSU build, and OSU's sources may
- * not be copied. This follows the loops as documented in shared/notes/reference-tools.md, nothing more: no options,
- * no validation, no GPU buffers.
+ * not be copied. This follows the loops as documented in shared/notes/reference-tools.md and as OSU 7.4 times them,
+ * nothing more: no options, no validation, no GPU buffers.
  *
  * Build (mpi_overhead.py does this in a temporary directory, with fabricbench's own wrapper):
  *     mpicc -O2 -Wall -o osu_reference benchmarks/osu_reference.c
- * Run, on 2 or more ranks:
+ * Run, on an even number of ranks (2 or 4):
  *     mpiexec -n 2 ./osu_reference [--thread-multiple] KERNELS MIN:MAX ITERATIONS WARMUP [KERNELS ...]
- * KERNELS is a comma list of latency, bw, bibw, allreduce, bcast, alltoall, allgather, put; the sizes double from
- * MIN to MAX (0 is followed by 1), as OSU's -m does. Each group of four arguments runs every kernel at every size
- * with those iteration and warm-up counts. Rank 0 prints "# library FIRST LINE OF MPI_Get_library_version" and
- * "# thread level LEVEL" (what MPI_Query_thread says), then one line per kernel and size, "KERNEL SIZE VALUE":
- *   latency    one-way latency in us: the round trips' total over 2 x ITERATIONS (osu_latency)
- *   bw, bibw   MB/s, MB = 10^6 bytes; bibw counts both directions (osu_bw, osu_bibw)
- *   allreduce, bcast, alltoall, allgather
- *              us per operation: each rank's mean over the iterations, averaged over the ranks (OSU's Avg column)
- *   put        us per MPI_Put + MPI_Win_flush (osu_put_latency, MPI_Win_allocate, lock/flush), from 1 B
- * Point-to-point kernels run between rank 0 and rank N/2, as fabricbench's do. MPI starts as OSU starts it,
- * MPI_Init; --thread-multiple asks MPI_Init_thread for MPI_THREAD_MULTIPLE instead, as mpi4py does by default, to
- * tell what the thread level costs apart from what a loop costs.
+ * KERNELS is a comma list of the kernels below; the sizes double from MIN to MAX (0 is followed by 1), as OSU's -m
+ * does. Each group of four arguments runs every kernel at every size with those iteration and warm-up counts. Rank
+ * 0 prints "# library FIRST LINE OF MPI_Get_library_version" and "# thread level LEVEL" (what MPI_Query_thread
+ * says), then one line per kernel and size, "KERNEL SIZE VALUE". The kernels, the OSU program each follows, its
+ * figure and the column of fabricbench's results.csv that holds the same quantity:
+ *   latency    osu_latency. Rank 0 stamps every round trip (MPI_Wtime before the Send, after the Recv) and sums
+ *              them after the warm-up; us one way: the sum over 2 x ITERATIONS.             fabricbench: lat_mean_us
+ *   bw         osu_bw. Rank 0 stamps every window (W = 64 Isend, Waitall, Recv of a 4-byte ack; the receiver W
+ *              Irecv, Waitall, Send of the ack) and sums them; MB/s, MB = 10^6 B.               fabricbench: bw_MBps
+ *   bibw       osu_bibw. Both sides post W Irecv, then W Isend, then wait for all; rank 0 stamps each window;
+ *              MB/s counting both directions.                                               fabricbench: bw_MBps
+ *   msgrate    osu_mbw_mr. pairs = N/2, rank r < pairs sends to r + pairs. Per iteration every rank meets at a
+ *              barrier, then again, then each sender stamps its window (W Isend, Waitall, Recv of a 1-byte ack;
+ *              the receiver W Irecv, Waitall, Send of the ack) and sums its windows; messages/s over all pairs.
+ *                                                                                     fabricbench: msgrate_per_s
+ *   allreduce, allgather, alltoall, bcast, reduce, reduce_scatter
+ *              osu_allreduce, osu_allgather, osu_alltoall, osu_bcast, osu_reduce, osu_reduce_scatter. One barrier,
+ *              then per iteration: MPI_Wtime, the operation, MPI_Wtime, an untimed barrier; each rank's mean over
+ *              the iterations after the warm-up, then the mean of the ranks' means (OSU reduces SUM and divides by
+ *              the rank count: its Avg column); us.                                  fabricbench: lat_rank_avg_us
+ *   barrier    osu_barrier. Per iteration: MPI_Wtime, MPI_Barrier, MPI_Wtime, and nothing else (no second barrier);
+ *              the ranks' means averaged as above; us. It runs once per group, at size 0, whatever MIN:MAX says,
+ *              as fabricbench's barrier has one row, size_B 0.                         fabricbench: lat_rank_avg_us
+ *   put, get   osu_put_latency, osu_get_latency with their defaults, MPI_Win_allocate and lock/flush: a window of
+ *              SIZE bytes per size, written before timing; rank 0 locks the target shared once, then per
+ *              iteration MPI_Wtime, MPI_Put (MPI_Get) of SIZE bytes, MPI_Win_flush, MPI_Wtime, summed after the
+ *              warm-up; us per operation.                                                fabricbench: lat_mean_us
+ *
+ * Where this differs from OSU 7.4 on purpose, and why:
+ * - Point-to-point kernels (latency, bw, bibw, put, get) run between rank 0 and rank N/2, as fabricbench's do
+ *   (measure.kernels.partner_of); OSU's run between ranks 0 and 1 and want exactly 2 ranks. At 2 ranks that is the
+ *   same pair; at 4 the other ranks wait in the size's barrier (and, for put and get, take part in the window's
+ *   collective allocation and free).
+ * - allreduce, reduce and reduce_scatter sum float32 elements (MPI_FLOAT), fabricbench's default element
+ *   (collectives.spec.FLOAT32); OSU's default is MPI_CHAR (-T picks another). Their sizes start at 4 B, a whole
+ *   float32; a size that is no multiple of 4 is not run.
+ * - reduce_scatter: SIZE is each rank's block, as fabricbench's size_B is, and the call is
+ *   MPI_Reduce_scatter_block with SIZE/4 floats a block, fabricbench's call; OSU's osu_reduce_scatter calls
+ *   MPI_Reduce_scatter with recvcounts that split SIZE over the ranks (a block of SIZE/N).
+ * - msgrate's figure is the sum of each sender's own rate (messages over its own summed time), as fabricbench's
+ *   msgrate_per_s sums its initiators' rates; OSU divides all pairs' messages by the senders' mean time. The two are
+ *   one figure at one pair (2 ranks) and differ at more pairs only by how far the senders' times differ.
+ * - Buffers: one page-aligned send and one receive buffer per kernel and group, large enough for the group's
+ *   largest size times N, written once before anything is timed (bytes 1..251, or small integers as float32, so no
+ *   page is the shared zero page and no float is a denormal); OSU allocates and fills 'a'/'b' per size. put and get
+ *   use that send buffer as their local buffer; OSU allocates one per size.
+ * - Only OSU's default paths: no validation, no -f/-z statistics, no graphs or PAPI, no device buffers; rank 0
+ *   prints one figure a line.
+ * - MPI starts as OSU starts it, MPI_Init; --thread-multiple asks MPI_Init_thread for MPI_THREAD_MULTIPLE instead,
+ *   as mpi4py does by default, to tell what the thread level costs apart from what a loop costs.
  */
 #define _POSIX_C_SOURCE 200112L
 #include <mpi.h>
@@ -30,14 +68,18 @@
 
 #define WINDOW 64 /* osu_bw's default window, and fabricbench's -W default */
 #define PAGE 4096
-#define TAG 1
-#define ACK_TAG 2
+#define TAG 100
+#define ACK_TAG 101
+#define BW_ACK 4   /* osu_bw's ack: 4 MPI_CHAR */
+#define MBW_ACK 1  /* osu_mbw_mr's ack: 1 MPI_CHAR */
+#define SLACK 64   /* every buffer holds at least this much, for the acks of the 1 B sizes */
 
 typedef struct {
     int rank, ranks, peer;    /* peer: rank N/2 for rank 0, rank 0 for rank N/2, -1 for the others */
+    int pairs, partner;       /* msgrate: N/2 pairs; rank r < pairs sends to r + pairs, its partner */
     long iterations, warmup;
     char *send, *recv;        /* page-aligned and written, large enough for every size of the group */
-    float *fsend, *frecv;     /* the same memory as float32 vectors, for allreduce */
+    float *fsend, *frecv;     /* the same memory as float32 vectors, for the reductions */
 } Context;
 
 /* Bytes 1..251 that differ by seed: never zero, so no page of a buffer is the kernel's shared zero page. */
@@ -59,6 +101,13 @@ static char *page_aligned(size_t nbytes) {
     return buf;
 }
 
+/* The mean of every rank's value, on rank 0 (OSU's Reduce of SUM, divided by the rank count). */
+static double ranks_mean(const Context *c, double mine) {
+    double sum = 0.0;
+    MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    return sum / c->ranks;
+}
+
 /* osu_latency: one barrier, then warm-up and timed round trips in one loop; rank 0 times each round trip. */
 static double latency(const Context *c, int size) {
     double total = 0.0;
@@ -78,11 +127,10 @@ static double latency(const Context *c, int size) {
     return total * 1e6 / (2.0 * c->iterations);
 }
 
-/* osu_bw (W Isend, Waitall, a 1-byte ack; the receiver W Irecv, Waitall, the ack) and osu_bibw (both sides post W
- * Irecv, then W Isend, then wait for the sends and the receives). Rank 0 times each window. */
+/* osu_bw (W Isend, Waitall, a 4-byte ack; the receiver W Irecv, Waitall, the ack) and osu_bibw (both sides post W
+ * Irecv, then W Isend, then wait for the sends and the receives). Rank 0 stamps each window and sums them. */
 static double window(const Context *c, int size, int both_ways) {
     MPI_Request sends[WINDOW], recvs[WINDOW];
-    char ack = 1;
     double total = 0.0;
     MPI_Barrier(MPI_COMM_WORLD);
     if (c->peer < 0) return 0.0;
@@ -99,71 +147,134 @@ static double window(const Context *c, int size, int both_ways) {
             for (int w = 0; w < WINDOW; w++)
                 MPI_Isend(c->send, size, MPI_CHAR, c->peer, TAG, MPI_COMM_WORLD, &sends[w]);
             MPI_Waitall(WINDOW, sends, MPI_STATUSES_IGNORE);
-            MPI_Recv(&ack, 1, MPI_CHAR, c->peer, ACK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Recv(c->recv, BW_ACK, MPI_CHAR, c->peer, ACK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         } else {
             for (int w = 0; w < WINDOW; w++)
                 MPI_Irecv(c->recv, size, MPI_CHAR, c->peer, TAG, MPI_COMM_WORLD, &recvs[w]);
             MPI_Waitall(WINDOW, recvs, MPI_STATUSES_IGNORE);
-            MPI_Send(&ack, 1, MPI_CHAR, c->peer, ACK_TAG, MPI_COMM_WORLD);
+            MPI_Send(c->send, BW_ACK, MPI_CHAR, c->peer, ACK_TAG, MPI_COMM_WORLD);
         }
         if (c->rank == 0 && i >= c->warmup) total += MPI_Wtime() - start;
     }
     return (double)size * WINDOW * c->iterations * (both_ways ? 2 : 1) / total / 1e6;
 }
 
-/* OSU's collectives: each operation timed alone, an untimed barrier after it; each rank's mean, then the mean of
- * the ranks' means (OSU reduces SUM and divides by the rank count). Returns 0 on the ranks other than 0. */
+/* osu_mbw_mr: every pair at once. Per iteration all ranks meet at a barrier, and again; each sender stamps its
+ * window (W Isend, Waitall, a 1-byte ack) and sums its windows. The figure: the senders' rates (W x ITERATIONS over
+ * each one's summed time), added up, in messages/s; fabricbench's msgrate_per_s adds up its initiators' rates. */
+static double msgrate(const Context *c, int size) {
+    MPI_Request requests[WINDOW];
+    double total = 0.0, rate = 0.0, sum = 0.0;
+    int sender = c->rank < c->pairs;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (long i = 0; i < c->warmup + c->iterations; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (sender) {
+            double start = MPI_Wtime();
+            for (int w = 0; w < WINDOW; w++)
+                MPI_Isend(c->send, size, MPI_CHAR, c->partner, TAG, MPI_COMM_WORLD, &requests[w]);
+            MPI_Waitall(WINDOW, requests, MPI_STATUSES_IGNORE);
+            MPI_Recv(c->recv, MBW_ACK, MPI_CHAR, c->partner, ACK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            if (i >= c->warmup) total += MPI_Wtime() - start;
+        } else {
+            for (int w = 0; w < WINDOW; w++)
+                MPI_Irecv(c->recv, size, MPI_CHAR, c->partner, TAG, MPI_COMM_WORLD, &requests[w]);
+            MPI_Waitall(WINDOW, requests, MPI_STATUSES_IGNORE);
+            MPI_Send(c->send, MBW_ACK, MPI_CHAR, c->partner, ACK_TAG, MPI_COMM_WORLD);
+        }
+    }
+    if (sender) rate = (double)WINDOW * c->iterations / total;
+    MPI_Reduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    return sum;
+}
+
+/* OSU's collectives: one barrier, then each operation timed alone with an untimed barrier after it; each rank's
+ * mean, then the mean of the ranks' means. osu_barrier times MPI_Barrier alone, with no barrier after it. Returns
+ * the figure on rank 0. */
 static double collective(const Context *c, const char *kernel, int size) {
-    double total = 0.0, mean_us, sum_us = 0.0;
+    double total = 0.0;
+    int floats = size / (int)sizeof(float), barrier = !strcmp(kernel, "barrier");
     MPI_Barrier(MPI_COMM_WORLD);
     for (long i = 0; i < c->warmup + c->iterations; i++) {
         double start = MPI_Wtime();
         if (!strcmp(kernel, "allreduce"))
-            MPI_Allreduce(c->fsend, c->frecv, size / (int)sizeof(float), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(c->fsend, c->frecv, floats, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "reduce"))
+            MPI_Reduce(c->fsend, c->frecv, floats, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "reduce_scatter"))
+            MPI_Reduce_scatter_block(c->fsend, c->frecv, floats, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else if (!strcmp(kernel, "bcast"))
             MPI_Bcast(c->send, size, MPI_CHAR, 0, MPI_COMM_WORLD);
         else if (!strcmp(kernel, "alltoall"))
             MPI_Alltoall(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, MPI_COMM_WORLD);
-        else
+        else if (!strcmp(kernel, "allgather"))
             MPI_Allgather(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, MPI_COMM_WORLD);
+        else
+            MPI_Barrier(MPI_COMM_WORLD);
         double stop = MPI_Wtime();
         if (i >= c->warmup) total += stop - start;
-        MPI_Barrier(MPI_COMM_WORLD);
+        if (!barrier) MPI_Barrier(MPI_COMM_WORLD);
     }
-    mean_us = total * 1e6 / c->iterations;
-    MPI_Reduce(&mean_us, &sum_us, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    return sum_us / c->ranks;
+    return ranks_mean(c, total * 1e6 / c->iterations);
 }
 
-/* osu_put_latency with MPI_Win_allocate and lock/flush: a window per size, written before timing; rank 0 locks
- * the target shared once, then Put + Win_flush per operation, one timer from the end of the warm-up to the end. */
-static double put(const Context *c, int size) {
+/* osu_put_latency and osu_get_latency with MPI_Win_allocate and lock/flush: a window per size, written before
+ * timing; rank 0 locks the target shared once, then stamps each Put (Get) + Win_flush and sums them. */
+static double one_sided(const Context *c, int size, int put) {
     char *memory = NULL;
     MPI_Win win;
-    double start = 0.0, end = 0.0;
+    double total = 0.0;
     MPI_Win_allocate(size, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &memory, &win);
     fill_bytes(memory, (size_t)size, 202);
     MPI_Barrier(MPI_COMM_WORLD);
     if (c->rank == 0 && c->peer >= 0) {
         MPI_Win_lock(MPI_LOCK_SHARED, c->peer, 0, win);
         for (long i = 0; i < c->warmup + c->iterations; i++) {
-            if (i == c->warmup) start = MPI_Wtime();
-            MPI_Put(c->send, size, MPI_CHAR, c->peer, 0, size, MPI_CHAR, win);
+            double start = MPI_Wtime();
+            if (put)
+                MPI_Put(c->send, size, MPI_CHAR, c->peer, 0, size, MPI_CHAR, win);
+            else
+                MPI_Get(c->send, size, MPI_CHAR, c->peer, 0, size, MPI_CHAR, win);
             MPI_Win_flush(c->peer, win);
+            double stop = MPI_Wtime();
+            if (i >= c->warmup) total += stop - start;
         }
-        end = MPI_Wtime();
         MPI_Win_unlock(c->peer, win);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Win_free(&win);
-    return (end - start) * 1e6 / c->iterations;
+    return total * 1e6 / c->iterations;
 }
 
+static const char *KERNELS[] = {"latency", "bw",     "bibw",           "msgrate", "allreduce", "allgather", "alltoall",
+                                "bcast",   "reduce", "reduce_scatter", "barrier", "put",       "get"};
+
 static int known(const char *kernel) {
-    static const char *names[] = {"latency", "bw", "bibw", "allreduce", "bcast", "alltoall", "allgather", "put"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(kernel, names[i])) return 1;
+    for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
+        if (!strcmp(kernel, KERNELS[i])) return 1;
     return 0;
+}
+
+static int reduction(const char *kernel) {
+    return !strcmp(kernel, "allreduce") || !strcmp(kernel, "reduce") || !strcmp(kernel, "reduce_scatter");
+}
+
+/* One kernel at one size: its figure (on rank 0), or 0 and *skip set for a size it does not run. */
+static double measure(const Context *c, const char *kernel, long size, int *skip) {
+    *skip = 0;
+    if (!strcmp(kernel, "latency")) return latency(c, (int)size);
+    if (!strcmp(kernel, "bw") || !strcmp(kernel, "bibw")) return window(c, (int)size, !strcmp(kernel, "bibw"));
+    if (!strcmp(kernel, "msgrate")) return msgrate(c, (int)size);
+    if (!strcmp(kernel, "put") || !strcmp(kernel, "get")) {
+        *skip = size == 0; /* fabricbench's put and get sweep from 1 B */
+        return *skip ? 0.0 : one_sided(c, (int)size, !strcmp(kernel, "put"));
+    }
+    if (reduction(kernel) && (size < (long)sizeof(float) || size % (long)sizeof(float))) {
+        *skip = 1; /* no whole float32 element: fabricbench says unsupported */
+        return 0.0;
+    }
+    return collective(c, kernel, (int)size);
 }
 
 /* One group: KERNELS MIN:MAX ITERATIONS WARMUP. Returns 0, or 2 for an argument that does not parse. */
@@ -182,34 +293,26 @@ static int run_group(Context *c, char *kernels, const char *sizes, const char *i
         if (*k == ',') *k = ' ';
     for (char *kernel = strtok_r(kernels, " ", &save); kernel; kernel = strtok_r(NULL, " ", &save)) {
         if (!known(kernel)) return 2;
-        /* Every buffer holds a block per rank (alltoall, allgather), written once, before anything is timed. */
-        size_t nbytes = (size_t)hi * (size_t)c->ranks;
+        /* Every buffer holds a block per rank (alltoall, allgather, reduce_scatter), written once, before anything
+         * is timed. */
+        size_t nbytes = (size_t)hi * (size_t)c->ranks + SLACK;
         c->send = page_aligned(nbytes);
         c->recv = page_aligned(nbytes);
         c->fsend = (float *)c->send;
         c->frecv = (float *)c->recv;
-        if (!strcmp(kernel, "allreduce")) {
+        if (reduction(kernel)) {
             fill_floats(c->fsend, nbytes / sizeof(float), c->rank);
             fill_floats(c->frecv, nbytes / sizeof(float), c->ranks);
         } else {
             fill_bytes(c->send, nbytes, c->rank + 1);
             fill_bytes(c->recv, nbytes, c->ranks + 1);
         }
-        for (long size = lo; size <= hi; size = size ? size * 2 : 1) {
-            double value;
-            if (!strcmp(kernel, "latency"))
-                value = latency(c, (int)size);
-            else if (!strcmp(kernel, "bw") || !strcmp(kernel, "bibw"))
-                value = window(c, (int)size, !strcmp(kernel, "bibw"));
-            else if (!strcmp(kernel, "put") && size == 0)
-                continue; /* fabricbench's put sweeps from 1 B */
-            else if (!strcmp(kernel, "put"))
-                value = put(c, (int)size);
-            else if (!strcmp(kernel, "allreduce") && size < (long)sizeof(float))
-                continue; /* no whole float32 element: OSU skips the size */
-            else
-                value = collective(c, kernel, (int)size);
-            if (c->rank == 0) {
+        /* barrier moves no data: one figure, at size 0, as fabricbench's one row */
+        long first = strcmp(kernel, "barrier") ? lo : 0, last = strcmp(kernel, "barrier") ? hi : 0;
+        for (long size = first; size <= last; size = size ? size * 2 : 1) {
+            int skip;
+            double value = measure(c, kernel, size, &skip);
+            if (!skip && c->rank == 0) {
                 printf("%s %ld %.6f\n", kernel, size, value);
                 fflush(stdout);
             }
@@ -242,9 +345,13 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c.ranks);
     c.peer = c.rank == 0 ? c.ranks / 2 : (c.rank == c.ranks / 2 ? 0 : -1);
-    if (c.ranks < 2 || argc < first + 4 || (argc - first) % 4) {
+    c.pairs = c.ranks / 2;
+    c.partner = c.rank < c.pairs ? c.rank + c.pairs : c.rank - c.pairs;
+    if (c.ranks < 2 || c.ranks % 2 || argc < first + 4 || (argc - first) % 4) {
         if (c.rank == 0)
-            fprintf(stderr, "usage: mpiexec -n 2 %s [--thread-multiple] KERNELS MIN:MAX ITERATIONS WARMUP [...]\n",
+            fprintf(stderr,
+                    "usage: mpiexec -n 2 %s [--thread-multiple] KERNELS MIN:MAX ITERATIONS WARMUP [...]"
+                    " (an even number of ranks)\n",
                     argv[0]);
         MPI_Finalize();
         return 2;
