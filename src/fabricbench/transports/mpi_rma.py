@@ -98,6 +98,9 @@ class OneSided(Case):
         per_flush = range(self.window or 1)
         win.Lock(target, MPI.LOCK_SHARED)
         try:
+            # One untimed operation opens the epoch (a library may take the lock lazily), as in fb_rma.
+            operation(message, target)
+            flush(target)
             last = clock()
             if self.window:
                 for i in range(iterations):
