@@ -69,7 +69,7 @@ def worker(rounds: int, seed: int) -> None:
                 figure = times[:n].sum() / n / 2e3  # one way, us
             else:
                 code = lib.fb_window(
-                    comm.py2f(), peer, initiator, 0, persistent, send.ctypes.data, recv.ctypes.data,
+                    comm.py2f(), peer, initiator, 0, persistent, 0, send.ctypes.data, recv.ctypes.data,
                     ack.ctypes.data, size, WINDOW, n, times.ctypes.data,
                 )  # fmt: skip
                 figure = size * WINDOW * n / (times[:n].sum() / 1e9) / 1e6  # MB/s

@@ -79,6 +79,31 @@ static inline long long now_ns(void)
         }                                                    \
     } while (0)
 
+/* osu_mbw_mr: every window starts after an untimed barrier of all ranks, so that the pairs send together; a sample
+ * is the window alone. Otherwise windows run back to back, as osu_bw's. */
+#define WINDOWS_TIMED(operation)                             \
+    do {                                                     \
+        if (synchronized) {                                  \
+            for (long long i = 0; i < iterations; i++) {     \
+                TRY(MPI_Barrier(comm));                      \
+                long long start = now_ns();                  \
+                operation;                                   \
+                times[i] = now_ns() - start;                 \
+            }                                                \
+        } else {                                             \
+            TIMED_BACK_TO_BACK(operation);                   \
+        }                                                    \
+    } while (0)
+
+#define WINDOWS_UNTIMED(operation)                           \
+    do {                                                     \
+        for (long long i = 0; i < iterations; i++) {         \
+            if (synchronized)                                \
+                TRY(MPI_Barrier(comm));                      \
+            operation;                                       \
+        }                                                    \
+    } while (0)
+
 /* The side that only answers: the same calls, no stamps. */
 #define UNTIMED(operation)                                   \
     do {                                                     \
@@ -145,8 +170,9 @@ out:
     return err;
 }
 
-int fb_window(MPI_Fint comm_handle, int peer, int initiator, int both_ways, int persistent, void *send_buf,
-              void *recv_buf, void *ack_buf, long long size, int window, long long iterations, long long *times)
+int fb_window(MPI_Fint comm_handle, int peer, int initiator, int both_ways, int persistent, int synchronized,
+              void *send_buf, void *recv_buf, void *ack_buf, long long size, int window, long long iterations,
+              long long *times)
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle);
     int timed = initiator || both_ways; /* the one-way receiver only answers */
@@ -173,26 +199,26 @@ int fb_window(MPI_Fint comm_handle, int peer, int initiator, int both_ways, int 
             TRY(initiator ? MPI_Recv_init(ack_buf, 1, MPI_BYTE, peer, ACK_TAG, comm, ack)
                           : MPI_Send_init(ack_buf, 1, MPI_BYTE, peer, ACK_TAG, comm, ack));
         if (timed) /* the sender pre-posts the ack's receive with its window: two calls a window */
-            TIMED_BACK_TO_BACK(TRY(MPI_Startall(total, requests));
+            WINDOWS_TIMED(TRY(MPI_Startall(total, requests));
                                TRY(MPI_Waitall(total, requests, MPI_STATUSES_IGNORE)));
         else
-            UNTIMED(TRY(MPI_Startall(window, requests)); TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));
+            WINDOWS_UNTIMED(TRY(MPI_Startall(window, requests)); TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));
                     TRY(MPI_Start(ack)); TRY(MPI_Wait(ack, MPI_STATUS_IGNORE)));
     } else if (both_ways) {
-        TIMED_BACK_TO_BACK(
+        WINDOWS_TIMED(
             for (int r = 0; r < window; r++)
                 TRY(MPI_Irecv(recv_buf, count, MPI_BYTE, peer, TAG, comm, &requests[r]));
             for (int s = window; s < 2 * window; s++)
                 TRY(MPI_Isend(send_buf, count, MPI_BYTE, peer, TAG, comm, &requests[s]));
             TRY(MPI_Waitall(2 * window, requests, MPI_STATUSES_IGNORE)));
     } else if (initiator) {
-        TIMED_BACK_TO_BACK(
+        WINDOWS_TIMED(
             for (int s = 0; s < window; s++)
                 TRY(MPI_Isend(send_buf, count, MPI_BYTE, peer, TAG, comm, &requests[s]));
             TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));
             TRY(MPI_Recv(ack_buf, 1, MPI_BYTE, peer, ACK_TAG, comm, MPI_STATUS_IGNORE)));
     } else {
-        UNTIMED(
+        WINDOWS_UNTIMED(
             for (int r = 0; r < window; r++)
                 TRY(MPI_Irecv(recv_buf, count, MPI_BYTE, peer, TAG, comm, &requests[r]));
             TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));

@@ -207,12 +207,16 @@ class PingPong(_PointToPoint):
 
 
 class Window(_PointToPoint):
-    """osu_bw / osu_mbw_mr (sender: W sends then an ack) and osu_bibw (both ways)."""
+    """osu_bw / osu_mbw_mr (sender: W sends then an ack) and osu_bibw (both ways).
+
+    osu_bw's windows run back to back. osu_mbw_mr (msgrate, every pair at once) starts every window after an
+    untimed barrier of all ranks, so that the pairs send together, and a sample is the window alone."""
 
     def __init__(self, comm, kernel, size, method, window, cloop, role=None):
         super().__init__(comm, kernel, size, method, cloop, role)
         self.window = window
         self.both_ways = kernel.directions == 2
+        self.synchronized = kernel.pattern == "concurrent-pairs"  # every rank takes part: the rank count is even
         self.window_holds_transit = not self.both_ways  # the peer's next window may land before our stamp
         self.ack = poisoned(1)
         if not self.active:
@@ -220,7 +224,7 @@ class Window(_PointToPoint):
         if self.initiator and not self.both_ways:
             self.received = nothing()  # a one-way sender receives only the ack
         if cloop:
-            flags = (int(self.initiator), int(self.both_ways), int(method == "persistent"))
+            flags = (int(self.initiator), int(self.both_ways), int(method == "persistent"), int(self.synchronized))
             buffers = (self.send.ctypes.data, self.recv.ctypes.data, self.ack.ctypes.data)
             self.c_args = (comm.py2f(), self.peer, *flags, *buffers, size, window)
         elif method == "persistent":
@@ -250,13 +254,16 @@ class Window(_PointToPoint):
             self._run_blocking(iterations, times)
 
     def _run_persistent(self, iterations, times):
-        requests = self._requests
+        requests, synchronized, barrier = self._requests, self.synchronized, self.comm.Barrier
         startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
         if self.initiator or self.both_ways:
             # The ack's receive is pre-posted with the window: two calls per window.
             clock = time.perf_counter_ns
             last = clock()
             for i in range(iterations):
+                if synchronized:
+                    barrier()
+                    last = clock()
                 startall(requests)
                 waitall(requests)
                 now = clock()
@@ -266,6 +273,8 @@ class Window(_PointToPoint):
         window_requests, ack = requests[:-1], requests[-1]
         ack_start, ack_wait = ack.Start, ack.Wait
         for _ in range(iterations):
+            if synchronized:
+                barrier()
             startall(window_requests)
             waitall(window_requests)
             ack_start()
@@ -275,9 +284,12 @@ class Window(_PointToPoint):
         comm, peer, window = self.comm, self.peer, range(self.window)
         isend, irecv, waitall = comm.Isend, comm.Irecv, MPI.Request.Waitall
         send_msg, recv_msg, ack_msg = self._message(self.send), self._message(self.recv), [self.ack, 1, MPI.BYTE]
-        clock = time.perf_counter_ns
+        synchronized, barrier, clock = self.synchronized, comm.Barrier, time.perf_counter_ns
         last = clock()
         for i in range(iterations):
+            if synchronized:
+                barrier()
+                last = clock()
             if self.both_ways:
                 requests = [irecv(recv_msg, peer, TAG) for _ in window]
                 requests += [isend(send_msg, peer, TAG) for _ in window]

@@ -30,7 +30,7 @@ _INT64 = ctypes.c_longlong  # sizes, counts and iterations
 # Each function's arguments, in _mpiloop.c's order; every function returns an int.
 SIGNATURES = {
     "fb_pingpong": [_HANDLE, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _INT64, _BUFFER],
-    "fb_window": [_HANDLE, _FLAG, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
+    "fb_window": [_HANDLE, *[_FLAG] * 5, _BUFFER, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_collective": [_HANDLE, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_rma": [_HANDLE, _FLAG, _FLAG, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_canary": [_HANDLE, _HANDLE, *[_FLAG] * 3, *[_BUFFER] * 4, _INT64, _FLAG, _FLAG, _BUFFER, _FLAG, _BUFFER]
