@@ -79,12 +79,23 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from paired import MIN_REPS, Ratio, check_reps, missed, run_shuffled
+from paired import (
+    AGREE,
+    MIN_MODE,
+    MIN_REPS,
+    MODE_GAP,
+    Bracketed,
+    Pair,
+    check_reps,
+    judge_bracketed,
+    missed,
+    run_bracketed,
+)
 
 SOURCE = Path(__file__).with_name("osu_reference.c")
 RANK_CHOICES = (2, 4)  # --ranks
-REFERENCE, CONTROL = "C program", "A/A"
-LOOPS = {"C loop": "c", "python loop": "python"}  # series name: fabricbench's --loop
+REFERENCE, CONTROL, C_LOOP, PYTHON_LOOP = "C program", "A/A", "C loop", "python loop"
+LOOPS = {C_LOOP: "c", PYTHON_LOOP: "python"}  # series name: fabricbench's --loop
 # fabricbench's collectives on -t mpi, all of which OSU 7.4 has a program for.
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
 REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")  # float32 elements: sizes from 4 B
@@ -92,9 +103,9 @@ REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")  # float32 elements: size
 # sweep from 1 B, bw, bibw and msgrate too (OSU's sweep).
 MIN_SIZES = {**dict.fromkeys(REDUCTIONS, 4), **dict.fromkeys(("put", "get", "bw", "bibw", "msgrate"), 1)}
 FIXED_SIZES = {"barrier": 0}  # a kernel that moves no data: one figure, at size 0, whatever the group's sizes
-# fabricbench's --method for every fabricbench launch: OSU's own calls (blocking collectives, Isend/Irecv windows).
-# An empty list leaves fabricbench's default method.
-METHOD_ARGS = ["--method", "blocking"]
+# fabricbench's --method for every fabricbench launch: none, its default, which is OSU's own calls (blocking
+# collectives, Isend/Irecv windows); the rows' method column says so, and the output names it.
+METHOD_ARGS: list[str] = []
 KiB, MiB = 1024, 1024 * 1024
 DEFAULT_REPS = 11  # about 7 minutes on a 2-core VM at 2 ranks (at 4 ranks, see the docstring)
 QUICK_SCALE = 10  # --quick divides every count by this
@@ -317,7 +328,11 @@ def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tu
                 f"fabricbench --loop {loop}: {row['kernel']} {row['size_B']} B: {row['method']} {row['status']}"
             )
         values[(row["kernel"], int(row["size_B"]))] = float(row[COLUMNS[row["kernel"]]])
+        METHODS.add(f"{row['transport']}: {row['method']}")
     return checked(values, group, f"fabricbench --loop {loop}")
+
+
+METHODS: set[str] = set()  # every (transport: method) fabricbench's rows named, for the output's header
 
 
 def checked(values: dict, group: Group, who: str) -> dict:
@@ -344,72 +359,143 @@ def unit(kernel: str) -> str:
     return {"bw": "MB/s", "bibw": "MB/s", "msgrate": "msg/s"}.get(kernel, "us")
 
 
-@dataclass(frozen=True)
-class Judged:
-    """One kernel at one size: the C loop's paired ratio, the other ratios, every median, the verdict."""
-
-    size: int
-    c_loop: Ratio
-    python_loop: float
-    control: float
-    medians: dict[str, float]
-    verdict: str
+KEEP = {"agree": AGREE}  # --agree: how far a pair's two references may be apart
 
 
-def judge(by: dict[str, list[float]], size: int, target: Target) -> Judged:
-    reference = by[REFERENCE]
-    c_loop = Ratio.of(reference, by["C loop"])
-    return Judged(
-        size,
-        c_loop,
-        Ratio.of(reference, by["python loop"]).median,
-        Ratio.of(reference, by[CONTROL]).median,
-        {who: statistics.median(values) for who, values in by.items()},
-        c_loop.verdict(target.limit, target.higher_is_better),
+def judge(pairs: list[Pair], target: Target) -> Bracketed:
+    return judge_bracketed(pairs, target.limit, target.higher_is_better, KEEP["agree"])
+
+
+def worst_words(judged: Bracketed) -> str:
+    """The worst judged mode's ratio and 95 % interval, or a dash where no mode has enough pairs."""
+    worst = judged.worst
+    return f"{worst.ratio.median:>8.3f}{worst.ratio.interval:>13}" if worst else f"{'-':>8}{'-':>13}"
+
+
+def modes_words(judged: Bracketed, kernel: str) -> str:
+    """Each speed mode of the kept pairs: its reference's median figure, the ratio's median and the pair count."""
+    if len(judged.modes) < 2:
+        return ""
+    ordered = sorted(judged.modes, key=lambda m: m.reference)
+    return "; modes: " + ", ".join(
+        f"{m.reference:.4g} {unit(kernel)} x{m.ratio.median:.3f} (n={m.count})" for m in ordered
     )
 
 
-def per_size_table(series: dict, targets: dict[str, Target]) -> None:
+def per_size_table(series: dict, references: dict, targets: dict[str, Target]) -> None:
     """Print one line per kernel and size, judged against the every-size target of its kernel."""
+    python = any(PYTHON_LOOP in by for by in series.values())
     print(
-        f"{'kernel':<15}{'size':>8}  {'unit':<6}{'C program':>13}{'C loop':>13}{'ratio':>8}{'95% CI':>13}"
-        f"{'python loop':>13}{'ratio':>8}{'A/A':>7}  {'target':<9}verdict"
+        f"{'kernel':<15}{'size':>8}  {'unit':<6}{'C program':>13}{'C loop':>13}{'kept':>7}{'ratio':>8}{'95% CI':>13}"
+        + (f"{'python':>8}" if python else "")
+        + f"{'A/A':>7}  {'target':<9}verdict"
     )
     for (kernel, size), by in sorted(series.items(), key=lambda item: (KERNEL_ORDER.index(item[0][0]), item[0][1])):
-        one = judge(by, size, targets[kernel])
-        m = one.medians
+        target = targets[kernel]
+        c_loop, control = judge(by[C_LOOP], target), judge(by[CONTROL], target)
+        aa = f"{control.worst.ratio.median:>7.3f}" if control.worst else f"{'-':>7}"
+        py = ""
+        if python:
+            worst = judge(by[PYTHON_LOOP], target).worst
+            py = f"{worst.ratio.median:>8.3f}" if worst else f"{'-':>8}"
+        reference = statistics.median(references[(kernel, size)])
         print(
-            f"{kernel:<15}{size_words(size):>8}  {unit(kernel):<6}{m[REFERENCE]:>13.3f}{m['C loop']:>13.3f}"
-            f"{one.c_loop.median:>8.3f}{one.c_loop.interval:>13}{m['python loop']:>13.3f}{one.python_loop:>8.3f}"
-            f"{one.control:>7.3f}  {targets[kernel].words:<9}{one.verdict}"
+            f"{kernel:<15}{size_words(size):>8}  {unit(kernel):<6}{reference:>13.4g}"
+            f"{statistics.median(p.value for p in by[C_LOOP]):>13.4g}{f'{c_loop.kept}/{c_loop.total}':>7}"
+            f"{worst_words(c_loop)}{py}{aa}  {target.words:<9}{c_loop.verdict}{modes_words(c_loop, kernel)}"
         )
 
 
 def target_table(series: dict) -> bool:
-    """Print one line per target: its worst size and how many sizes meet it. True when every target is met."""
-    print(
-        f"{'target':<26}{'worst at':>9}{'C loop':>8}{'95% CI':>13}{'python loop':>13}{'A/A':>7}  {'target':<9}"
-        "verdict at the worst size; sizes met"
-    )
+    """Print one line per target: its worst size, how many sizes meet it and how many are unresolved. True when no
+    size misses its target."""
+    print(f"{'target':<26}{'worst at':>9}{'C loop':>8}{'95% CI':>13}{'A/A':>7}  {'target':<9}verdict; sizes")
     ok = True
     for target in TARGETS:
-        sizes = [s for (k, s) in series if k == target.kernel and target.lo <= s <= target.hi]
-        judged = [judge(series[(target.kernel, s)], s, target) for s in sorted(sizes)]
+        sizes = sorted(s for (k, s) in series if k == target.kernel and target.lo <= s <= target.hi)
+        judged = {s: judge(series[(target.kernel, s)][C_LOOP], target) for s in sizes}
+        resolved = {s: j for s, j in judged.items() if j.worst}
+        met = sum(not missed(j.verdict) for j in resolved.values())
+        ok &= met == len(resolved)
+        counts = f"{met} of {len(resolved)} resolved sizes met, {len(judged) - len(resolved)} unresolved"
+        if not resolved:
+            print(f"{target.name:<26}{'-':>9}{'-':>8}{'-':>13}{'-':>7}  {target.words:<9}{counts}")
+            continue
         sign = -1 if target.higher_is_better else 1
-        worst = max(judged, key=lambda one: sign * one.c_loop.median)
-        met = sum(not missed(one.verdict) for one in judged)
-        ok &= met == len(judged)
+        size = max(resolved, key=lambda s: sign * resolved[s].worst.ratio.median)
+        control = judge(series[(target.kernel, size)][CONTROL], target).worst
+        aa = f"{control.ratio.median:>7.3f}" if control else f"{'-':>7}"
         print(
-            f"{target.name:<26}{size_words(worst.size):>9}{worst.c_loop.median:>8.3f}{worst.c_loop.interval:>13}"
-            f"{worst.python_loop:>13.3f}{worst.control:>7.3f}  {target.words:<9}{worst.verdict}; "
-            f"{met} of {len(judged)} sizes met"
+            f"{target.name:<26}{size_words(size):>9}{worst_words(resolved[size])}{aa}  {target.words:<9}"
+            f"{resolved[size].verdict}; {counts}"
         )
     return ok
 
 
+def measure_group(setup, binary, group, loops, order, work: Path, series: dict, references: dict) -> None:
+    """One rep of one group: the C program, then each contender followed by the C program again (paired.py's
+    bracketed design); every pair into ``series`` and every C program launch's figures into ``references``."""
+    launches: list[dict] = []
+
+    def reference():
+        launches.append(c_program(setup, binary, group))
+        return launches[-1]
+
+    contenders = {CONTROL: partial(c_program, setup, binary, group)}
+    for who, loop in loops.items():
+        contenders[who] = partial(fabricbench, setup, group, loop, work.with_name(f"{work.name}-{loop}"))
+    for who, (before, value, after) in run_bracketed(order, reference, contenders).items():
+        for key in value:
+            series.setdefault(key, {}).setdefault(who, []).append(Pair(before[key], value[key], after[key]))
+    for launch in launches:
+        for key, figure in launch.items():
+            references.setdefault(key, []).append(figure)
+
+
+def run_header(args, setup: Setup, groups, reps: int, elapsed: float, load: float) -> list[str]:
+    """What ran, on what: the lines above the tables."""
+    method = " ".join(METHOD_ARGS) or "its default --method"
+    c_init = "MPI_Init_thread(MPI_THREAD_MULTIPLE)" if setup.c_thread_multiple else "MPI_Init, as OSU"
+    counts = "; ".join(
+        f"{','.join(g.kernels)} {size_words(g.lo)}-{size_words(g.hi)}: {g.iterations}/{g.warmup}" for g in groups
+    )
+    return [
+        f"# fabricbench's MPI C loop (--loop c, {method}) against osu_reference.c, {setup.ranks} ranks, {reps} reps"
+        f"{' (--quick: a tenth of the iterations)' if args.quick else ''}, {elapsed:.0f} s; load average "
+        f"{load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs",
+        f"# MPI library: {setup.library}",
+        f"# wrapper: {shlex.join(setup.wrapper)} -O2 (fabricbench's C loop and the C program alike)",
+        f"# Python {setup.python_version} ({setup.python}), mpi4py {setup.mpi4py}; fabricbench --hugepages off",
+        f"# fabricbench's rows' method: {'; '.join(sorted(METHODS))}",
+        f"# MPI thread level: fabricbench's ranks (mpi4py) {setup.thread_level}; the C program {c_init}",
+        f"# counts (iterations/warm-up): {counts}",
+    ]
+
+
+def save_record(path: Path, header: list[str], series: dict, references: dict) -> None:
+    """Every pair and every C program figure, with the header: what --replay renders the tables from again."""
+    pairs = [
+        {"kernel": k, "size": s, "contender": who, "pairs": [[p.before, p.value, p.after] for p in by_who]}
+        for (k, s), by in sorted(series.items())
+        for who, by_who in by.items()
+    ]
+    figures = [{"kernel": k, "size": s, "figures": values} for (k, s), values in sorted(references.items())]
+    path.write_text(json.dumps({"header": header, "pairs": pairs, "references": figures}))
+
+
+def load_record(path: Path) -> tuple[list[str], dict, dict]:
+    record = json.loads(path.read_text())
+    series: dict = {}
+    for entry in record["pairs"]:
+        key = (entry["kernel"], entry["size"])
+        series.setdefault(key, {})[entry["contender"]] = [Pair(*p) for p in entry["pairs"]]
+    references = {(e["kernel"], e["size"]): e["figures"] for e in record["references"]}
+    return [*record["header"], f"# replayed from {path}"], series, references
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, help=f"shuffled repetitions (default {DEFAULT_REPS}; --quick: {MIN_REPS})")
+    parser.add_argument("--reps", type=int, help=f"repetitions (default {DEFAULT_REPS}; --quick: {MIN_REPS})")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -435,53 +521,57 @@ def main() -> int:
         help="mpiexec -n for every contender (default 2); at 4 the point-to-point kernels run rank 0 with rank 2, and "
         "every group's counts are divided by its oversubscribed_divisor",
     )
+    parser.add_argument(
+        "--python-loop", action="store_true", help="run fabricbench's --loop python too (two launches more a group)"
+    )
+    parser.add_argument("--json", type=Path, help="also write every pair and C program figure to this file")
+    parser.add_argument("--replay", type=Path, help="measure nothing: render the tables from a --json file again")
+    parser.add_argument(
+        "--agree",
+        type=float,
+        default=AGREE,
+        help=f"keep a pair when its two C program launches agree within this factor (default {AGREE})",
+    )
     args = parser.parse_args()
     reps = args.reps or (MIN_REPS if args.quick else DEFAULT_REPS)
     check_reps(parser, reps)
     groups = tuple(scaled(g, args.ranks, args.quick) for g in GROUPS)
-    setup = find_setup(args.python, args.thread_multiple, args.ranks)
+    if args.agree < 1:
+        parser.error("--agree is a factor of at least 1")
+    KEEP["agree"] = args.agree
+    setup = None if args.replay else find_setup(args.python, args.thread_multiple, args.ranks)
     order = random.Random(args.seed)
-    # Per (kernel, size) and contender, one value per rep.
-    series: dict[tuple[str, int], dict[str, list[float]]] = {}
+    loops = {who: loop for who, loop in LOOPS.items() if who == C_LOOP or args.python_loop}
+    # Per (kernel, size) and contender, one bracketed pair per rep; and every launch of the C program's figures.
+    series: dict[tuple[str, int], dict[str, list[Pair]]] = {}
+    references: dict[tuple[str, int], list[float]] = {}
     started, load = time.monotonic(), os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="mpi-overhead-") as tmp:
-        binary = build(setup, Path(tmp))
-        for rep in range(reps):
-            print(f"# rep {rep + 1}/{reps} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-            for number, group in enumerate(groups):
-                slot = {REFERENCE: partial(c_program, setup, binary, group)}
-                slot[CONTROL] = slot[REFERENCE]
-                for who, loop in LOOPS.items():
-                    slot[who] = partial(fabricbench, setup, group, loop, Path(tmp, f"{rep}-{number}-{loop}"))
-                for who, values in run_shuffled(order, slot).items():
-                    for key, value in values.items():
-                        series.setdefault(key, {}).setdefault(who, []).append(value)
-    elapsed = time.monotonic() - started
-
+    if args.replay:
+        header, series, references = load_record(args.replay)
+    else:
+        with tempfile.TemporaryDirectory(prefix="mpi-overhead-") as tmp:
+            binary = build(setup, Path(tmp))
+            for rep in range(reps):
+                print(f"# rep {rep + 1}/{reps} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+                for number, group in enumerate(groups):
+                    measure_group(setup, binary, group, loops, order, Path(tmp, f"{rep}-{number}"), series, references)
+        header = run_header(args, setup, groups, reps, time.monotonic() - started, load)
+    if args.json:
+        save_record(args.json, header, series, references)
+    for line in header:
+        print(line)
     # Each kernel's widest target judges its every size (barrier's only one is its one size).
     every_size = {t.kernel: t for t in sorted(TARGETS, key=lambda t: t.hi - t.lo)}
-    method = " ".join(METHOD_ARGS) or "its default --method"
     print(
-        f"# fabricbench's MPI C loop (--loop c {method}) against osu_reference.c, {setup.ranks} ranks, {reps} reps"
-        f"{' (--quick: a tenth of the iterations)' if args.quick else ''}, {elapsed:.0f} s; load average "
-        f"{load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs"
+        "# every contender's launch between two C program launches; a pair is kept when those two agree within "
+        f"{args.agree:.2f}x, and its ratio is the contender over their geometric mean. Kept pairs whose references "
+        f"sort into two groups more than {MODE_GAP}x apart are two speed modes, each judged by its own median (with "
+        f"{MIN_MODE} pairs or more); ratio: the worst judged mode's median, with its 95% CI"
     )
-    print(f"# MPI library: {setup.library}")
-    print(f"# wrapper: {shlex.join(setup.wrapper)} -O2 (fabricbench's C loop and the C program alike)")
-    print(f"# Python {setup.python_version} ({setup.python}), mpi4py {setup.mpi4py}; fabricbench --hugepages off")
-    c_init = "MPI_Init_thread(MPI_THREAD_MULTIPLE)" if setup.c_thread_multiple else "MPI_Init, as OSU"
-    print(f"# MPI thread level: fabricbench's ranks (mpi4py) {setup.thread_level}; the C program {c_init}")
-    print(
-        "# counts (iterations/warm-up): "
-        + "; ".join(
-            f"{','.join(g.kernels)} {size_words(g.lo)}-{size_words(g.hi)}: {g.iterations}/{g.warmup}" for g in groups
-        )
-    )
-    print("# medians over the reps; ratio: the median of each rep's ratio to that rep's C program run, with its 95% CI")
-    per_size_table(series, every_size)
+    per_size_table(series, references, every_size)
     print()
     ok = target_table(series)
-    print("# A/A: the C program run twice in each rep; its ratio's spread is the resolution of every ratio above")
+    print("# A/A: the C program as a contender, bracketed like the others; its ratio's spread is the resolution left")
     print(
         "# latency: one way (round trip / 2); put, get: one MPI_Put (MPI_Get) + MPI_Win_flush; msgrate: messages/s "
         "over all pairs; collectives and barrier: OSU's average over ranks"
