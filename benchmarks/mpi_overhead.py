@@ -26,34 +26,39 @@ the same iteration and warm-up counts, and reads its figures back: fabricbench's
 lat_mean_us for latency (one way) and for put and get (one operation and its flush); bw_MBps for bw and bibw;
 msgrate_per_s for msgrate (messages/s, every pair's rate added up); lat_rank_avg_us for the collectives and barrier
 (OSU's Avg, the mean of the ranks' means). barrier has one figure, at size 0, as fabricbench's one row. fabricbench
-runs with ``--hugepages off``, so that numpy's buffers get the same pages as the C program's posix_memalign.
+runs with ``--hugepages off``, so that numpy's buffers get the same pages as the C program's posix_memalign, and
+with its default --method (METHOD_ARGS is empty), which is OSU's calls; the output names the rows' method.
+--python-loop adds fabricbench ``--loop python``, the same calls through mpi4py, for what the interpreter costs.
 
 --ranks 4 runs every contender on 4 ranks: the point-to-point kernels between rank 0 and rank 2 (fabricbench's
 partner_of, and the C program's), msgrate with 2 pairs (0 to 2, 1 to 3), the collectives on all 4. On a 2-core
 machine the ranks are then oversubscribed, and MPI's ranks busy-poll: a message that needs a rank which is not
 running waits for a scheduler slice, some milliseconds. So each group's counts are divided by its
 oversubscribed_divisor at 4 ranks (the collectives' down to one or two iterations); the figures then say that
-every kernel runs at 4 ranks, not a few per cent. Even so a 4-rank run is mostly launches (four interpreters on
-two cores) and scheduler waits: --quick took 7.5 minutes on a 2-core VM with other work on it (load 5), and 11
-reps would take about twice that; --reps 6 keeps a full 4-rank run near 8 minutes.
+every kernel runs at 4 ranks, not a few per cent.
 
-Why it is built this way (the design of tcp_reference.py, shared in paired.py): on a small shared
-machine an MPI loop's speed drifts over seconds by more than the few per cent being judged here, so the
-contenders are never measured far apart in time. The sizes come in a few groups whose counts suit them
-(GROUPS); in every rep each group runs on every contender back to back, in an order shuffled anew, and
-a rep's ratio is a contender over the C program's run of that same rep and group. Each measure is the
-median of its paired ratios, with a distribution-free 95 % confidence interval from order statistics;
-the A/A control's ratio should be 1, and its spread is what a ratio can resolve here. A full run (11 reps) takes
-about 7 minutes on an idle 2-core VM at 2 ranks; --quick, a tenth of every count and 6 reps, about 2 (MPICH)
-or 3 (Open MPI).
+Why it is built this way (paired.py's bracketed design): this machine switches between two speeds from one
+launch to the next (the same binary's 1 MiB allreduce reads about 270 us in some launches and 800-1000 us in
+others), and within a speed its launches still drift by more than the few per cent judged here. A ratio of two
+launches that landed in different modes says which mode each landed in, not which tool is faster; an A/A control
+per rep cannot tell, since the reference and a contender can land in different modes while the two references
+agree by chance. So in every rep each group runs the C program first and then every contender in a shuffled
+order, each followed by the C program again: every contender's launch is bracketed by two reference launches,
+seconds apart. A pair counts only where its two references agree within --agree (default 1.10): no switch around
+it that the reference saw. Its ratio is the contender over the geometric mean of the two. The kept pairs of a
+figure are split into speed modes where their references sort into two groups more than 1.5x apart, and each
+mode with at least 3 pairs is judged by its own median ratio, with a distribution-free 95 % confidence interval;
+a figure with no such mode is "unresolved" rather than guessed. The C program bracketed like the others is the
+A/A control: its ratio shows the resolution left. --json keeps every pair and --replay renders the tables from
+it again (with another --agree, say).
 
-Targets (fabricbench's C loop over the C program, the median of the paired ratios): latency at every size from
-0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97; allreduce,
-allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05; barrier at most
-1.05; put and get latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the wrapper and the
-thread levels, then gives a line per kernel and size (every contender's median and the ratios) and a
-line per target (its worst size, and how many sizes meet it). Exit status 1 when a target is missed by
-the median.
+Targets (fabricbench's C loop over the C program, the median of the kept paired ratios, per mode): latency at
+every size from 0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97;
+allreduce, allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05;
+barrier at most 1.05; put and get latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the
+wrapper, the rows' method and the thread levels, then gives a line per kernel and size (the medians, the pairs
+kept, the worst mode's ratio, the modes where there are two) and a line per target (its worst size, how many
+sizes meet it and how many are unresolved). Exit status 1 when a resolved size misses its target by the median.
 
 The C program starts MPI as OSU does (MPI_Init); fabricbench's ranks start it at the thread level its
 control plane asks for (fabricbench.control.mpi.THREAD_LEVEL), and the output names both. A thread level
