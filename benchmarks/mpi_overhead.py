@@ -90,9 +90,11 @@ from paired import (
     MIN_REPS,
     MODE_GAP,
     Bracketed,
+    ModeRatio,
     Pair,
     check_reps,
     judge_bracketed,
+    judge_modes,
     missed,
     run_bracketed,
 )
@@ -371,19 +373,39 @@ def judge(pairs: list[Pair], target: Target) -> Bracketed:
     return judge_bracketed(pairs, target.limit, target.higher_is_better, KEEP["agree"])
 
 
-def worst_words(judged: Bracketed) -> str:
-    """The worst judged mode's ratio and 95 % interval, or a dash where no mode has enough pairs."""
-    worst = judged.worst
-    return f"{worst.ratio.median:>8.3f}{worst.ratio.interval:>13}" if worst else f"{'-':>8}{'-':>13}"
+@dataclass(frozen=True)
+class Figure:
+    """One kernel at one size: every launch of each tool, judged by speed mode (the verdict), and the bracketed
+    pairs' ratio beside it."""
+
+    reference: list[float]  # every C program launch that was a reference
+    c_loop: list[float]
+    control: list[float]  # the C program's launches in a contender's place (A/A)
+    modes: list[ModeRatio]
+    worst: ModeRatio | None
+    verdict: str
+    control_worst: ModeRatio | None
+    bracketed: Bracketed
+
+    @classmethod
+    def of(cls, by: dict[str, list[Pair]], reference: list[float], target: Target) -> Figure:
+        c_loop, control = [p.value for p in by[C_LOOP]], [p.value for p in by[CONTROL]]
+        modes, worst, verdict = judge_modes(reference, c_loop, target.limit, target.higher_is_better)
+        control_worst = judge_modes(reference, control, target.limit, target.higher_is_better)[1]
+        return cls(reference, c_loop, control, modes, worst, verdict, control_worst, judge(by[C_LOOP], target))
 
 
-def modes_words(judged: Bracketed, kernel: str) -> str:
-    """Each speed mode of the kept pairs: its reference's median figure, the ratio's median and the pair count."""
-    if len(judged.modes) < 2:
+def ratio_words(mode: ModeRatio | None, width: int = 8) -> str:
+    return f"{mode.ratio.median:>{width}.3f}" if mode else f"{'-':>{width}}"
+
+
+def modes_words(figure: Figure, kernel: str) -> str:
+    """Where the launches fall into two speed modes: each mode's range, both tools' launch counts and the ratio."""
+    if len(figure.modes) < 2:
         return ""
-    ordered = sorted(judged.modes, key=lambda m: m.reference)
     return "; modes: " + ", ".join(
-        f"{m.reference:.4g} {unit(kernel)} x{m.ratio.median:.3f} (n={m.count})" for m in ordered
+        f"{m.low:.4g}-{m.high:.4g} {unit(kernel)} {len(m.reference)}:{len(m.ours)} x{m.ratio.median:.3f}"
+        for m in figure.modes
     )
 
 
@@ -391,48 +413,55 @@ def per_size_table(series: dict, references: dict, targets: dict[str, Target]) -
     """Print one line per kernel and size, judged against the every-size target of its kernel."""
     python = any(PYTHON_LOOP in by for by in series.values())
     print(
-        f"{'kernel':<15}{'size':>8}  {'unit':<6}{'C program':>13}{'C loop':>13}{'kept':>7}{'ratio':>8}{'95% CI':>13}"
-        + (f"{'python':>8}" if python else "")
-        + f"{'A/A':>7}  {'target':<9}verdict"
+        f"{'kernel':<15}{'size':>8}  {'unit':<6}{'C program':>11}{'C loop':>11}{'ratio':>8}{'95% CI':>12}{'A/A':>7}"
+        f"{'kept':>7}{'pairs':>7}" + (f"{'python':>8}" if python else "") + f"  {'target':<9}verdict"
     )
     for (kernel, size), by in sorted(series.items(), key=lambda item: (KERNEL_ORDER.index(item[0][0]), item[0][1])):
         target = targets[kernel]
-        c_loop, control = judge(by[C_LOOP], target), judge(by[CONTROL], target)
-        aa = f"{control.worst.ratio.median:>7.3f}" if control.worst else f"{'-':>7}"
+        one = Figure.of(by, references[(kernel, size)], target)
+        interval = one.worst.ratio.interval if one.worst else "-"
+        pairs = one.bracketed.worst
         py = ""
         if python:
-            worst = judge(by[PYTHON_LOOP], target).worst
-            py = f"{worst.ratio.median:>8.3f}" if worst else f"{'-':>8}"
-        reference = statistics.median(references[(kernel, size)])
+            py = ratio_words(judge_modes(one.reference, [p.value for p in by[PYTHON_LOOP]], 1, False)[1])
         print(
-            f"{kernel:<15}{size_words(size):>8}  {unit(kernel):<6}{reference:>13.4g}"
-            f"{statistics.median(p.value for p in by[C_LOOP]):>13.4g}{f'{c_loop.kept}/{c_loop.total}':>7}"
-            f"{worst_words(c_loop)}{py}{aa}  {target.words:<9}{c_loop.verdict}{modes_words(c_loop, kernel)}"
+            f"{kernel:<15}{size_words(size):>8}  {unit(kernel):<6}{statistics.median(one.reference):>11.4g}"
+            f"{statistics.median(one.c_loop):>11.4g}{ratio_words(one.worst)}{interval:>12}"
+            f"{ratio_words(one.control_worst, 7)}{f'{one.bracketed.kept}/{one.bracketed.total}':>7}"
+            f"{f'{pairs.ratio.median:.3f}' if pairs else '-':>7}{py}  {target.words:<9}{one.verdict}"
+            f"{modes_words(one, kernel)}"
         )
 
 
-def target_table(series: dict) -> bool:
+def target_table(series: dict, references: dict) -> bool:
     """Print one line per target: its worst size, how many sizes meet it and how many are unresolved. True when no
-    size misses its target."""
-    print(f"{'target':<26}{'worst at':>9}{'C loop':>8}{'95% CI':>13}{'A/A':>7}  {'target':<9}verdict; sizes")
+    resolved size misses its target."""
+    print(
+        f"{'target':<26}{'all sizes':>10}{'A/A':>7}{'worst at':>9}{'C loop':>8}{'95% CI':>12}{'A/A':>7}  {'target':<9}"
+        "verdict at the worst size; sizes"
+    )
     ok = True
     for target in TARGETS:
         sizes = sorted(s for (k, s) in series if k == target.kernel and target.lo <= s <= target.hi)
-        judged = {s: judge(series[(target.kernel, s)][C_LOOP], target) for s in sizes}
-        resolved = {s: j for s, j in judged.items() if j.worst}
-        met = sum(not missed(j.verdict) for j in resolved.values())
+        judged = {s: Figure.of(series[(target.kernel, s)], references[(target.kernel, s)], target) for s in sizes}
+        resolved = {s: f for s, f in judged.items() if f.worst}
+        met = sum(not missed(f.verdict) for f in resolved.values())
         ok &= met == len(resolved)
         counts = f"{met} of {len(resolved)} resolved sizes met, {len(judged) - len(resolved)} unresolved"
         if not resolved:
-            print(f"{target.name:<26}{'-':>9}{'-':>8}{'-':>13}{'-':>7}  {target.words:<9}{counts}")
+            print(f"{target.name:<26}{'-':>10}{'-':>7}{'-':>9}{'-':>8}{'-':>12}{'-':>7}  {target.words:<9}{counts}")
             continue
+        # The median over the sizes of each size's worst-mode ratio: a loop's cost common to every size shows here
+        # even where single sizes are too noisy to resolve it; the A/A's beside it.
+        overall = statistics.median(f.worst.ratio.median for f in resolved.values())
+        controls = [f.control_worst.ratio.median for f in resolved.values() if f.control_worst]
+        overall_aa = f"{statistics.median(controls):>7.3f}" if controls else f"{'-':>7}"
         sign = -1 if target.higher_is_better else 1
         size = max(resolved, key=lambda s: sign * resolved[s].worst.ratio.median)
-        control = judge(series[(target.kernel, size)][CONTROL], target).worst
-        aa = f"{control.ratio.median:>7.3f}" if control else f"{'-':>7}"
+        worst = resolved[size]
         print(
-            f"{target.name:<26}{size_words(size):>9}{worst_words(resolved[size])}{aa}  {target.words:<9}"
-            f"{resolved[size].verdict}; {counts}"
+            f"{target.name:<26}{overall:>10.3f}{overall_aa}{size_words(size):>9}{ratio_words(worst.worst)}{worst.worst.ratio.interval:>12}"
+            f"{ratio_words(worst.control_worst, 7)}  {target.words:<9}{worst.verdict}; {counts}"
         )
     return ok
 
@@ -568,14 +597,17 @@ def main() -> int:
     # Each kernel's widest target judges its every size (barrier's only one is its one size).
     every_size = {t.kernel: t for t in sorted(TARGETS, key=lambda t: t.hi - t.lo)}
     print(
-        "# every contender's launch between two C program launches; a pair is kept when those two agree within "
-        f"{args.agree:.2f}x, and its ratio is the contender over their geometric mean. Kept pairs whose references "
-        f"sort into two groups more than {MODE_GAP}x apart are two speed modes, each judged by its own median (with "
-        f"{MIN_MODE} pairs or more); ratio: the worst judged mode's median, with its 95% CI"
+        "# the verdict: every launch's figure of both tools, pooled, split into two speed modes where sorted figures "
+        f"step more than {MODE_GAP}x at the widest; in each mode with {MIN_MODE} or more launches of each tool, the "
+        "C loop's median over the C program's (ratio, with a bootstrap 95% CI); the worst such mode judges. A/A: "
+        "the C program's own contender launches, judged alike. kept/pairs: each contender's launch bracketed by "
+        f"two C program launches, kept where those agree within {KEEP['agree']:.2f}x, the kept ratios' median "
+        "(worst mode); on this machine a contender's launch can land in the other mode while both references agree, "
+        "so the pairs are shown, not judged"
     )
     per_size_table(series, references, every_size)
     print()
-    ok = target_table(series)
+    ok = target_table(series, references)
     print("# A/A: the C program as a contender, bracketed like the others; its ratio's spread is the resolution left")
     print(
         "# latency: one way (round trip / 2); put, get: one MPI_Put (MPI_Get) + MPI_Win_flush; msgrate: messages/s "

@@ -154,6 +154,71 @@ def judge_bracketed(
     return Bracketed(len(kept), len(pairs), tuple(modes), verdict)
 
 
+@dataclass(frozen=True)
+class ModeRatio:
+    """One speed mode of a figure's launches, both tools' launches in it: their medians and the ratio of those."""
+
+    low: float  # the mode's range of figures, both tools' launches pooled
+    high: float
+    reference: list[float]
+    ours: list[float]
+    ratio: Ratio  # median(ours) / median(reference), with a bootstrap 95 % interval
+
+    @property
+    def judged(self) -> bool:
+        return min(len(self.reference), len(self.ours)) >= MIN_MODE
+
+
+def bootstrap_interval(reference: list[float], ours: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A percentile bootstrap 95 % interval of median(ours) / median(reference), each resampled on its own; a fixed
+    seed, so that the same launches always print the same interval."""
+    rng = random.Random(0)
+    ratios = sorted(
+        statistics.median(rng.choices(ours, k=len(ours))) / statistics.median(rng.choices(reference, k=len(reference)))
+        for _ in range(draws)
+    )
+    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+
+def launch_modes(reference: list[float], ours: list[float], gap: float = MODE_GAP) -> list[ModeRatio]:
+    """Every launch's figure of both tools, pooled and sorted, split where the widest step between neighbours is more
+    than ``gap`` times: one mode, or two. Within each mode, our median over the reference's. A machine whose launches
+    switch speeds puts both tools' launches in both modes; a tool whose launches all sit in another mode than the
+    other's is a difference of the tools, and the modes say so by holding one tool only."""
+    pooled = sorted(reference + ours)
+    bounds = [(pooled[0], pooled[-1])]
+    if len(pooled) > 1:
+        steps = [pooled[i + 1] / pooled[i] for i in range(len(pooled) - 1)]
+        widest = max(range(len(steps)), key=steps.__getitem__)
+        if steps[widest] > gap:
+            bounds = [(pooled[0], pooled[widest]), (pooled[widest + 1], pooled[-1])]
+    modes = []
+    for low, high in bounds:
+        ref = [v for v in reference if low <= v <= high]
+        our = [v for v in ours if low <= v <= high]
+        if ref and our:
+            median = statistics.median(our) / statistics.median(ref)
+            ratio = Ratio(median, *bootstrap_interval(ref, our))
+        else:
+            ratio = Ratio(math.nan, math.nan, math.nan)
+        modes.append(ModeRatio(low, high, ref, our, ratio))
+    return modes
+
+
+def judge_modes(
+    reference: list[float], ours: list[float], target: float, higher_is_better: bool, gap: float = MODE_GAP
+) -> tuple[list[ModeRatio], ModeRatio | None, str]:
+    """The modes, the worst of those both tools have at least MIN_MODE launches in, and its verdict; "unresolved"
+    when no mode has that many of each."""
+    modes = launch_modes(reference, ours, gap)
+    judged = [m for m in modes if m.judged]
+    if not judged:
+        return modes, None, "unresolved: " + ", ".join(f"{len(m.reference)} vs {len(m.ours)} launches" for m in modes)
+    sign = -1 if higher_is_better else 1
+    worst = max(judged, key=lambda m: sign * m.ratio.median)
+    return modes, worst, worst.ratio.verdict(target, higher_is_better)
+
+
 def paired(reference: list[float], ours: list[float]) -> list[float]:
     """Each rep's ratio: ours over the reference measured in the same rep."""
     return [o / r for o, r in zip(ours, reference, strict=True)]

@@ -63,3 +63,27 @@ def test_higher_is_better_puts_the_lowest_ratio_first():
 def test_too_few_kept_pairs_leave_the_figure_unresolved():
     judged = judge_bracketed([Pair(1, 1, 2), Pair(1, 1, 1), Pair(3, 3, 1)], 1.05, higher_is_better=False)
     assert judged.worst is None and judged.verdict == "unresolved: 1 of 3 pairs kept"
+
+
+def test_launch_modes_compare_each_tool_within_the_speed_mode_its_launches_landed_in():
+    from paired import judge_modes
+
+    # Both tools land in a fast (about 0.4 us) and a slow (about 1.2 us) mode; in each, ours is 2 % slower.
+    reference = [0.40, 0.41, 0.39, 0.40, 1.20, 1.22, 1.19]
+    ours = [0.408, 0.418, 0.398, 1.224, 1.244, 1.214, 1.22]
+    modes, worst, verdict = judge_modes(reference, ours, 1.05, higher_is_better=False)
+    assert [(len(m.reference), len(m.ours)) for m in modes] == [(4, 3), (3, 4)]
+    assert all(m.ratio.median == pytest.approx(1.02, abs=0.005) for m in modes)
+    assert not verdict.startswith("MISSED")
+    # Pooled, the ratio of medians says which mode more of each tool's launches landed in: 3x, not 2 %.
+    import statistics
+
+    assert statistics.median(ours) / statistics.median(reference) > 2
+
+
+def test_a_tool_whose_launches_all_sit_apart_is_not_judged_in_a_mode_it_has_no_launch_in():
+    from paired import judge_modes
+
+    modes, worst, verdict = judge_modes([1.0] * 6, [3.0] * 6, 1.05, higher_is_better=False)
+    assert [(len(m.reference), len(m.ours)) for m in modes] == [(6, 0), (0, 6)]
+    assert worst is None and verdict == "unresolved: 6 vs 0 launches, 0 vs 6 launches"
