@@ -37,20 +37,22 @@ running waits for a scheduler slice, some milliseconds. So each group's counts a
 oversubscribed_divisor at 4 ranks (the collectives' down to one or two iterations); the figures then say that
 every kernel runs at 4 ranks, not a few per cent.
 
-Why it is built this way (paired.py's bracketed design): this machine switches between two speeds from one
-launch to the next (the same binary's 1 MiB allreduce reads about 270 us in some launches and 800-1000 us in
-others), and within a speed its launches still drift by more than the few per cent judged here. A ratio of two
-launches that landed in different modes says which mode each landed in, not which tool is faster; an A/A control
-per rep cannot tell, since the reference and a contender can land in different modes while the two references
-agree by chance. So in every rep each group runs the C program first and then every contender in a shuffled
-order, each followed by the C program again: every contender's launch is bracketed by two reference launches,
-seconds apart. A pair counts only where its two references agree within --agree (default 1.10): no switch around
-it that the reference saw. Its ratio is the contender over the geometric mean of the two. The kept pairs of a
-figure are split into speed modes where their references sort into two groups more than 1.5x apart, and each
-mode with at least 3 pairs is judged by its own median ratio, with a distribution-free 95 % confidence interval;
-a figure with no such mode is "unresolved" rather than guessed. The C program bracketed like the others is the
-A/A control: its ratio shows the resolution left. --json keeps every pair and --replay renders the tables from
-it again (with another --agree, say).
+Why it is built this way (paired.py): this machine switches between two speeds from one launch to the next (the
+same binary's 4 B allreduce reads about 0.4 us in some launches and 1.2 us in others, its 1 MiB allreduce 270 us
+or 800-1000 us), and within a speed its launches still drift by more than the few per cent judged here. A ratio
+of two launches that landed in different modes says which mode each landed in, not which tool is faster. So in
+every rep each group runs the C program first and then every contender in a shuffled order, each followed by the
+C program again, and the figures are judged by speed mode: for each kernel and size, every launch's figure of
+both tools is pooled and split into two modes where the sorted figures step more than 1.5x at the widest; in each
+mode that holds at least 3 launches of each tool, the ratio is the C loop's median over the C program's, with a
+bootstrap 95 % interval, and the worst such mode judges the size. A size with no such mode is "unresolved", not
+guessed; a tool whose launches all sat in another mode than the other's would leave every mode one-sided and be
+unresolved too, which the mode list then shows. The C program's own launches in a contender's place are the A/A
+control, judged alike: its ratio's spread is the resolution left. Beside the verdict, the bracketed pairs: a
+contender's launch with the two C program launches around it, kept where those agree within --agree (default
+1.10), the kept ratios' median. They are shown, not judged: in the first runs a contender's launch landed in the
+fast mode while both references around it were slow (ratios of 0.3-0.5 in kept pairs), so agreeing references do
+not tell a contender's mode. --json keeps every launch's figures and --replay renders the tables from them again.
 
 Targets (fabricbench's C loop over the C program, the median of the kept paired ratios, per mode): latency at
 every size from 0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97;
