@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import os
 import random
@@ -230,6 +231,12 @@ class Setup:
     c_thread_multiple: bool  # the C program asks for MPI_THREAD_MULTIPLE too (--thread-multiple)
     ranks: int  # mpiexec -n, every contender alike (--ranks)
 
+    @property
+    def launch(self) -> list[str]:
+        """mpiexec -n RANKS; Open MPI refuses more ranks than cores unless told, as fabricbench's launcher tells it."""
+        oversubscribe = self.library.startswith("Open MPI") and self.ranks > (os.cpu_count() or 1)
+        return [self.mpiexec, *(["--oversubscribe"] if oversubscribe else []), "-n", str(self.ranks)]
+
 
 def one_line(text: str) -> str:
     """A library's version line, comparable: spaces squeezed, and without the NUL that Open MPI's string ends in."""
@@ -306,7 +313,7 @@ def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int],
     """The C program's figures for one group: {(kernel, size): value}."""
     args = ["--thread-multiple"] if setup.c_thread_multiple else []
     args += [",".join(group.kernels), f"{group.lo}:{group.hi}", str(group.iterations), str(group.warmup)]
-    out = tool([setup.mpiexec, "-n", str(setup.ranks), str(binary), *args], setup.env)
+    out = tool([*setup.launch, str(binary), *args], setup.env)
     values, library = {}, ""
     for line in out.splitlines():
         if line.startswith("# library "):
@@ -321,7 +328,7 @@ def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int],
 
 def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tuple[str, int], float]:
     """fabricbench's figures for one group with ``--loop LOOP`` and METHOD_ARGS: {(kernel, size): value}."""
-    run = [setup.mpiexec, "-n", str(setup.ranks), setup.python, "-m", "fabricbench", "run", "-t", group.transports]
+    run = [*setup.launch, setup.python, "-m", "fabricbench", "run", "-t", group.transports]
     run += ["-k", ",".join(group.kernels), "-m", f"{group.lo}:{group.hi}"]
     run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, *METHOD_ARGS]
     tool([*run, "--hugepages", "off", "--format", "none", "--out", str(out_dir)], setup.env)
@@ -520,7 +527,9 @@ def save_record(path: Path, header: list[str], series: dict, references: dict) -
 
 
 def load_record(path: Path) -> tuple[list[str], dict, dict]:
-    record = json.loads(path.read_text())
+    opener = gzip.open if path.suffix == ".gz" else open  # benchmarks/runs keeps them gzipped
+    with opener(path, "rt") as text:
+        record = json.load(text)
     series: dict = {}
     for entry in record["pairs"]:
         key = (entry["kernel"], entry["size"])
