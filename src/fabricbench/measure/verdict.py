@@ -17,7 +17,8 @@ group of rows (transport, kernel, schedule, size), on the log of each figure
 (bandwidth low, latency high): a value is an outlier beyond median -/+ z *
 1.4826 * MAD and at least MIN_EFFECT worse than the median. A host is slow
 when more than half of its links (unordered pairs, slow when either
-direction is) are, each host judged against the pairs between the other
+direction is) are and its own median figure is beyond the threshold, each
+host judged against the pairs between the other
 hosts; then each pair against the pairs between the hosts that passed. A
 slow host is reported, its links are not, and they count against no other
 host: a host is not slow for its links to a slow one.
@@ -134,14 +135,25 @@ def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float
     """
     ranks = sorted({rank for pair in values for rank in pair})
     leave_out = len(ranks) <= LEAVE_ONE_OUT_UP_TO
-    overall = set() if leave_out else judge_group(values, worse, z, floor=floor)[3]
-    slow_pairs: dict[int, set] = {}
+    overall = None if leave_out else judge_group(values, worse, z, floor=floor)
+    judged: dict[int, tuple] = {}
     for rank in ranks:
         reference = [p for p in values if rank not in p]
-        slow_pairs[rank] = judge_group(values, worse, z, reference, floor)[3] if leave_out else overall
-    found = {rank for rank in ranks if slow_host(*_link_counts(rank, values, slow_pairs[rank]))}
+        judged[rank] = judge_group(values, worse, z, reference, floor) if leave_out else overall
+
+    def slow(rank: int, besides: set) -> bool:
+        """More than half of its links slow, and its own median figure (both directions of those links) beyond
+        the threshold too: one slow pair and one dip on a loaded host are two slow links of three, not a slow
+        host."""
+        threshold, slow_pairs = judged[rank][2:]
+        if not slow_host(*_link_counts(rank, values, slow_pairs, besides)):
+            return False
+        own = [v for pair, v in values.items() if rank in pair and not set(pair) & besides and v > 0]
+        return bool(own) and (_median(own) < threshold if worse == "low" else _median(own) > threshold)
+
+    found = {rank for rank in ranks if slow(rank, frozenset())}
     # Then each again without its links to the others found: a link to a slow host is that host's.
-    return {rank for rank in found if slow_host(*_link_counts(rank, values, slow_pairs[rank], found - {rank}))}
+    return {rank for rank in found if slow(rank, found - {rank})}
 
 
 def _link_counts(rank: int, pairs: Iterable, slow: Iterable, besides: set = frozenset()) -> tuple[int, int]:
@@ -187,7 +199,9 @@ def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = ""
         slow_ranks = _slow_hosts_alone(values, worse, z, floor)
         healthy = [pair for pair in values if not set(pair) & slow_ranks]
         centre, mad, threshold, slow = judge_group(values, worse, z, healthy, floor)
-        group = _group_verdict(transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks)
+        group = _group_verdict(
+            transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks, threshold
+        )
         if not math.isnan(centre):  # the figure slow ones are held against: the healthy pairs' median
             group["median"] = centre
             for entry in group["slow_links"] + group["slow_hosts"]:
@@ -203,7 +217,7 @@ def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = ""
         "outlier_z": z,
         "outlier_floor": floor,
         "rule": f"log figure beyond median -/+ {z:g} x {MAD_TO_SIGMA} x MAD and at least {floor:.0%} off; "
-        "a host when more than half of its links are slow",
+        "a host when more than half of its links are slow and its median figure is beyond the threshold",
         "ok": not slow_links and not slow_hosts,
         "slow_links": slow_links,
         "slow_hosts": slow_hosts,
@@ -220,7 +234,9 @@ def _where(group: dict) -> dict:
     return {k: group[k] for k in ("transport", "kernel", "schedule", "size_B", "metric", "median")}
 
 
-def _group_verdict(transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks) -> dict:
+def _group_verdict(
+    transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks, threshold=math.nan
+) -> dict:
     """One group's links and hosts: slow hosts first (those judged slow themselves, and those with more than half
     their links slow), then the slow links between hosts that are not."""
     median = _median(list(values.values()))
@@ -231,6 +247,13 @@ def _group_verdict(transport, kernel, schedule, size, metric, worse, values, hos
         links[(min(src, dst), max(src, dst))].append((src, dst))
     slow_hosts = []
     flagged: set[int] = set()
+
+    def beyond(rank: int, mine: list) -> bool:
+        """The rank's own median figure over ``mine`` (its links, both directions) is beyond the threshold."""
+        own = [v for (s, d), v in values.items() if (min(s, d), max(s, d)) in mine and v > 0]
+        figure = _median(own) if own else math.nan
+        return figure < threshold if worse == "low" else figure > threshold
+
     ranks_on: dict[str, int] = {}
     for rank in {r for link in links for r in link}:
         ranks_on[hosts.get(rank, "")] = ranks_on.get(hosts.get(rank, ""), 0) + 1
@@ -240,7 +263,7 @@ def _group_verdict(transport, kernel, schedule, size, metric, worse, values, hos
         if rank not in slow_ranks:  # its links to the slow hosts are theirs: judged on its other links alone
             mine = [link for link in mine if not set(link) & slow_ranks]
             bad = [link for link in bad if link in mine]
-        if rank in slow_ranks or slow_host(len(bad), len(mine)):
+        if rank in slow_ranks or (slow_host(len(bad), len(mine)) and beyond(rank, mine)):
             flagged.add(rank)
             own = [v for (s, d), v in values.items() if rank in (s, d)]
             figure = _median(own)
