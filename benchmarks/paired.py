@@ -91,17 +91,24 @@ class Pair:
         return self.value / self.reference
 
 
+def split_at_widest_step(ordered: list[float], gap: float = MODE_GAP) -> int | None:
+    """Where sorted figures fall into two speed modes: the index after which the widest step between neighbours
+    comes, when that step is more than ``gap`` times; None for one mode."""
+    if len(ordered) < 2:
+        return None
+    steps = [ordered[i + 1] / ordered[i] for i in range(len(ordered) - 1)]
+    widest = max(range(len(steps)), key=steps.__getitem__)
+    return widest if steps[widest] > gap else None
+
+
 def split_modes(pairs: list[Pair], gap: float = MODE_GAP) -> list[list[Pair]]:
     """The pairs in one group, or in two where their references sort into two groups more than ``gap`` times apart
     at the widest step between neighbours; the group of lower references first."""
     ordered = sorted(pairs, key=lambda p: p.reference)
-    if len(ordered) < 2:
+    split = split_at_widest_step([p.reference for p in ordered], gap)
+    if split is None:
         return [ordered] if ordered else []
-    steps = [ordered[i + 1].reference / ordered[i].reference for i in range(len(ordered) - 1)]
-    widest = max(range(len(steps)), key=steps.__getitem__)
-    if steps[widest] <= gap:
-        return [ordered]
-    return [ordered[: widest + 1], ordered[widest + 1 :]]
+    return [ordered[: split + 1], ordered[split + 1 :]]
 
 
 @dataclass(frozen=True)
@@ -186,12 +193,10 @@ def launch_modes(reference: list[float], ours: list[float], gap: float = MODE_GA
     switch speeds puts both tools' launches in both modes; a tool whose launches all sit in another mode than the
     other's is a difference of the tools, and the modes say so by holding one tool only."""
     pooled = sorted(reference + ours)
+    split = split_at_widest_step(pooled, gap)
     bounds = [(pooled[0], pooled[-1])]
-    if len(pooled) > 1:
-        steps = [pooled[i + 1] / pooled[i] for i in range(len(pooled) - 1)]
-        widest = max(range(len(steps)), key=steps.__getitem__)
-        if steps[widest] > gap:
-            bounds = [(pooled[0], pooled[widest]), (pooled[widest + 1], pooled[-1])]
+    if split is not None:
+        bounds = [(pooled[0], pooled[split]), (pooled[split + 1], pooled[-1])]
     modes = []
     for low, high in bounds:
         ref = [v for v in reference if low <= v <= high]

@@ -119,6 +119,12 @@ def judge_group(
     return math.exp(centre), mad, threshold, slow
 
 
+def _beyond(figures: list[float], threshold: float, worse: str) -> bool:
+    """Whether the median of a host's figures (both directions of its links) lies beyond ``threshold``."""
+    figure = _median(figures) if figures else math.nan
+    return figure < threshold if worse == "low" else figure > threshold
+
+
 def slow_host(slow_links: int, links: int) -> bool:
     """The slow-host rule, here and in ``fabricbench check``: a host (or rank) is slow when more than half of its
     links are; with half or fewer, its slow links are the links' own."""
@@ -149,7 +155,7 @@ def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float
         if not slow_host(*_link_counts(rank, values, slow_pairs, besides)):
             return False
         own = [v for pair, v in values.items() if rank in pair and not set(pair) & besides and v > 0]
-        return bool(own) and (_median(own) < threshold if worse == "low" else _median(own) > threshold)
+        return _beyond(own, threshold, worse)
 
     found = {rank for rank in ranks if slow(rank, frozenset())}
     # Then each again without its links to the others found: a link to a slow host is that host's.
@@ -235,7 +241,7 @@ def _where(group: dict) -> dict:
 
 
 def _group_verdict(
-    transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks, threshold=math.nan
+    transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks, threshold
 ) -> dict:
     """One group's links and hosts: slow hosts first (those judged slow themselves, and those with more than half
     their links slow), then the slow links between hosts that are not."""
@@ -248,11 +254,9 @@ def _group_verdict(
     slow_hosts = []
     flagged: set[int] = set()
 
-    def beyond(rank: int, mine: list) -> bool:
-        """The rank's own median figure over ``mine`` (its links, both directions) is beyond the threshold."""
-        own = [v for (s, d), v in values.items() if (min(s, d), max(s, d)) in mine and v > 0]
-        figure = _median(own) if own else math.nan
-        return figure < threshold if worse == "low" else figure > threshold
+    def linked(mine: list) -> list[float]:
+        """The figures of both directions of the links in ``mine``."""
+        return [v for (s, d), v in values.items() if (min(s, d), max(s, d)) in mine and v > 0]
 
     ranks_on: dict[str, int] = {}
     for rank in {r for link in links for r in link}:
@@ -263,7 +267,7 @@ def _group_verdict(
         if rank not in slow_ranks:  # its links to the slow hosts are theirs: judged on its other links alone
             mine = [link for link in mine if not set(link) & slow_ranks]
             bad = [link for link in bad if link in mine]
-        if rank in slow_ranks or (slow_host(len(bad), len(mine)) and beyond(rank, mine)):
+        if rank in slow_ranks or (slow_host(len(bad), len(mine)) and _beyond(linked(mine), threshold, worse)):
             flagged.add(rank)
             own = [v for (s, d), v in values.items() if rank in (s, d)]
             figure = _median(own)

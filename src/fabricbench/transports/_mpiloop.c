@@ -95,6 +95,7 @@ static inline long long now_ns(void)
         }                                                    \
     } while (0)
 
+/* The answering side of a window: the same barrier first when synchronized, no stamps. */
 #define WINDOWS_UNTIMED(operation)                           \
     do {                                                     \
         for (long long i = 0; i < iterations; i++) {         \
@@ -200,10 +201,11 @@ int fb_window(MPI_Fint comm_handle, int peer, int initiator, int both_ways, int 
                           : MPI_Send_init(ack_buf, 1, MPI_BYTE, peer, ACK_TAG, comm, ack));
         if (timed) /* the sender pre-posts the ack's receive with its window: two calls a window */
             WINDOWS_TIMED(TRY(MPI_Startall(total, requests));
-                               TRY(MPI_Waitall(total, requests, MPI_STATUSES_IGNORE)));
+                          TRY(MPI_Waitall(total, requests, MPI_STATUSES_IGNORE)));
         else
-            WINDOWS_UNTIMED(TRY(MPI_Startall(window, requests)); TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));
-                    TRY(MPI_Start(ack)); TRY(MPI_Wait(ack, MPI_STATUS_IGNORE)));
+            WINDOWS_UNTIMED(TRY(MPI_Startall(window, requests));
+                            TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));
+                            TRY(MPI_Start(ack)); TRY(MPI_Wait(ack, MPI_STATUS_IGNORE)));
     } else if (both_ways) {
         WINDOWS_TIMED(
             for (int r = 0; r < window; r++)
