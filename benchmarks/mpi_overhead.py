@@ -50,9 +50,9 @@ guessed; a tool whose launches all sat in another mode than the other's would le
 unresolved too, which the mode list then shows. The C program's own launches in a contender's place are the A/A
 control, judged alike: its ratio's spread is the resolution left. Beside the verdict, the bracketed pairs: a
 contender's launch with the two C program launches around it, kept where those agree within --agree (default
-1.10), the kept ratios' median. They are shown, not judged: in the first runs a contender's launch landed in the
-fast mode while both references around it were slow (ratios of 0.3-0.5 in kept pairs), so agreeing references do
-not tell a contender's mode. --json keeps every launch's figures and --replay renders the tables from them again.
+1.10), the kept ratios' median. They are shown, not judged: a contender's launch can land in the
+other mode while both references around it agree (README, "How close it comes"). --json keeps every
+launch's figures and --replay renders the tables from them again.
 
 Targets (fabricbench's C loop over the C program, the median of the kept paired ratios, per mode): latency at
 every size from 0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97;

@@ -326,7 +326,7 @@ int fb_rma(MPI_Fint win_handle, int target, int put, void *local_buf, long long 
     if (err != MPI_SUCCESS)
         return err;
     /* One untimed operation opens the epoch: a library may take the lock lazily, with the first operation or
-     * flush, and OSU's loop pays that inside its warm-up, not in a timed operation (up to 12 us here). */
+     * flush, and OSU's loop pays that inside its warm-up, not in a timed operation. */
     TRY(put ? MPI_Put(local_buf, count, MPI_BYTE, target, 0, count, MPI_BYTE, win)
             : MPI_Get(local_buf, count, MPI_BYTE, target, 0, count, MPI_BYTE, win));
     TRY(MPI_Win_flush(target, win));
