@@ -413,7 +413,10 @@ def read_table(path: str | Path):
             metadata = json.loads(raw)
         frame = table.to_pandas()
     else:
-        frame = pd.read_csv(source, keep_default_na=False, na_values={c: [""] for c in NUMERIC})
+        # A blank number is missing, as in the Parquet copy (so an integer column with blanks reads as floats
+        # there and here, never as strings); a blank text cell stays the empty string.
+        blank = {c: [""] for c in NUMERIC | INTEGER}
+        frame = pd.read_csv(source, keep_default_na=False, na_values=blank)
     return frame, metadata
 
 
