@@ -213,10 +213,10 @@ PY
 # read-only and writes no bytecode, and the host's own runs may have written
 # none (PYTHONDONTWRITEBYTECODE, or a Python of another version than the
 # guest's Debian one, which pyverbs needs). Without it every guest process
-# compiles each fabricbench module it imports from source: what a verbs rank
-# imports took 22-25 s there from source and 12-15 s from bytecode, per
-# process. The guest venv's site-packages were compiled when pip installed
-# them. The guest's interpreter compiles, so the files are the ones it reads.
+# compiles each fabricbench module it imports from source, at emulated speed
+# (README, "SoftRoCE", has the figures). The guest venv's site-packages were
+# compiled when pip installed them. The guest's interpreter compiles, so the
+# files are the ones it reads.
 ensure_bytecode() {
     [[ -x $guest_venv/bin/python ]] || return 0
     env -u PYTHONDONTWRITEBYTECODE -u PYTHONPYCACHEPREFIX \
