@@ -1,13 +1,14 @@
 """What a run produces, with the numbers taken out: to show that a change to the core changes no behaviour.
 
-    python benchmarks/behaviour_snapshot.py snapshot OUT.json      # run the five cases on this checkout
+    python benchmarks/behaviour_snapshot.py snapshot OUT.json      # run the cases on this checkout
     python benchmarks/behaviour_snapshot.py diff BEFORE.json AFTER.json
 
-The cases: the default sweep (``fabricbench run``), ``pairs-bw`` on 4 ranks, a ``cuda-copy`` run on a host
-without a GPU (its refusal), a ``--peer`` run against a local ``serve``, and ``--format osu`` text for a
-latency, a bandwidth and a collective kernel. For each it keeps the table's columns, every row's (transport,
-kernel, size_B, status, method) and the exit code and stderr; OSU text is kept with every number masked. Rows
-are compared as sets in run order; figures differ between runs and are never compared.
+The cases: the default sweep (``fabricbench run``), ``pairs-bw`` on 4 ranks, ``congestion`` on 10 ranks (its rows
+by canary and congestor, and its console text masked), a ``cuda-copy`` run on a host without a GPU (its refusal),
+a ``--peer`` run against a local ``serve``, and ``--format osu`` text for a latency, a bandwidth and a collective
+kernel. For each it keeps the table's columns, every row's (transport, kernel, size_B, status, method) and the exit
+code and stderr; OSU text is kept with every number masked. Rows are compared as sets in run order; figures differ
+between runs and are never compared.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ def fabricbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess
     )
 
 
-def table(out: Path) -> dict:
+def table(out: Path, extra: tuple[str, ...] = ()) -> dict:
     with open(out / "results.csv", newline="") as handle:
         reader = csv.DictReader(handle)
-        rows = [[row[name] for name in KEY] for row in reader]
+        rows = [[row[name] for name in KEY + extra] for row in reader]
         return {"columns": reader.fieldnames, "rows": rows}
 
 
@@ -72,6 +73,16 @@ def snapshot(path: Path) -> None:
 
         result = fabricbench("run", "--np", "4", "-k", "pairs-bw", "-m", "1:4K", *quick, "--out", str(work / "pairs"))
         cases["pairs-bw, 4 ranks"] = {"rc": result.returncode, **table(work / "pairs")}
+
+        result = fabricbench(
+            "run", "--np", "10", "-t", "mpi", "-k", "congestion", "-i", "20", "-x", "2", "--max-time", "1",
+            "--out", str(work / "congestion"),
+        )  # fmt: skip
+        cases["congestion, 10 ranks"] = {
+            "rc": result.returncode,
+            "console": masked(result.stdout),
+            **table(work / "congestion", ("canary", "congestor")),
+        }
 
         result = fabricbench("run", "-t", "cuda-copy", "--out", str(work / "cuda"))
         cases["cuda-copy refusal"] = {"rc": result.returncode, "stderr": result.stderr.strip().splitlines()}

@@ -43,8 +43,8 @@ def worker(rounds: int, seed: int) -> None:
     import numpy as np
 
     from fabricbench.control.mpi import import_mpi
-    from fabricbench.transports.mpi import library_version
-    from fabricbench.transports.mpi_cloop import load, require_success
+    from fabricbench.transports.mpi.cloop import load, require_success
+    from fabricbench.transports.mpi.transport import library_version
 
     mpi = import_mpi()
     comm = mpi.COMM_WORLD

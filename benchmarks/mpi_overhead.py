@@ -208,7 +208,7 @@ COLUMNS = {
 }
 PROBE = (
     "import json, mpi4py, platform\nfrom fabricbench.control.mpi import import_mpi\nMPI = import_mpi()\n"
-    "from fabricbench.transports.mpi_cloop import find_wrapper\n"
+    "from fabricbench.transports.mpi.cloop import find_wrapper\n"
     "levels = {MPI.THREAD_SINGLE: 'single', MPI.THREAD_FUNNELED: 'funneled', MPI.THREAD_SERIALIZED: 'serialized'}\n"
     "print(json.dumps({'wrapper': find_wrapper(), 'library': MPI.Get_library_version().splitlines()[0],"
     " 'thread_level': levels.get(MPI.Query_thread(), 'multiple'),"

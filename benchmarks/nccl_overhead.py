@@ -63,7 +63,7 @@ def serve_minimal() -> int:
     """The reference, as a child: reads "SIZE ITERATIONS WARMUP GRAPH" lines, answers µs per allreduce."""
     import cupy
 
-    from fabricbench.transports.gpu import preload_nccl
+    from fabricbench.transports.gpu.devices import preload_nccl
 
     preload_nccl()
     from cupy.cuda import nccl

@@ -186,9 +186,9 @@ def loop_costs(rounds: int) -> dict[str, float]:
     """Nanoseconds per call, C against Python, on two QPs of this process joined to each other (rxe loopback)."""
     import numpy as np
 
-    from fabricbench.transports import verbs_cloop
-    from fabricbench.transports.rdma import load_pyverbs
-    from fabricbench.transports.verbs_link import Link
+    from fabricbench.transports.verbs import cloop as verbs_cloop
+    from fabricbench.transports.verbs.link import Link
+    from fabricbench.transports.verbs.rdma import load_pyverbs
 
     verbs = load_pyverbs()
     clock = time.perf_counter_ns

@@ -193,7 +193,10 @@ ensure_c_loops() {
     mkdir -p "$c_loop_cache"
     [[ -x $guest_venv/bin/python ]] || return 0
     env -u FABRICBENCH_CACHE_DIR XDG_CACHE_HOME="$c_loop_cache" "$guest_venv/bin/python" - >&2 <<'PY' ||
-from fabricbench.transports import mpi, ofi_cloop, tcp, verbs_cloop
+from fabricbench.transports.mpi import transport as mpi
+from fabricbench.transports.ofi import cloop as ofi_cloop
+from fabricbench.transports.tcp import transport as tcp
+from fabricbench.transports.verbs import cloop as verbs_cloop
 for name, build in (
     ("mpi", lambda: mpi.load(mpi.library_version())),
     ("tcp", tcp.load_c_loop),

@@ -76,9 +76,9 @@ def test_the_tcp_loop_is_built_as_an_extension_for_this_python(tmp_path):
     """In a child process, so that this one keeps whatever build it has loaded."""
     code = (
         "import sys\n"
-        "from fabricbench.transports import tcp\n"
+        "from fabricbench.transports.tcp import transport as tcp\n"
         "loop = tcp.load_c_loop()\n"
-        "assert sys.modules['fabricbench.transports._tcploop'] is loop.module\n"
+        "assert sys.modules['fabricbench.transports.tcp._tcploop'] is loop.module\n"
         "print(loop.path, callable(loop.module.pingpong), callable(loop.module.window), sep='\\n')\n"
     )
     env = clean_env({"FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")})

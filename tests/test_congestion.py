@@ -18,7 +18,8 @@ import pytest
 from fabricbench.errors import PeerError
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.congestion import Test as Asked
-from fabricbench.transports import tcp, tcp_congestion
+from fabricbench.transports.tcp import congestion as tcp_congestion
+from fabricbench.transports.tcp import transport as tcp
 from support import fabricbench, one_error_line, read_rows, run_cases_together
 
 CANARY_TESTS = ["rr-latency", "rr-bw", "allreduce"]

@@ -126,7 +126,8 @@ def test_cpu_only_run_never_imports_cupy(tmp_path):
 
 def test_cuda_aware_query_finds_the_mpi_library():
     """The wheel's MPICH answers MPIX_GPU_query_support (not CUDA-aware); the answer is never a crash."""
-    code = "from mpi4py import MPI\nfrom fabricbench.transports.mpi import cuda_aware_mpi\nprint(cuda_aware_mpi())"
+    code = "from mpi4py import MPI\nfrom fabricbench.transports.mpi.transport import cuda_aware_mpi\n"
+    code += "print(cuda_aware_mpi())"
     done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env())
     assert done.returncode == 0, done.stderr
     assert "MPIX_" in done.stdout
@@ -158,7 +159,7 @@ def test_cupy_without_a_driver_names_the_driver():
         [PYTHON, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True
     ).stdout.strip()
     env = clean_env({"PYTHONPATH": os.pathsep.join([str(REPO / "src"), site])})
-    code = "import json; from fabricbench.transports.gpu import probe_here; print(json.dumps(probe_here()))"
+    code = "import json; from fabricbench.transports.gpu.devices import probe_here; print(json.dumps(probe_here()))"
     done = subprocess.run([CUPY_PYTHON, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     found = json.loads(done.stdout)
     assert found["cupy"], found
@@ -192,8 +193,8 @@ def test_cupy_nccl_takes_the_unique_id_as_the_control_plane_carries_it():
         [PYTHON, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True
     ).stdout.strip()
     code = (
-        "from fabricbench.transports import gpu\n"
-        "from fabricbench.transports.nccl import decode_unique_id, encode_unique_id\n"
+        "from fabricbench.transports.gpu import devices as gpu\n"
+        "from fabricbench.transports.gpu.nccl import decode_unique_id, encode_unique_id\n"
         "nccl = gpu.open_nccl()\n"
         "uid = decode_unique_id(encode_unique_id(nccl.get_unique_id()))\n"
         "print(gpu.nccl_version_text(nccl.get_version()))\n"

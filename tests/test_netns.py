@@ -119,8 +119,8 @@ def test_tcp_bandwidth_on_an_unshaped_link_is_far_higher(server, tmp_path):
 @pytest.fixture(scope="module")
 def libfabric():
     """The ofi transport's loop, built against this host's libfabric, with its tcp provider; else skip."""
-    from fabricbench.transports import ofi_cloop
-    from fabricbench.transports.ofi_options import OFIUnavailable
+    from fabricbench.transports.ofi import cloop as ofi_cloop
+    from fabricbench.transports.ofi.options import OFIUnavailable
 
     try:
         ofi_cloop.load().probe({"provider": "tcp"})
@@ -135,7 +135,7 @@ def libfabric():
 OFI_TCP = ("--ofi-provider", "tcp", "--ofi-progress", "wait")
 DECOY, DECOY_ADDRESS = "fbx0", "10.213.6.1"  # an interface on host 1, and its address, that host 2 cannot reach
 FIRST_TCP_DOMAIN = (
-    "from fabricbench.transports import ofi_cloop; print(ofi_cloop.load().probe({'provider': 'tcp'}).facts()['domain'])"
+    "from fabricbench.transports.ofi import cloop; print(cloop.load().probe({'provider': 'tcp'}).facts()['domain'])"
 )
 
 

@@ -20,8 +20,8 @@ KERNELS = "latency,bw,bibw,put,get,put-bw,get-bw"
 
 def _libfabric() -> str:
     """Why the ofi transport cannot run here ('' when it can)."""
-    from fabricbench.transports import ofi_cloop
-    from fabricbench.transports.ofi_options import OFIUnavailable
+    from fabricbench.transports.ofi import cloop as ofi_cloop
+    from fabricbench.transports.ofi.options import OFIUnavailable
 
     try:
         ofi_cloop.load()
@@ -72,7 +72,7 @@ def test_every_kernel_moves_checked_data_on_the_provider(provider, tmp_path):
 STALE_REGION = """
 import contextlib, ctypes, os
 import numpy as np
-from fabricbench.transports import ofi_cloop
+from fabricbench.transports.ofi import cloop as ofi_cloop
 loop = ofi_cloop.load()
 stale = f"/dev/shm/{os.getpid()}:0:0"  # libfabric 1.17's name for this process's first shm endpoint
 with open(stale, "wb") as file:

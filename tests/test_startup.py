@@ -16,8 +16,8 @@ NOT_BEFORE_MEASURING = (
     "tqdm",
     "cupy",
     "importlib.metadata",
-    "fabricbench.transports.mpi_congestion",
-    "fabricbench.transports.tcp_congestion",
+    "fabricbench.transports.mpi.congestion",
+    "fabricbench.transports.tcp.congestion",
 )
 
 
@@ -32,7 +32,7 @@ def test_a_rank_measures_before_loading_the_writers_libraries(tmp_path):
     for stamp in found.values():
         assert stamp["first_sample_ns"] > 0
         modules = stamp["modules"]
-        assert "fabricbench.transports.mpi" in modules and "mpi4py.MPI" in modules
+        assert "fabricbench.transports.mpi.transport" in modules and "mpi4py.MPI" in modules
         early = [m for m in modules if any(m == name or m.startswith(name + ".") for name in NOT_BEFORE_MEASURING)]
         assert early == []
     assert (tmp_path / "out" / "results.parquet").exists()  # rank 0 still writes it, after the sweep

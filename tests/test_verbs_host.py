@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.transports.rdma import PYVERBS_DIRS_VAR, VerbsUnavailable, load_pyverbs
+from fabricbench.transports.verbs.rdma import PYVERBS_DIRS_VAR, VerbsUnavailable, load_pyverbs
 from support import PYTHON, clean_env, fabricbench, mpiexec
 
 HAS_DEVICE = Path("/sys/class/infiniband").is_dir() and any(Path("/sys/class/infiniband").iterdir())
@@ -110,7 +110,7 @@ def test_cq_mod_must_divide_the_window(out):
 # tests/verbs, where under emulation each of these launches cost about 9 s.)
 WITH_A_DEVICE = (
     "import sys\n"
-    "from fabricbench.transports import verbs\n"
+    "from fabricbench.transports.verbs import transport as verbs\n"
     "verbs.load_pyverbs = lambda: None\n"
     "verbs.device_names = lambda _verbs: ['rxe0']\n"
     "from fabricbench.cli import main\n"

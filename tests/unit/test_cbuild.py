@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.transports import cbuild, mpi_cloop
+from fabricbench.transports import cbuild
 from fabricbench.transports.cbuild import CLoopUnavailable, Recipe
+from fabricbench.transports.mpi import cloop as mpi_cloop
 from support import REPO, executable_stub
 
 HINT = "Debian/Ubuntu: apt-get install libibverbs-dev; RHEL/Fedora: dnf install rdma-core-devel"

@@ -13,7 +13,7 @@ from fabricbench import transports
 from fabricbench.cli import build_parser
 from fabricbench.errors import PeerError
 from fabricbench.measure.plan import MAX_MESSAGE_SIZE
-from fabricbench.transports.fi_pingpong import (
+from fabricbench.transports.ofi.fi_pingpong import (
     NO_MATCH,
     Result,
     byte_size,

@@ -6,8 +6,9 @@ import pytest
 
 from fabricbench.errors import PeerError, UsageError
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.transports import gpu, nccl
-from fabricbench.transports.cuda_timing import sample_name
+from fabricbench.transports.gpu import devices as gpu
+from fabricbench.transports.gpu import nccl
+from fabricbench.transports.gpu.timing import sample_name
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import COLUMNS, INTEGER, SCHEMA_VERSION
 from fabricbench.report import console
 from fabricbench.run.patterns import GpuRoutes
-from fabricbench.transports.cuda_copy import gpu_routes, peer_gpu_count
+from fabricbench.transports.gpu.cuda_copy import gpu_routes, peer_gpu_count
 
 HOST = "gpunode1"
 

@@ -26,8 +26,8 @@ from fabricbench.launch.peer import decode_hello, encode_hello
 from fabricbench.measure import kernels
 from fabricbench.measure.plan import Plan, Step
 from fabricbench.transports.options import LOOP
-from fabricbench.transports.rdma import RDMA_OPTIONS
-from fabricbench.transports.tcp import TCP_OPTIONS
+from fabricbench.transports.tcp.transport import TCP_OPTIONS
+from fabricbench.transports.verbs.rdma import RDMA_OPTIONS
 
 SERVER = {"tcp": {"address": "10.0.0.2"}, "verbs": {"device": "rxe0"}}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.transports.link_rate import link_rate_MBps, port_label, software_device
-from fabricbench.transports.tcp_link import NO_RATE, link_rate, nic_rate_MBps, route_interface
+from fabricbench.transports.tcp.link import NO_RATE, link_rate, nic_rate_MBps, route_interface
+from fabricbench.transports.verbs.link_rate import link_rate_MBps, port_label, software_device
 
 # --- RDMA ports ---------------------------------------------------------------------------------------------------
 
@@ -147,7 +147,7 @@ class _Connected:
 
 @pytest.mark.skipif(socket.htonl(1) == 1, reason="the table's words are little-endian here")
 def test_a_link_through_a_real_nic_has_its_rate_only_where_the_route_and_sysfs_agree(tmp_path, monkeypatch):
-    from fabricbench.transports import tcp_link
+    from fabricbench.transports.tcp import link as tcp_link
 
     net, routes = tmp_path / "net", tmp_path / "route"
     _nic(net, "eth2", "25000")

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from fabricbench.transports import cbuild, mpi_cloop
+from fabricbench.transports import cbuild
+from fabricbench.transports.mpi import cloop as mpi_cloop
 from support import executable_stub
 
 

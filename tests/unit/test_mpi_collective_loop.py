@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.transports import mpi
+from fabricbench.transports.mpi import transport as mpi
 
 
 class Recording:

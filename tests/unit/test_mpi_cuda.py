@@ -10,8 +10,8 @@ from fabricbench.collectives import COLLECTIVES
 from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import Unsupported
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.transports.mpi import MPITransport, collective_roles, cuda_path
-from fabricbench.transports.mpi_rma import MPIRMATransport, buffer_unsupported
+from fabricbench.transports.mpi.rma import MPIRMATransport, buffer_unsupported
+from fabricbench.transports.mpi.transport import MPITransport, collective_roles, cuda_path
 
 POINT_TO_POINT = ("latency", "bw", "bibw", "msgrate", "multi-latency")
 MOVING_COLLECTIVES = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")

@@ -10,8 +10,7 @@ import pytest
 from fabricbench.argtypes import MASK
 from fabricbench.control.rendezvous import FieldReader, ProtocolError
 from fabricbench.errors import PeerError, UsageError
-from fabricbench.transports.ofi import check_environment, check_key, decode_address, fi_environment, open_hint
-from fabricbench.transports.ofi_cloop import (
+from fabricbench.transports.ofi.cloop import (
     Found,
     find_libfabric,
     mapped_libfabric,
@@ -21,7 +20,8 @@ from fabricbench.transports.ofi_cloop import (
     survey_lines,
     version_text,
 )
-from fabricbench.transports.ofi_options import OFI_OPTIONS, OFIUnavailable
+from fabricbench.transports.ofi.options import OFI_OPTIONS, OFIUnavailable
+from fabricbench.transports.ofi.transport import check_environment, check_key, decode_address, fi_environment, open_hint
 
 SURVEY = (
     "tcp;ofi_rxm\t192.0.2.0/24\teth0\trdm\t1\t0\t0\t64\t\n"

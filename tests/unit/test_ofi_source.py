@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabricbench.transports.ofi import source_address
+from fabricbench.transports.ofi.transport import source_address
 
 
 @pytest.mark.parametrize(

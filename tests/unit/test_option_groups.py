@@ -11,7 +11,7 @@ from fabricbench.errors import UsageError
 from fabricbench.report import osu
 from fabricbench.transports import TRANSPORTS, option_groups, transport_class, transport_groups
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, OSU_DEVICE_BUFFERS, place_of
-from fabricbench.transports.gpu import GPU_OPTIONS
+from fabricbench.transports.gpu.devices import GPU_OPTIONS
 from fabricbench.transports.options import LOOP, OptionGroup
 
 

@@ -16,8 +16,9 @@ import pytest
 from fabricbench.errors import PeerError, Unsupported
 from fabricbench.measure.kernels import ATOMIC_KERNELS, get_kernel
 from fabricbench.measure.plan import Plan, Step
-from fabricbench.transports import perftest, supported_kernels, transport_class
-from fabricbench.transports.perftest import (
+from fabricbench.transports import supported_kernels, transport_class
+from fabricbench.transports.verbs import perftest
+from fabricbench.transports.verbs.perftest import (
     DEFAULT_INLINE,
     Mode,
     flags,

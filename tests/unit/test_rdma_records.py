@@ -13,8 +13,8 @@ import types
 import pytest
 
 from fabricbench.errors import PeerError
-from fabricbench.transports.perftest import parse_bandwidth, parse_latency, setting
-from fabricbench.transports.rdma import (
+from fabricbench.transports.verbs.perftest import parse_bandwidth, parse_latency, setting
+from fabricbench.transports.verbs.rdma import (
     BAD_RKEY_HOOK,
     Endpoint,
     VerbsUnavailable,

@@ -17,7 +17,7 @@ import sys
 # doctor importlib.metadata.
 NOT_AT_PARSE = ("numpy", "pandas", "pyarrow", "matplotlib", "tqdm", "mpi4py", "cupy", "importlib.metadata")
 # The congestion kernel's loops: only a run of that kernel opens them.
-CONGESTION_LOOPS = ("fabricbench.transports.tcp_congestion", "fabricbench.transports.mpi_congestion")
+CONGESTION_LOOPS = ("fabricbench.transports.tcp.congestion", "fabricbench.transports.mpi.congestion")
 
 
 def imported_by(code: str) -> set[str]:

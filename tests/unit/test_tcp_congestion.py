@@ -13,8 +13,8 @@ import pytest
 from fabricbench.measure.buffers import POISON
 from fabricbench.measure.congestion import Group, Role
 from fabricbench.measure.congestion import Test as Asked
-from fabricbench.transports import tcp_congestion as tc
-from fabricbench.transports.tcp_congestion import ADD_INT64, COPY, RECEIVE, SEND, Program, Seg
+from fabricbench.transports.tcp import congestion as tc
+from fabricbench.transports.tcp.congestion import ADD_INT64, COPY, RECEIVE, SEND, Program, Seg
 from support import run_cases_together
 
 

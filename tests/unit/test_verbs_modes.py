@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.transports import verbs_cloop
-from fabricbench.transports.verbs import VerbsSendTransport, VerbsTransport, _c_only_settings
+from fabricbench.transports.verbs import cloop as verbs_cloop
+from fabricbench.transports.verbs.transport import VerbsSendTransport, VerbsTransport, _c_only_settings
 
 
 def _transport(cls, qp_type="rc", c_loop=True, events=False, post_list=1, atomics=True, mtu=4096):

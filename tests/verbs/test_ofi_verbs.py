@@ -24,7 +24,7 @@ import pytest
 
 from fabricbench.measure.plan import sizes_between
 from fabricbench.transports import TRANSPORTS
-from fabricbench.transports.ofi_options import BIN_HINT
+from fabricbench.transports.ofi.options import BIN_HINT
 from support import NEEDS_RDMA_DEVICE, RDMA_DEVICES, clean_env, mpiexec, read_rows
 
 pytestmark = NEEDS_RDMA_DEVICE

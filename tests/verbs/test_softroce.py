@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from fabricbench.launch.doctor import report
-from fabricbench.transports.rdma import BAD_RKEY_HOOK
 from fabricbench.transports.reference_tool import listening
+from fabricbench.transports.verbs.rdma import BAD_RKEY_HOOK
 from support import NEEDS_RDMA_DEVICE, PYTHON, RDMA_DEVICES, clean_env, mpiexec, read_rows
 
 DEVICES = RDMA_DEVICES

@@ -17,17 +17,17 @@ from fabricbench.transports.base import Transport
 from fabricbench.transports.options import OptionGroup
 
 TRANSPORTS = {
-    "mpi": ("fabricbench.transports.mpi", "MPITransport"),
-    "mpi-rma": ("fabricbench.transports.mpi_rma", "MPIRMATransport"),
-    "tcp": ("fabricbench.transports.tcp", "TCPTransport"),
-    "verbs": ("fabricbench.transports.verbs", "VerbsTransport"),
-    "verbs-send": ("fabricbench.transports.verbs", "VerbsSendTransport"),
-    "perftest": ("fabricbench.transports.perftest", "PerftestTransport"),
-    "perftest-send": ("fabricbench.transports.perftest", "PerftestSendTransport"),
-    "ofi": ("fabricbench.transports.ofi", "OFITransport"),
-    "fi-pingpong": ("fabricbench.transports.fi_pingpong", "FiPingpongTransport"),
-    "nccl": ("fabricbench.transports.nccl", "NCCLTransport"),
-    "cuda-copy": ("fabricbench.transports.cuda_copy", "CudaCopyTransport"),
+    "mpi": ("fabricbench.transports.mpi.transport", "MPITransport"),
+    "mpi-rma": ("fabricbench.transports.mpi.rma", "MPIRMATransport"),
+    "tcp": ("fabricbench.transports.tcp.transport", "TCPTransport"),
+    "verbs": ("fabricbench.transports.verbs.transport", "VerbsTransport"),
+    "verbs-send": ("fabricbench.transports.verbs.transport", "VerbsSendTransport"),
+    "perftest": ("fabricbench.transports.verbs.perftest", "PerftestTransport"),
+    "perftest-send": ("fabricbench.transports.verbs.perftest", "PerftestSendTransport"),
+    "ofi": ("fabricbench.transports.ofi.transport", "OFITransport"),
+    "fi-pingpong": ("fabricbench.transports.ofi.fi_pingpong", "FiPingpongTransport"),
+    "nccl": ("fabricbench.transports.gpu.nccl", "NCCLTransport"),
+    "cuda-copy": ("fabricbench.transports.gpu.cuda_copy", "CudaCopyTransport"),
 }
 
 

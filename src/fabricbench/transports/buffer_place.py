@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fabricbench.errors import UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.buffers import POISON
-from fabricbench.transports import gpu
+from fabricbench.transports.gpu import devices as gpu
 from fabricbench.transports.options import OptionGroup
 
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind

@@ -17,7 +17,8 @@ from fabricbench.lazy import np
 from fabricbench.measure.buffers import POISON, filled, nothing, pattern, poisoned
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Transport
-from fabricbench.transports.mpi import (
+from fabricbench.transports.mpi.cloop import CLoop
+from fabricbench.transports.mpi.transport import (
     MPI_OPTIONS,
     MPITransport,
     import_mpi,
@@ -27,7 +28,6 @@ from fabricbench.transports.mpi import (
     require_success,
     times_address,
 )
-from fabricbench.transports.mpi_cloop import CLoop
 
 ORIGIN_SEED = 101
 TARGET_SEED = 202

@@ -40,7 +40,7 @@ from fabricbench.transports.cbuild import (
     load_library,
     tool_output,
 )
-from fabricbench.transports.ofi_options import ENDPOINTS, INSTALL_HINT, MESSAGES, PROGRESS, OFIUnavailable
+from fabricbench.transports.ofi.options import ENDPOINTS, INSTALL_HINT, MESSAGES, PROGRESS, OFIUnavailable
 
 SOURCE = Path(__file__).with_name("_ofiloop.c")
 ROOT_VARS = ("LIBFABRIC_ROOT", "FI_ROOT")

@@ -41,10 +41,10 @@ from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
 from fabricbench.measure.buffers import POISON, aligned, nothing, pattern, times_address
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports import ofi_cloop
 from fabricbench.transports.base import Case, Diagnosis, Transport
-from fabricbench.transports.ofi_cloop import CONTROL_BYTES, ERROR_BYTES, NAME_BYTES, RMA_CODES, OFIInfo
-from fabricbench.transports.ofi_options import OFI_OPTIONS, OFIUnavailable
+from fabricbench.transports.ofi import cloop as ofi_cloop
+from fabricbench.transports.ofi.cloop import CONTROL_BYTES, ERROR_BYTES, NAME_BYTES, RMA_CODES, OFIInfo
+from fabricbench.transports.ofi.options import OFI_OPTIONS, OFIUnavailable
 
 FI_ENV_PREFIX = "FI_"  # libfabric's settings (FI_PROVIDER, FI_CXI_*, FI_TCP_*): the metadata records each rank's
 MAX_ENV = 64  # FI_* variables per rank carried to rank 0

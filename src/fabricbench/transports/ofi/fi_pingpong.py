@@ -37,7 +37,7 @@ from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.rows import base_row
 from fabricbench.measure.schema import MEASURED
 from fabricbench.transports.base import Diagnosis, Transport
-from fabricbench.transports.ofi_options import BIN_HINT, OFI_OPTIONS, OFIUnavailable
+from fabricbench.transports.ofi.options import BIN_HINT, OFI_OPTIONS, OFIUnavailable
 from fabricbench.transports.reference_tool import (
     host_record,
     last_line,

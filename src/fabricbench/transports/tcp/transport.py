@@ -52,7 +52,7 @@ from fabricbench.transports import cbuild
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
 from fabricbench.transports.options import LOOP, OptionGroup
-from fabricbench.transports.tcp_link import (
+from fabricbench.transports.tcp.link import (
     ANY,
     NO_RATE,
     WAITALL,
@@ -65,7 +65,7 @@ from fabricbench.transports.tcp_link import (
 )
 
 SOURCE = Path(__file__).with_name("_tcploop.c")
-MODULE = "fabricbench.transports._tcploop"
+MODULE = "fabricbench.transports.tcp._tcploop"
 PYTHON_HEADERS = "Debian/Ubuntu: apt-get install python3-dev; RHEL/Fedora: dnf install python3-devel"
 
 
@@ -576,13 +576,14 @@ class TCPTransport(Transport):
     def congestion_case(self, role: Role) -> Case:
         """A congestion phase's part of this rank over the links to every rank (``tcp_congestion``), in the C loop
         where it is built, else in Python; no traffic here, so nothing collective."""
-        from fabricbench.transports import tcp_congestion  # here: only a congestion run needs its loops
+        # here: only a congestion run needs its loops
+        from fabricbench.transports.tcp import congestion as tcp_congestion
 
         loop = self.cloop.module if self.cloop else None
         return tcp_congestion.case(self.links, role, self.timeout, loop)
 
     def congestion_unsupported(self, pattern: str) -> str | None:
-        from fabricbench.transports import tcp_congestion
+        from fabricbench.transports.tcp import congestion as tcp_congestion
 
         return tcp_congestion.UNSUPPORTED.get(pattern)
 

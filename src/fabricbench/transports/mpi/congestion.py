@@ -35,7 +35,7 @@ from fabricbench.measure.buffers import (
 )
 from fabricbench.measure.congestion import INT64, Flood, Role
 from fabricbench.transports.base import Case
-from fabricbench.transports.mpi_cloop import CLoop, require_success
+from fabricbench.transports.mpi.cloop import CLoop, require_success
 
 # A congestor group agrees whether to stop after its first iteration and then after every AGREE_EVERY-th: one
 # MPI_Allreduce (MAX) of a 4-byte flag on the group's communicator. Its cost is one small allreduce beside

@@ -47,11 +47,12 @@ from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageEr
 from fabricbench.lazy import np
 from fabricbench.measure.buffers import POISON, nothing, pattern, times_address
 from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, partner_of
-from fabricbench.transports import verbs_cloop
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
-from fabricbench.transports.link_rate import link_rate_MBps, port_label, software_device
-from fabricbench.transports.rdma import (
+from fabricbench.transports.verbs import cloop as verbs_cloop
+from fabricbench.transports.verbs.link import MARKERS, Link, device_names, survey_devices
+from fabricbench.transports.verbs.link_rate import link_rate_MBps, port_label, software_device
+from fabricbench.transports.verbs.rdma import (
     MTU_BYTES,
     RDMA_OPTIONS,
     UD_GRH_BYTES,
@@ -62,7 +63,6 @@ from fabricbench.transports.rdma import (
     encode_endpoint,
     load_pyverbs,
 )
-from fabricbench.transports.verbs_link import MARKERS, Link, device_names, survey_devices
 
 ATOMIC_START = 1000  # what the atomics' target holds before a case's first operation
 _LOOP_NOTICE: list[str] = []  # the fallback notice, printed once per process

@@ -1,7 +1,7 @@
 """One RC queue pair between two ranks, through pyverbs: device choice, memory, completions, connection.
 
 This is the set-up half of the verbs transports; their timed loops live in
-``transports/verbs.py``. Everything opened here is closed by ``Link.close``,
+``transports/verbs/transport.py``. Everything opened here is closed by ``Link.close``,
 on every path out, including a failure half-way through opening.
 """
 
@@ -15,7 +15,7 @@ import time
 from fabricbench.errors import PeerError, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.buffers import PAGE, aligned
-from fabricbench.transports.rdma import (
+from fabricbench.transports.verbs.rdma import (
     GID_TYPES,
     LINK_LAYERS,
     MTU_BYTES,

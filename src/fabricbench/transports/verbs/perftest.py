@@ -45,7 +45,15 @@ from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.rows import base_row
 from fabricbench.measure.schema import MEASURED
 from fabricbench.transports.base import Diagnosis, Transport
-from fabricbench.transports.rdma import (
+from fabricbench.transports.reference_tool import (
+    host_record,
+    last_line,
+    pair_ranks,
+    run_pair,
+    server_address,
+    tool_output,
+)
+from fabricbench.transports.verbs.rdma import (
     MAX_WINDOW,
     MTU_BYTES,
     QP_TYPES,
@@ -54,14 +62,6 @@ from fabricbench.transports.rdma import (
     check_cq_mod,
     default_cq_mod,
     load_pyverbs,
-)
-from fabricbench.transports.reference_tool import (
-    host_record,
-    last_line,
-    pair_ranks,
-    run_pair,
-    server_address,
-    tool_output,
 )
 
 TOOLS = {  # perftest: the kernels of the verbs transport

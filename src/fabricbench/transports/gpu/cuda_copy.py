@@ -22,9 +22,9 @@ from fabricbench.errors import PeerError, Unsupported
 from fabricbench.lazy import np
 from fabricbench.measure.buffers import nothing, pattern
 from fabricbench.measure.kernels import COPY_KERNELS, Kernel
-from fabricbench.transports import gpu
 from fabricbench.transports.base import Case, Diagnosis, Transport
-from fabricbench.transports.cuda_timing import EventTimer, sample_name
+from fabricbench.transports.gpu import devices as gpu
+from fabricbench.transports.gpu.timing import EventTimer, sample_name
 
 SEED = 7  # the copied pattern's seed
 MAX_GPUS = 1024  # GPUs a host may report: far above any one host's, so a bad count from the network is refused

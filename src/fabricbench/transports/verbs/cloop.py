@@ -31,8 +31,8 @@ from fabricbench.transports.cbuild import (
     find_compiler,
     load_library,
 )
-from fabricbench.transports.rdma import MTU_BYTES, UD_GRH_BYTES, Endpoint, VerbsUnavailable, gid_text
-from fabricbench.transports.verbs_link import MARKERS, Port
+from fabricbench.transports.verbs.link import MARKERS, Port
+from fabricbench.transports.verbs.rdma import MTU_BYTES, UD_GRH_BYTES, Endpoint, VerbsUnavailable, gid_text
 
 SOURCE = Path(__file__).with_name("_verbsloop.c")
 QP_CODES = {"rc": 0, "uc": 1, "ud": 2}  # _verbsloop.c's QP_RC, QP_UC, QP_UD

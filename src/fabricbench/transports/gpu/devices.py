@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from fabricbench.errors import UsageError
-from fabricbench.transports.cuda_timing import TIMINGS
+from fabricbench.transports.gpu.timing import TIMINGS
 from fabricbench.transports.options import OptionGroup
 
 # Where launchers put a rank's index among the ranks on its host, in the order they are trusted.
@@ -297,7 +297,7 @@ def probe_here() -> dict:
 @functools.cache
 def probe() -> dict:
     """``probe_here`` in a child process (once per process): CUDA is not started in the CLI or ``doctor``."""
-    code = "import json; from fabricbench.transports.gpu import probe_here; print(json.dumps(probe_here()))"
+    code = "import json; from fabricbench.transports.gpu.devices import probe_here; print(json.dumps(probe_here()))"
     try:
         done = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=_child_env()

@@ -1,6 +1,6 @@
 """Transport ``nccl``: NCCL through CuPy (``cupy.cuda.nccl``), one rank per GPU, as nccl-tests measures it.
 
-- Bootstrap as nccl-tests: each rank selects its GPU (``fabricbench.transports.gpu``),
+- Bootstrap as nccl-tests: each rank selects its GPU (``fabricbench.transports.gpu.devices``),
   rank 0 makes the unique id and the control plane broadcasts it (hex in
   JSON, never pickled), then every rank joins the communicator.
 - Collectives are NCCL's own; alltoall is grouped send/recv, as nccl-tests'
@@ -20,9 +20,9 @@ from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.kernels import Kernel, partner_of
-from fabricbench.transports import gpu
 from fabricbench.transports.base import Case, Diagnosis, Transport
-from fabricbench.transports.cuda_timing import EventTimer, sample_name
+from fabricbench.transports.gpu import devices as gpu
+from fabricbench.transports.gpu.timing import EventTimer, sample_name
 
 COLLECTIVE_KERNELS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast", "reduce")
 REDUCING = {"allreduce", "reduce_scatter", "reduce"}

@@ -40,7 +40,7 @@ from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
-from fabricbench.transports.mpi_cloop import CLoop, CLoopUnavailable, load, require_success, wrapper_identity
+from fabricbench.transports.mpi.cloop import CLoop, CLoopUnavailable, load, require_success, wrapper_identity
 from fabricbench.transports.options import LOOP, OptionGroup
 
 TAG = 11
@@ -624,14 +624,15 @@ class MPITransport(Transport):
         return PingPong(self.comm, kernel, size, self.method, self.cloop, role)
 
     def congestion_case(self, role: Role) -> Case:
-        """This rank's part in one phase of the congestion kernel (``fabricbench.transports.mpi_congestion``):
+        """This rank's part in one phase of the congestion kernel (``fabricbench.transports.mpi.congestion``):
         collective on the transport's communicator, every rank with its own Role of the same phase. Raises
         Unsupported on every rank alike where the loops cannot run: they are C only, on host buffers."""
         if self.cuda is not None:
             raise Unsupported("the congestion kernel runs on host buffers only")
         if self.cloop is None:
             raise Unsupported("the congestion kernel's loops are C only, and this run times MPI in Python")
-        from fabricbench.transports import mpi_congestion  # here: only a congestion run needs its loops
+        # here: only a congestion run needs its loops
+        from fabricbench.transports.mpi import congestion as mpi_congestion
 
         return mpi_congestion.case(self.comm, role, self.cloop)
 
