@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fabricbench.buffers import EMPTY, filled, pattern, poisoned
 from fabricbench.errors import Unsupported
-from fabricbench.measure.buffers import EMPTY, filled, pattern, poisoned
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Transport
 

@@ -439,7 +439,7 @@ def cmd_run(args, argv: list[str]) -> int:
             raise UsageError("--ranks takes sub-communicators of MPI ranks; a --peer run has two ranks and no MPI")
         args.transport = args.transport or [peer.default_transport()]
         plan = build_plan(args, 2)
-        check_reuse(plan.out_dir, args.append)  # before the server is reached
+        check_reuse(plan.out_dir, args.append, TRANSPORTS)  # before the server is reached
         return peer.run_client(plan, args.peer, args.hugepages, peer.token_from(args.token))
     if args.token is not None:
         raise UsageError("--token is for --peer runs (and serve)")

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from fabricbench.buffers import EMPTY, POISON
 from fabricbench.collectives import COLLECTIVES
 from fabricbench.collectives.spec import ROOT
-from fabricbench.measure.buffers import EMPTY, POISON
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.plan import kernel_sizes
 from fabricbench.measure.rows import measured_row

@@ -2,9 +2,10 @@
 
 Every import counts, the ones inside functions too (they are how cycles used to hide). The layers, from the top:
 the command line; analysis (what reads finished runs); launch (starting ranks, serve, the shims, doctor); run (one
-timing protocol, its patterns, rank 0's reporter); report (console and OSU text); transports; collectives; measure
-(what a run is made of: plan, kernels, rows, stats, results); control (control planes and the wire format); and the
-root's errors, argument types and lazy numpy. control/, transports/ and collectives/ must import nothing above them.
+timing protocol, its patterns, rank 0's reporter); report (console and OSU text); transports; measure (what a run is
+made of: plan, kernels, rows, stats, results); collectives (one spec per operation, which measure's kernels are
+built from); control (control planes and the wire format); and the root's errors, argument types, buffer helpers and
+lazy numpy. control/, collectives/, measure/ and transports/ must import nothing above them.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "fabricbench"
 # Top first. A module's layer is its sub-package, or its own name at the root.
-LAYERS = ["__main__", "cli", "analysis", "launch", "run", "report", "transports", "collectives", "measure", "control"]
-BASE = {"errors", "argtypes", "lazy", ""}  # the root's shared pieces (lazy: numpy at first use) and the package itself
-GUARDED = ("control", "transports", "collectives")
+LAYERS = ["__main__", "cli", "analysis", "launch", "run", "report", "transports", "measure", "collectives", "control"]
+# The root's shared pieces (lazy: numpy at first use; buffers: filling, patterns and poison for every buffer) and the
+# package itself.
+BASE = {"errors", "argtypes", "lazy", "buffers", ""}
+GUARDED = ("control", "collectives", "measure", "transports")
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:

@@ -10,7 +10,7 @@ import socket
 import numpy as np
 import pytest
 
-from fabricbench.measure.buffers import POISON
+from fabricbench.buffers import POISON
 from fabricbench.measure.congestion import Group, Role
 from fabricbench.measure.congestion import Test as Asked
 from fabricbench.transports.tcp import congestion as tc

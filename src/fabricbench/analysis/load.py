@@ -32,6 +32,7 @@ from fabricbench.measure.schema import (
     is_measured,
 )
 from fabricbench.measure.table_cells import check_cells, check_row_count, csv_cells, parquet_cells, parse_json
+from fabricbench.transports import TRANSPORTS
 
 # Metadata fields the report reads that must be strings (and "hosts", a list of strings).
 STRING_FIELDS = ("label", "run_id", "mpi_vendor")
@@ -169,7 +170,7 @@ def read_run(path: str) -> tuple[pd.DataFrame, dict]:
             cells = csv_cells(table, name)
     except OSError as exc:
         raise UsageError(f"cannot read results from {path!r}: {exc.strerror or exc}") from None
-    frame = check_cells(cells)
+    frame = check_cells(cells, TRANSPORTS)
     try:
         frame, metadata = migrate(frame, metadata)
     except UsageError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from fabricbench.buffers import aligned, pattern, poisoned
 from fabricbench.collectives.spec import (
     BYTE,
     OSU_MAX_SIZE,
@@ -14,7 +15,6 @@ from fabricbench.collectives.spec import (
     with_result,
 )
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import aligned, pattern, poisoned
 
 
 def _block_seed(src: int, dest: int, ranks: int) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fabricbench.buffers import nothing
 from fabricbench.collectives.spec import CollectiveBuffers, CollectiveSpec
-from fabricbench.measure.buffers import nothing
 
 
 def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:

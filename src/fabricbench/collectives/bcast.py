@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from fabricbench.buffers import filled, nothing, pattern, poisoned
 from fabricbench.collectives.spec import (
     BYTE,
     OSU_MAX_SIZE,
@@ -14,7 +15,6 @@ from fabricbench.collectives.spec import (
     unit_factor,
 )
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import filled, nothing, pattern, poisoned
 
 
 def expected(size: int, ranks: int, rank: int) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from fabricbench.buffers import nothing
 from fabricbench.collectives import allreduce
 from fabricbench.collectives.spec import (
     FLOAT32,
@@ -20,7 +21,6 @@ from fabricbench.collectives.spec import (
     value_result,
 )
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import nothing
 
 
 def expected(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> np.ndarray:

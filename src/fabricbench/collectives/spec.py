@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
+from fabricbench.buffers import aligned, float_pattern, poisoned
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import aligned, float_pattern, poisoned
 
 OSU_MAX_SIZE = 1024 * 1024  # OSU's largest collective message by default: 1 MiB
 ROOT = 0  # the rank that broadcasts (bcast) or receives the result (reduce)

@@ -17,6 +17,7 @@ from fabricbench.control import ControlPlane
 from fabricbench.errors import FabricbenchError
 from fabricbench.measure.plan import Plan
 from fabricbench.measure.results import RUN_ID_VAR
+from fabricbench.transports import TRANSPORTS
 
 
 def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progress: bool, append: bool) -> int:
@@ -24,7 +25,7 @@ def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progre
     from fabricbench.launch import launcher as launch
     from fabricbench.measure.results import check_reuse, prepare_out_dir
 
-    check_reuse(plan.out_dir, append)
+    check_reuse(plan.out_dir, append, TRANSPORTS)
     prepare_out_dir(plan.out_dir)
     os.environ[RUN_ID_VAR] = plan.run_id
     child_argv = list(argv) if out_given else [*argv, "--out", plan.out_dir]
@@ -54,7 +55,7 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
             from fabricbench.measure.results import check_reuse, prepare_out_dir
 
             plan = make_plan(ctrl.size)
-            check_reuse(plan.out_dir, append)
+            check_reuse(plan.out_dir, append, TRANSPORTS)
             prepare_out_dir(plan.out_dir)
             envelope = {"plan": json.loads(plan.to_json())}
         except FabricbenchError as exc:

@@ -19,6 +19,7 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from fabricbench.errors import FabricbenchError, UsageError
@@ -64,8 +65,9 @@ def prepare_out_dir(path: str) -> Path:
     return out
 
 
-def check_reuse(path: str, append: bool) -> None:
-    """Refuse an output directory that holds anything, unless ``append``; then its table must be one to add rows to.
+def check_reuse(path: str, append: bool, transports: Collection[str]) -> None:
+    """Refuse an output directory that holds anything, unless ``append``; then its table must be one to add rows to
+    (``transports``: the names its rows' transport may hold).
 
     New rows in an earlier run's folder would mix two runs in one table under
     metadata that describes only the last: that takes --append, which keeps
@@ -79,7 +81,7 @@ def check_reuse(path: str, append: bool) -> None:
     if taken and not append:
         raise UsageError(f"output directory {path!r} is not empty: give a new --out, or --append to add to its table")
     if taken:
-        _make_whole(out)
+        _make_whole(out, transports)
 
 
 def _check_header(csv_path: Path) -> None:
@@ -129,7 +131,7 @@ def earlier_runs(out_dir: Path) -> list[dict]:
     return [*previous, newest]
 
 
-def _make_whole(out: Path) -> None:
+def _make_whole(out: Path, transports: Collection[str]) -> None:
     """An --append folder whose three files agree, made so from what is whole, or a one-line UsageError.
 
     Called before any rank starts. The CSV is the table and the Parquet file its copy (made again at
@@ -154,7 +156,7 @@ def _make_whole(out: Path) -> None:
             cells, own = got if isinstance(got, tuple) else (got, None)
             if cells.header != COLUMNS:
                 raise UsageError(f"{str(path)!r} has other columns than a schema {SCHEMA_VERSION} fabricbench table")
-            return cells, table_cells.check_cells(cells) if cells.rows else None, own
+            return cells, table_cells.check_cells(cells, transports) if cells.rows else None, own
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
 

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import reprlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,16 +105,10 @@ def parse_json(raw: str | bytes, name: str) -> object:
         raise UsageError(f"cannot read results from {name!r}: {str(exc).splitlines()[0]}") from None
 
 
-def _known() -> tuple[set[str], set[str]]:
-    from fabricbench.measure.kernels import KERNELS
-    from fabricbench.transports import TRANSPORTS
-
-    return set(TRANSPORTS), set(KERNELS)
-
-
-def check_cells(cells: Cells) -> pd.DataFrame:
+def check_cells(cells: Cells, transports: Collection[str]) -> pd.DataFrame:
     """The one check of a table read from disk (compare, check, model and run --append), as a typed DataFrame.
 
+    ``transports``: the names a row's transport may hold (the registry's, which lies above this layer).
     Refused, with one line naming the file, the row (from 1, below the header) and the column: a
     table without the columns every schema has (transport, kernel, size_B, status and at least one
     measured column), a column twice, no rows, a transport or kernel fabricbench does not have, an
@@ -141,7 +136,9 @@ def check_cells(cells: Cells) -> pd.DataFrame:
         return UsageError(f"{name!r} has {column} = {reprlib.repr(shown)} (row {number}): {why}")
 
     at = {column: index for index, column in enumerate(header)}
-    transports, kernels = _known()
+    from fabricbench.measure.kernels import KERNELS
+
+    kernels = set(KERNELS)
     statuses = [row[at["status"]] for row in cells.rows]
     measured = [is_measured(status) for status in statuses]
     for number, row in enumerate(cells.rows, 1):

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fabricbench.buffers import POISON, nothing
 from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import POISON, nothing
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.buffer_place import HOST, BufferPlace

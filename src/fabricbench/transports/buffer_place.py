@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fabricbench.buffers import POISON
 from fabricbench.errors import UsageError
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import POISON
 from fabricbench.transports.gpu import devices as gpu
 from fabricbench.transports.options import OptionGroup
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import contextlib
 
+from fabricbench.buffers import nothing, pattern
 from fabricbench.errors import PeerError, Unsupported
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import nothing, pattern
 from fabricbench.measure.kernels import COPY_KERNELS, Kernel
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.gpu import devices as gpu
@@ -100,7 +100,7 @@ class CopyCase(Case):
     def _host(self, size: int, pinned: bool) -> np.ndarray:
         """Host memory: page-locked (cudaHostAlloc through CuPy) or numpy's pageable, written before use."""
         if not pinned:
-            from fabricbench.measure.buffers import aligned
+            from fabricbench.buffers import aligned
 
             return aligned(size)
         memory = self.cupy.cuda.alloc_pinned_memory(max(size, 1))

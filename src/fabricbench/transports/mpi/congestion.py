@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabricbench.control.mpi import import_mpi
-from fabricbench.measure.buffers import (
+from fabricbench.buffers import (
     EMPTY,
     PATTERN_PERIOD,
     POISON,
@@ -33,6 +32,7 @@ from fabricbench.measure.buffers import (
     times_address,
     write_pattern,
 )
+from fabricbench.control.mpi import import_mpi
 from fabricbench.measure.congestion import INT64, Flood, Role
 from fabricbench.transports.base import Case
 from fabricbench.transports.mpi.cloop import CLoop, require_success

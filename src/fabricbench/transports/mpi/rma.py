@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 
+from fabricbench.buffers import POISON, filled, nothing, pattern, poisoned
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import POISON, filled, nothing, pattern, poisoned
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Transport
 from fabricbench.transports.mpi.cloop import CLoop

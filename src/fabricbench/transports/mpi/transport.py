@@ -32,10 +32,10 @@ import time
 from functools import partial
 from types import SimpleNamespace
 
+from fabricbench.buffers import filled, nothing, pattern, poisoned, times_address
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import filled, nothing, pattern, poisoned, times_address
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport

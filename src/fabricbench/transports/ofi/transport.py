@@ -37,9 +37,9 @@ import os
 import re
 
 from fabricbench.argtypes import MASK
+from fabricbench.buffers import POISON, aligned, nothing, pattern, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.measure.buffers import POISON, aligned, nothing, pattern, times_address
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.ofi import cloop as ofi_cloop

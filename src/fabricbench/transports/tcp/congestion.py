@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fabricbench.buffers import EMPTY, PATTERN_PERIOD, aligned, filled, pattern, poisoned, write_pattern
 from fabricbench.errors import PeerError
-from fabricbench.measure.buffers import EMPTY, PATTERN_PERIOD, aligned, filled, pattern, poisoned, write_pattern
 from fabricbench.measure.congestion import INT64, MIX, Flood, Role
 from fabricbench.transports.base import Case
 

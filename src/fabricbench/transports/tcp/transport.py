@@ -40,12 +40,12 @@ from pathlib import Path
 from types import ModuleType
 
 from fabricbench.argtypes import port_number
+from fabricbench.buffers import aligned, filled, nothing, pattern, poisoned
 from fabricbench.collectives.spec import ROOT
 from fabricbench.control import allgather_json
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import aligned, filled, nothing, pattern, poisoned
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports import cbuild

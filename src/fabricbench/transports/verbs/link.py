@@ -12,9 +12,9 @@ import errno
 import secrets
 import time
 
+from fabricbench.buffers import PAGE, aligned
 from fabricbench.errors import PeerError, UsageError
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import PAGE, aligned
 from fabricbench.transports.verbs.rdma import (
     GID_TYPES,
     LINK_LAYERS,

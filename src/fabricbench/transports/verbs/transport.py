@@ -42,10 +42,10 @@ import socket
 import sys
 import time
 
+from fabricbench.buffers import POISON, nothing, pattern, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
-from fabricbench.measure.buffers import POISON, nothing, pattern, times_address
 from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
