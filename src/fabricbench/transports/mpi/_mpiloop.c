@@ -39,7 +39,7 @@
 enum { TAG = 11, ACK_TAG = 12 }; /* mpi.py's tags: data, and the bandwidth window's ack */
 
 /* fb_collective's datatype codes (its operations' are _mpicodes.h's). */
-enum { BYTES, FLOATS, CHARS, INTS }; /* mpi.py's C_TYPES: MPI_BYTE, MPI_FLOAT, MPI_CHAR, MPI_INT */
+enum { BYTES, FLOATS, CHARS, INTS }; /* mpi/transport.py's C_TYPES: MPI_BYTE, MPI_FLOAT, MPI_CHAR, MPI_INT */
 
 /* Every function keeps its first error in `err` and leaves through `out`, where it frees what it built. */
 #define TRY(call)                                 \
