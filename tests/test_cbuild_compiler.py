@@ -13,6 +13,9 @@ import pytest
 
 from fabricbench.transports import cbuild
 from fabricbench.transports.cbuild import CLoopUnavailable, Recipe
+from fabricbench.transports.mpi import cloop as mpi_cloop
+from fabricbench.transports.ofi import cloop as ofi_cloop
+from fabricbench.transports.verbs import cloop as verbs_cloop
 from support import PYTHON, clean_env
 
 COMPILER = cbuild.find_compiler()
@@ -87,3 +90,33 @@ def test_the_tcp_loop_is_built_as_an_extension_for_this_python(tmp_path):
     path, pingpong, window = done.stdout.split()
     assert Path(path).parent == tmp_path / "cache" / "tcploop" and path.endswith(sysconfig.get_config_var("EXT_SUFFIX"))
     assert pingpong == window == "True"
+
+
+def test_the_runtime_header_is_on_every_builds_include_path(recipe):
+    """fb_runtime.h from a source outside its folder: the clock, back-to-back stamps and the error buffer."""
+    recipe.source.write_text(
+        '#include "fb_runtime.h"\n'
+        "int fb_stamps(int64_t *times, int n, char *error, int size)\n"
+        "{\n"
+        "    int64_t last = fb_now_ns();\n"
+        "    for (int i = 0; i < n; i++)\n"
+        "        fb_stamp(times, i, &last);\n"
+        '    return fb_fail(error, (size_t)size, "%d stamps", n);\n'
+        "}\n"
+    )
+    signature = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib, _ = cbuild.load_library(recipe, {"fb_stamps": (signature, ctypes.c_int)})
+    times, error = (ctypes.c_int64 * 5)(*[-1] * 5), ctypes.create_string_buffer(16)
+    assert lib.fb_stamps(times, 5, error, 16) == -1 and error.value == b"5 stamps"
+    assert all(0 <= t < 10**9 for t in times)
+
+
+@pytest.mark.parametrize("loop", [mpi_cloop, verbs_cloop, ofi_cloop], ids=["mpi", "verbs", "ofi"])
+def test_the_codes_python_reads_are_the_numbers_the_compiler_sees(recipe, loop):
+    names = list(cbuild._defines(loop.CODES))
+    body = "".join(f"    out[{i}] = {name};\n" for i, name in enumerate(names))
+    recipe.source.write_text(f'#include "{loop.CODES}"\nvoid fb_codes(long long *out)\n{{\n{body}}}\n')
+    lib, _ = cbuild.load_library(recipe, {"fb_codes": ([ctypes.POINTER(ctypes.c_longlong)], None)})
+    seen = (ctypes.c_longlong * len(names))()
+    lib.fb_codes(seen)
+    assert dict(zip(names, seen, strict=True)) == cbuild._defines(loop.CODES)

@@ -14,6 +14,9 @@ import pytest
 from fabricbench.transports import cbuild
 from fabricbench.transports.cbuild import CLoopUnavailable, Recipe
 from fabricbench.transports.mpi import cloop as mpi_cloop
+from fabricbench.transports.ofi import cloop as ofi_cloop
+from fabricbench.transports.tcp import transport as tcp_transport
+from fabricbench.transports.verbs import cloop as verbs_cloop
 from support import REPO, executable_stub
 
 HINT = "Debian/Ubuntu: apt-get install libibverbs-dev; RHEL/Fedora: dnf install rdma-core-devel"
@@ -89,6 +92,30 @@ def test_the_cache_key_follows_everything_the_build_depends_on(recipe):
     assert cbuild.cache_key(recipe) != key
 
 
+def test_the_cache_key_follows_the_headers_the_source_includes(recipe, tmp_path, monkeypatch):
+    """A changed runtime header, or a loop's own header, rebuilds the loop; a system header is the library's part."""
+    runtime = tmp_path / "runtime" / "fb_runtime.h"
+    runtime.parent.mkdir()
+    runtime.write_text("static inline int fb_one(void) { return 1; }\n")
+    monkeypatch.setattr(cbuild, "RUNTIME_HEADER", runtime)
+    codes = tmp_path / "_probecodes.h"
+    codes.write_text("#define OP_ONE 1\n")
+    recipe.source.write_text('#include <stdio.h>\n#include "_probecodes.h"\n #  include "fb_runtime.h"\nint f;\n')
+    assert cbuild.local_headers(recipe.source) == [codes, runtime]
+    key = cbuild.cache_key(recipe)
+    runtime.write_text("static inline int fb_one(void) { return 2; }\n")
+    after_runtime = cbuild.cache_key(recipe)
+    codes.write_text("#define OP_ONE 2\n")
+    after_codes = cbuild.cache_key(recipe)
+    assert len({key, after_runtime, after_codes}) == 3
+
+
+def test_every_c_loop_includes_the_runtime_header_and_so_is_keyed_by_it():
+    for source in (mpi_cloop.SOURCE, tcp_transport.SOURCE, verbs_cloop.SOURCE, ofi_cloop.SOURCE):
+        assert cbuild.RUNTIME_HEADER in cbuild.local_headers(source), source.name
+    assert cbuild.local_headers(mpi_cloop.SOURCE) == [mpi_cloop.CODES, cbuild.RUNTIME_HEADER]
+
+
 def test_an_unreadable_source_is_one_line(recipe):
     recipe.source.unlink()
     with pytest.raises(CLoopUnavailable, match=r"^cannot read .*probe\.c: No such file or directory$"):
@@ -119,6 +146,7 @@ def test_a_missing_header_names_the_header_and_the_hint(recipe, monkeypatch):
     assert str(refused.value) == f"cannot build the verbsloop C loop: infiniband/verbs.h not found ({HINT})"
     [command] = commands  # a failed compile is not tried again
     assert command[:4] == ["cc", "-O2", "-shared", "-fPIC"] and command[-2:] == [str(recipe.source), "-libverbs"]
+    assert f"-I{cbuild.RUNTIME_HEADER.parent}" in command  # where every loop finds the runtime header
     assert not list((cbuild.cache_dir("verbsloop")).glob("*.so"))  # nothing half-built is left in the cache
 
 
@@ -154,8 +182,12 @@ def test_the_mpi_loop_raises_the_builders_exception():
     assert mpi_cloop.CLoopUnavailable is CLoopUnavailable
 
 
-def test_every_c_loop_source_is_installed_with_the_package():
-    """A loop is compiled from its source on first use, so an installed fabricbench needs each ``_*.c`` file."""
+def test_every_c_loop_source_and_header_is_installed_with_the_package():
+    """A loop is compiled from its source on first use, so an installed fabricbench needs each ``.c`` file and
+    each header it includes."""
     package_data = (REPO / "pyproject.toml").read_text().split("[tool.setuptools.package-data]")[1].split("\n[")[0]
-    for source in Path(cbuild.__file__).parent.glob("_*.c"):
-        assert f'"transports/{source.name}"' in package_data, source.name
+    transports = Path(cbuild.__file__).parent
+    files = [*transports.rglob("*.c"), *transports.rglob("*.h")]
+    assert len(files) >= 8  # four loops, the runtime header, three codes headers
+    for path in files:
+        assert f'"transports/{path.relative_to(transports)}"' in package_data, path

@@ -1,11 +1,15 @@
 """The one builder of fabricbench's C loops: compile a C source against a library on first use, cache it, load it.
 
-Every timed loop in C (the MPI loops, the tcp loops, the verbs loops) must match what this host has: the MPI that
-mpi4py loaded, this Python's ABI, the installed libibverbs. So each is compiled at run time, not at install time,
-and cached per user by everything the build depends on (the source, the compiler and its identity, the flags and
-the library's version), so a new library, compiler or fabricbench builds anew and every later run loads the same
-file. Ranks on one host build once, under a lock. Whatever goes wrong is one line in ``CLoopUnavailable``, and the
-caller falls back to its Python loop or stops.
+Every timed loop in C (the MPI loops, the tcp loops, the verbs and ofi loops) must match what this host has: the MPI
+that mpi4py loaded, this Python's ABI, the installed libibverbs or libfabric. So each is compiled at run time, not at
+install time, and cached per user by everything the build depends on (the source and the headers of fabricbench's
+it includes, the compiler and its identity, the flags and the library's version), so a new library, compiler or
+fabricbench builds anew and every later run loads the same file. Ranks on one host build once, under a lock.
+Whatever goes wrong is one line in ``CLoopUnavailable``, and the caller falls back to its Python loop or stops.
+
+Every loop includes the one runtime header, ``fb_runtime.h`` beside this module (the clock, the per-iteration stamp,
+the error buffer), found on the include path this builder gives. The numeric codes Python passes a loop live in a
+small header beside it, which the loop includes and Python reads (``read_codes``): one list for both sides.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ OUTPUT_CHARS = 240
 COMPILERS = ("cc", "gcc", "clang")
 NO_COMPILER = "no C compiler found (install gcc, or set CC)"
 
+RUNTIME_HEADER = Path(__file__).with_name("fb_runtime.h")
+# `#include "name"`: a header of fabricbench's own, looked up beside the including file, then beside RUNTIME_HEADER.
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+# A codes header's one kind of line, once its comments are gone: `#define NAME number`.
+_CODE_LINE = re.compile(r"#define[ \t]+([A-Z][A-Z0-9_]*)[ \t]+(\d+)")
+
 # A header the compiler cannot find: gcc's and clang's wordings (the compiler runs with LC_ALL=C).
 _MISSING_HEADER = (
     re.compile(r"fatal error: ([^\s:]+): No such file or directory"),
@@ -55,8 +65,8 @@ class CLoopUnavailable(Exception):
 class Recipe:
     """What to build and what the build depends on.
 
-    The command is ``compiler -O2 -shared -fPIC *compile_flags -o OUT source *link_flags``; the built file is
-    ``<cache>/<name>/<name>-<key><suffix>``.
+    The command is ``compiler -O2 -shared -fPIC -I<RUNTIME_HEADER's folder> *compile_flags -o OUT source
+    *link_flags``; the built file is ``<cache>/<name>/<name>-<key><suffix>``.
     """
 
     name: str  # the cache subfolder and the file-name prefix
@@ -130,13 +140,38 @@ def _identity(compiler: tuple[str, ...]) -> str:
     return said.strip().partition("\n")[0]
 
 
-def cache_key(recipe: Recipe) -> str:
-    """sha256 of everything the build depends on: a new source, compiler, flag or library gets a new build.
-    Raises CLoopUnavailable when the source cannot be read."""
+def _read(path: Path) -> bytes:
     try:
-        digest = hashlib.sha256(recipe.source.read_bytes())
+        return path.read_bytes()
     except OSError as exc:
-        raise CLoopUnavailable(f"cannot read {recipe.source}: {exc.strerror or exc}") from exc
+        raise CLoopUnavailable(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def local_headers(source: Path) -> list[Path]:
+    """The headers of fabricbench's own that `source` includes (``#include "name"``), and those they include, each
+    once, in the order first met: looked up beside the including file, then beside RUNTIME_HEADER, as the
+    compiler does with the -I this builder gives. One found in neither is left to the compiler to name.
+    Raises CLoopUnavailable when a file cannot be read."""
+    found: list[Path] = []
+    pending = [source]
+    while pending:
+        including = pending.pop(0)
+        for name in _LOCAL_INCLUDE.findall(_read(including).decode(errors="replace")):
+            for folder in (including.parent, RUNTIME_HEADER.parent):
+                if (header := folder / name).is_file():
+                    if header not in found:
+                        found.append(header)
+                        pending.append(header)
+                    break
+    return found
+
+
+def cache_key(recipe: Recipe) -> str:
+    """sha256 of everything the build depends on: a new source, header of fabricbench's, compiler, flag or library
+    gets a new build. Raises CLoopUnavailable when the source or a header cannot be read."""
+    digest = hashlib.sha256(_read(recipe.source))
+    for header in local_headers(recipe.source):
+        digest.update(b"\0" + header.name.encode() + b"\0" + _read(header))
     compiler = recipe.compiler or []
     identity = recipe.identity if recipe.identity is not None else compiler_identity(compiler)
     fixed = (shlex.join(compiler), identity, shlex.join(recipe.compile_flags), shlex.join(recipe.link_flags))
@@ -161,7 +196,7 @@ def _one_line(text: str) -> str:
 
 
 def _compile(recipe: Recipe, compiler: list[str], output: Path) -> None:
-    flags = ["-O2", "-shared", "-fPIC", *recipe.compile_flags]
+    flags = ["-O2", "-shared", "-fPIC", f"-I{RUNTIME_HEADER.parent}", *recipe.compile_flags]
     command = [*compiler, *flags, "-o", str(output), str(recipe.source), *recipe.link_flags]
     name = Path(compiler[0]).name
     try:
@@ -247,6 +282,31 @@ def _load(recipe: Recipe, opener: Callable[[Path], Loaded]) -> tuple[Loaded, Pat
     except CLoopUnavailable:
         shutil.rmtree(private, ignore_errors=True)
         raise
+
+
+def _defines(header: Path) -> dict[str, int]:
+    text = header.read_text()
+    # Comments out, their line breaks kept, so that a line's number is the file's.
+    text = re.sub(r"/\*.*?\*/", lambda comment: "\n" * comment.group().count("\n"), text, flags=re.DOTALL)
+    defines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not (line := line.strip()):
+            continue
+        if not (match := _CODE_LINE.fullmatch(line)) or match[1] in defines:
+            raise ValueError(f"{header}:{number}: not a new '#define NAME number' line: {line!r}")
+        defines[match[1]] = int(match[2])
+    return defines
+
+
+def read_codes(header: Path, prefix: str) -> dict[str, int]:
+    """The codes a C loop takes, from the header it includes: every ``#define PREFIX_NAME number``, as
+    {"name": number} (``OP_REDUCE_SCATTER`` is "reduce_scatter"). A codes header holds comments and such lines
+    only; any other line, a name defined twice, a prefix with no name or two names of one prefix with one number
+    is a ValueError: the two sides could no longer agree."""
+    codes = {name[len(prefix) :].lower(): code for name, code in _defines(header).items() if name.startswith(prefix)}
+    if not codes or len(set(codes.values())) != len(codes):
+        raise ValueError(f"{header}: the {prefix}* codes must exist and differ: {codes}")
+    return codes
 
 
 # ctypes' types under the names the C loops' signature tables use

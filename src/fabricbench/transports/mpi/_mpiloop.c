@@ -17,9 +17,8 @@
  * which works whether the MPI's C handles are integers (MPICH) or pointers
  * (Open MPI).
  *
- * Stamps are CLOCK_MONOTONIC in ns, the clock of time.perf_counter_ns; each
- * iteration's duration goes to times[i] (at least `iterations` entries), on
- * the ranks that time. Requests are built before the timed region and freed
+ * Stamps are fb_runtime.h's (CLOCK_MONOTONIC in ns); each iteration's duration
+ * goes to times[i] (at least `iterations` entries), on the ranks that time. Requests are built before the timed region and freed
  * after it, on every path. Every function returns 0, an MPI error code (as the
  * handle's error handler lets them return; mpi4py sets MPI_ERRORS_RETURN), or
  * FB_UNSUPPORTED.
@@ -27,25 +26,20 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, also under a strict -std=c99/c11 */
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include <mpi.h>
+
+#include "_mpicodes.h"
+#include "fb_runtime.h"
 
 #define FB_UNSUPPORTED (-1)
 
 enum { TAG = 11, ACK_TAG = 12 }; /* mpi.py's tags: data, and the bandwidth window's ack */
 
-/* fb_collective's op and datatype codes. */
-enum { ALLREDUCE, ALLGATHER, ALLTOALL, BCAST, REDUCE, REDUCE_SCATTER, BARRIER };
-enum { BYTES, FLOATS, CHARS, INTS }; /* mpi.py's C_TYPES: MPI_BYTE, MPI_FLOAT, MPI_CHAR, MPI_INT */
-
-static inline long long now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
+/* fb_collective's datatype codes (its operations' are _mpicodes.h's). */
+enum { BYTES, FLOATS, CHARS, INTS }; /* mpi/transport.py's C_TYPES: MPI_BYTE, MPI_FLOAT, MPI_CHAR, MPI_INT */
 
 /* Every function keeps its first error in `err` and leaves through `out`, where it frees what it built. */
 #define TRY(call)                                 \
@@ -57,12 +51,10 @@ static inline long long now_ns(void)
 /* Samples back to back, each timed from the previous stamp, so that nothing between two samples goes untimed. */
 #define TIMED_BACK_TO_BACK(operation)                        \
     do {                                                     \
-        long long last = now_ns();                           \
+        int64_t last = fb_now_ns();                          \
         for (long long i = 0; i < iterations; i++) {         \
             operation;                                       \
-            long long now = now_ns();                        \
-            times[i] = now - last;                           \
-            last = now;                                      \
+            fb_stamp(times, i, &last);                       \
         }                                                    \
     } while (0)
 
@@ -71,9 +63,9 @@ static inline long long now_ns(void)
 #define TIMED_ALONE(operation)                               \
     do {                                                     \
         for (long long i = 0; i < iterations; i++) {         \
-            long long start = now_ns();                      \
+            int64_t start = fb_now_ns();                     \
             operation;                                       \
-            times[i] = now_ns() - start;                     \
+            fb_stamp(times, i, &start);                      \
             if (separate)                                    \
                 TRY(MPI_Barrier(comm));                      \
         }                                                    \
@@ -86,9 +78,9 @@ static inline long long now_ns(void)
         if (synchronized) {                                  \
             for (long long i = 0; i < iterations; i++) {     \
                 TRY(MPI_Barrier(comm));                      \
-                long long start = now_ns();                  \
+                int64_t start = fb_now_ns();                 \
                 operation;                                   \
-                times[i] = now_ns() - start;                 \
+                fb_stamp(times, i, &start);                  \
             }                                                \
         } else {                                             \
             TIMED_BACK_TO_BACK(operation);                   \
@@ -142,7 +134,7 @@ static MPI_Request *null_requests(int n)
 }
 
 int fb_pingpong(MPI_Fint comm_handle, int peer, int initiator, int persistent, void *send_buf, void *recv_buf,
-                long long size, long long iterations, long long *times)
+                long long size, long long iterations, int64_t *times)
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle);
     /* The reply's receive first: the initiator posts it with its send, one Startall and one Waitall a round trip. */
@@ -173,7 +165,7 @@ out:
 
 int fb_window(MPI_Fint comm_handle, int peer, int initiator, int both_ways, int persistent, int synchronized,
               void *send_buf, void *recv_buf, void *ack_buf, long long size, int window, long long iterations,
-              long long *times)
+              int64_t *times)
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle);
     int timed = initiator || both_ways; /* the one-way receiver only answers */
@@ -238,19 +230,19 @@ static int collective_init(MPI_Comm comm, int op, MPI_Datatype type, void *send_
                            int root, MPI_Request *request)
 {
     switch (op) {
-    case ALLREDUCE:
+    case OP_ALLREDUCE:
         return MPI_Allreduce_init(send_buf, recv_buf, count, type, MPI_SUM, comm, MPI_INFO_NULL, request);
-    case ALLGATHER:
+    case OP_ALLGATHER:
         return MPI_Allgather_init(send_buf, count, type, recv_buf, count, type, comm, MPI_INFO_NULL, request);
-    case ALLTOALL:
+    case OP_ALLTOALL:
         return MPI_Alltoall_init(send_buf, count, type, recv_buf, count, type, comm, MPI_INFO_NULL, request);
-    case BCAST:
+    case OP_BCAST:
         return MPI_Bcast_init(send_buf, count, type, root, comm, MPI_INFO_NULL, request);
-    case REDUCE:
+    case OP_REDUCE:
         return MPI_Reduce_init(send_buf, recv_buf, count, type, MPI_SUM, root, comm, MPI_INFO_NULL, request);
-    case REDUCE_SCATTER:
+    case OP_REDUCE_SCATTER:
         return MPI_Reduce_scatter_block_init(send_buf, recv_buf, count, type, MPI_SUM, comm, MPI_INFO_NULL, request);
-    case BARRIER:
+    case OP_BARRIER:
         return MPI_Barrier_init(comm, MPI_INFO_NULL, request);
     default:
         return MPI_ERR_ARG;
@@ -259,7 +251,7 @@ static int collective_init(MPI_Comm comm, int op, MPI_Datatype type, void *send_
 #endif
 
 int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, void *send_buf, void *recv_buf,
-                  long long count, int root, long long iterations, long long *times)
+                  long long count, int root, long long iterations, int64_t *times)
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle);
     MPI_Request request = MPI_REQUEST_NULL;
@@ -267,7 +259,7 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
                         : datatype == CHARS ? MPI_CHAR
                         : datatype == INTS  ? MPI_INT
                                             : MPI_BYTE;
-    int separate = op != BARRIER; /* the untimed barrier between samples */
+    int separate = op != OP_BARRIER; /* the untimed barrier between samples */
     int n, err = as_count(count, &n);
     if (err != MPI_SUCCESS)
         return err;
@@ -283,25 +275,25 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
     } else {
         /* One loop per operation, so that the timed region holds the call and nothing else. */
         switch (op) {
-        case ALLREDUCE:
+        case OP_ALLREDUCE:
             TIMED_ALONE(TRY(MPI_Allreduce(send_buf, recv_buf, n, type, MPI_SUM, comm)));
             break;
-        case ALLGATHER:
+        case OP_ALLGATHER:
             TIMED_ALONE(TRY(MPI_Allgather(send_buf, n, type, recv_buf, n, type, comm)));
             break;
-        case ALLTOALL:
+        case OP_ALLTOALL:
             TIMED_ALONE(TRY(MPI_Alltoall(send_buf, n, type, recv_buf, n, type, comm)));
             break;
-        case BCAST:
+        case OP_BCAST:
             TIMED_ALONE(TRY(MPI_Bcast(send_buf, n, type, root, comm)));
             break;
-        case REDUCE:
+        case OP_REDUCE:
             TIMED_ALONE(TRY(MPI_Reduce(send_buf, recv_buf, n, type, MPI_SUM, root, comm)));
             break;
-        case REDUCE_SCATTER:
+        case OP_REDUCE_SCATTER:
             TIMED_ALONE(TRY(MPI_Reduce_scatter_block(send_buf, recv_buf, n, type, MPI_SUM, comm)));
             break;
-        case BARRIER:
+        case OP_BARRIER:
             TIMED_ALONE(TRY(MPI_Barrier(comm)));
             break;
         default:
@@ -314,7 +306,7 @@ out:
 }
 
 int fb_rma(MPI_Fint win_handle, int target, int put, void *local_buf, long long size, int window,
-           long long iterations, long long *times)
+           long long iterations, int64_t *times)
 {
     MPI_Win win = MPI_Win_f2c(win_handle);
     int per_flush = window > 0 ? window : 1; /* latency (window 0): one operation a flush */
@@ -363,7 +355,7 @@ enum { FROM_LEFT = 21, FROM_RIGHT = 22, STARTED_TAG = 23, STOP_TAG = 24 };
  * while every group runs. In the isolated phase nothing waits. */
 int fb_canary(MPI_Fint comm_handle, MPI_Fint signal_handle, int test, int left, int right, void *send_left,
               void *send_right, void *recv_left, void *recv_right, long long size, int window, int congested,
-              const int *firsts, int n_firsts, void *signal_buf, long long iterations, long long *times)
+              const int *firsts, int n_firsts, void *signal_buf, long long iterations, int64_t *times)
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle), signal = MPI_Comm_f2c(signal_handle);
     int per_side = test == RR_BW ? window : 1;
@@ -499,7 +491,7 @@ int fb_congestor(MPI_Fint comm_handle, MPI_Fint signal_handle, MPI_Fint win_hand
         if (done++ % agree_every)
             continue;
         if (done == 1)
-            started_ns = now_ns();
+            started_ns = fb_now_ns();
         if (rank == 0 && !stop_seen)
             TRY(MPI_Test(&stop, &stop_seen, MPI_STATUS_IGNORE));
         TRY(MPI_Allreduce(&stop_seen, &decision, 1, MPI_INT, MPI_MAX, comm));
@@ -507,7 +499,7 @@ int fb_congestor(MPI_Fint comm_handle, MPI_Fint signal_handle, MPI_Fint win_hand
             if (rank == 0)
                 TRY(MPI_Send(signal_buf, 1, MPI_BYTE, leader, STARTED_TAG, signal));
         } else if (decision) {
-            stats[1] = now_ns() - started_ns;
+            stats[1] = fb_now_ns() - started_ns;
             stats[0] = done - 1;
             break;
         }

@@ -22,6 +22,8 @@ from fabricbench.transports import cbuild
 from fabricbench.transports.cbuild import CLoopUnavailable  # also the mpi transports' name for it
 
 SOURCE = Path(__file__).with_name("_mpiloop.c")
+CODES = Path(__file__).with_name("_mpicodes.h")
+C_OPS = cbuild.read_codes(CODES, "OP_")  # fb_collective's code of each collective kernel, as the C loop numbers them
 NO_WRAPPER = "no MPI compiler wrapper found (set MPICC, or install the MPI's development package)"
 
 _HANDLE = _FLAG = ctypes.c_int  # MPI_Fint, ranks, flags and codes are C ints

@@ -40,7 +40,7 @@ from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
-from fabricbench.transports.mpi.cloop import CLoop, CLoopUnavailable, load, require_success, wrapper_identity
+from fabricbench.transports.mpi.cloop import C_OPS, CLoop, CLoopUnavailable, load, require_success, wrapper_identity
 from fabricbench.transports.options import LOOP, OptionGroup
 
 TAG = 11
@@ -367,8 +367,6 @@ MPI_CALLS = {
     "bcast": lambda comm, b, dt: ("Bcast", ([b.send, b.count, dt], ROOT)),
     "barrier": lambda comm, b, dt: ("Barrier", ()),
 }
-# The same operations in _mpiloop.c's fb_collective.
-C_OPS = {"allreduce": 0, "allgather": 1, "alltoall": 2, "bcast": 3, "reduce": 4, "reduce_scatter": 5, "barrier": 6}
 # A collective's element as fb_collective's datatype code and mpi4py's datatype's name; any other (bytes, or no
 # element) is MPI_BYTE, code 0.
 C_TYPES = {FLOAT32: (1, "FLOAT"), CHAR: (2, "CHAR"), INT32: (3, "INT")}

@@ -25,9 +25,9 @@
  *   The target's CPU only drives progress until the origin's DONE message.
  * One completion queue serves sends and receives; completions are reaped by
  * busy-polling fi_cq_read (--ofi-progress spin) or blocking in fi_cq_sread
- * (wait). Every wait has the link's deadline. Stamps are CLOCK_MONOTONIC in
- * ns, one per iteration into times[i]. Every function returns 0, or -1 with
- * one line in the link's error text (fb_error).
+ * (wait). Every wait has the link's deadline. Stamps are fb_runtime.h's
+ * (CLOCK_MONOTONIC in ns), one per iteration into times[i]. Every function
+ * returns 0, or -1 with one line in the link's error text (fb_error).
  */
 #define _GNU_SOURCE
 
@@ -51,8 +51,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { EP_RDM, EP_MSG };        /* ofi_options.ENDPOINTS */
-enum { OP_WRITE, OP_READ };     /* ofi_cloop.RMA_CODES */
+#include "_oficodes.h"
+#include "fb_runtime.h"
+
 #define API_VERSION FI_VERSION(1, 9)
 #define BATCH 16                /* completions reaped per fi_cq_read call */
 #define NAME_BYTES 256          /* the largest endpoint address this side takes */
@@ -102,17 +103,10 @@ struct fb_ofi {
     char error[256];
 };
 
-static inline int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
+/* `what` failed with libfabric's error `code` (either sign): the link's error text; -1. */
 static int fail(struct fb_ofi *l, const char *what, int code)
 {
-    snprintf(l->error, sizeof l->error, "%s: %s", what, fi_strerror(code < 0 ? -code : code));
-    return -1;
+    return FB_FAIL(l, "%s: %s", what, fi_strerror(code < 0 ? -code : code));
 }
 
 const char *fb_error(struct fb_ofi *l) { return l->error; }
@@ -378,7 +372,7 @@ struct fb_ofi *fb_open(const char *provider, const char *domain, const char *sou
     struct fb_ofi *l = calloc(1, sizeof *l);
     int code, rma = 0, matched = 0;
     if (!l) {
-        snprintf(error, (size_t)error_bytes, "out of memory");
+        fb_fail(error, (size_t)error_bytes, "out of memory");
         return NULL;
     }
     memset(out, 0, sizeof *out);
@@ -467,7 +461,7 @@ struct fb_ofi *fb_open(const char *provider, const char *domain, const char *sou
     }
     return l;
 failed:
-    snprintf(error, (size_t)error_bytes, "%s", l->error);
+    fb_fail(error, (size_t)error_bytes, "%s", l->error);
     fb_close(l);
     return NULL;
 }
@@ -480,19 +474,14 @@ static int wait_event(struct fb_ofi *l, uint32_t expected, struct fi_eq_cm_entry
     if (n == -FI_EAVAIL) {
         struct fi_eq_err_entry err = {0};
         fi_eq_readerr(l->eq, &err, 0);
-        snprintf(l->error, sizeof l->error, "%s failed: %s", what, fi_strerror(err.err));
-        return -1;
+        return FB_FAIL(l, "%s failed: %s", what, fi_strerror(err.err));
     }
-    if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT) {
-        snprintf(l->error, sizeof l->error, "%s: no answer within %d s", what, l->timeout_ms / 1000);
-        return -1;
-    }
+    if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT)
+        return FB_FAIL(l, "%s: no answer within %d s", what, l->timeout_ms / 1000);
     if (n < 0)
         return fail(l, what, (int)n);
-    if (event != expected) {
-        snprintf(l->error, sizeof l->error, "%s: unexpected connection event %u", what, event);
-        return -1;
-    }
+    if (event != expected)
+        return FB_FAIL(l, "%s: unexpected connection event %u", what, event);
     return 0;
 }
 
@@ -536,15 +525,11 @@ int fb_connect(struct fb_ofi *l, const uint8_t *name, uint32_t name_len, int lis
  * FI_MR_VIRT_ADDR, else 0). -1 where the provider's keys are raw (FI_MR_RAW), which these loops do not carry. */
 int fb_local_key(struct fb_ofi *l, uint64_t *key, uint64_t *base)
 {
-    if (!l->mr) {
-        snprintf(l->error, sizeof l->error, "no memory registration for RMA");
-        return -1;
-    }
+    if (!l->mr)
+        return FB_FAIL(l, "no memory registration for RMA");
     *key = fi_mr_key(l->mr);
-    if (*key == FI_KEY_NOTAVAIL) {
-        snprintf(l->error, sizeof l->error, "the provider's memory keys are raw (FI_MR_RAW), which fabricbench does not carry");
-        return -1;
-    }
+    if (*key == FI_KEY_NOTAVAIL)
+        return FB_FAIL(l, "the provider's memory keys are raw (FI_MR_RAW), which fabricbench does not carry");
     *base = (l->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)l->buf : 0;
     return 0;
 }
@@ -568,9 +553,8 @@ static int reap(struct fb_ofi *l)
         char detail[128] = "";
         if (fi_cq_readerr(l->cq, &err, 0) > 0)
             snprintf(detail, sizeof detail, "%s", fi_cq_strerror(l->cq, err.prov_errno, err.err_data, NULL, 0));
-        snprintf(l->error, sizeof l->error, "%s completion failed: %s (%s)", (err.flags & FI_RECV) ? "receive"
-                 : (err.flags & FI_RMA) ? "RMA" : "send", fi_strerror(err.err), detail);
-        return -1;
+        return FB_FAIL(l, "%s completion failed: %s (%s)", (err.flags & FI_RECV) ? "receive"
+                       : (err.flags & FI_RMA) ? "RMA" : "send", fi_strerror(err.err), detail);
     }
     if (n < 0)
         return fail(l, "fi_cq_read", (int)n);
@@ -583,6 +567,18 @@ static int reap(struct fb_ofi *l)
     return (int)n;
 }
 
+/* Whether the link's timeout has passed since the first call for this `*deadline` (0 until then: that call
+ * sets it). */
+static int expired(const struct fb_ofi *l, int64_t *deadline)
+{
+    int64_t now = fb_now_ns();
+    if (!*deadline) {
+        *deadline = now + (int64_t)l->timeout_ms * 1000000LL;
+        return 0;
+    }
+    return now > *deadline;
+}
+
 /* Reap until `tx` sends/RMA and `rx` receives have completed in all, within the link's deadline. */
 static int wait_for(struct fb_ofi *l, uint64_t tx, uint64_t rx, const char *what)
 {
@@ -592,15 +588,8 @@ static int wait_for(struct fb_ofi *l, uint64_t tx, uint64_t rx, const char *what
         int n = reap(l);
         if (n < 0)
             return -1;
-        if (n == 0 && (l->wait || ++idle % SPINS_PER_CLOCK == 0)) {
-            int64_t now = now_ns();
-            if (!deadline)
-                deadline = now + (int64_t)l->timeout_ms * 1000000LL;
-            else if (now > deadline) {
-                snprintf(l->error, sizeof l->error, "no %s completion within %d s", what, l->timeout_ms / 1000);
-                return -1;
-            }
-        }
+        if (n == 0 && (l->wait || ++idle % SPINS_PER_CLOCK == 0) && expired(l, &deadline))
+            return FB_FAIL(l, "no %s completion within %d s", what, l->timeout_ms / 1000);
     }
     return 0;
 }
@@ -610,13 +599,8 @@ static int retry(struct fb_ofi *l, int64_t *deadline, const char *what)
 {
     if (reap(l) < 0)
         return -1;
-    int64_t now = now_ns();
-    if (!*deadline)
-        *deadline = now + (int64_t)l->timeout_ms * 1000000LL;
-    else if (now > *deadline) {
-        snprintf(l->error, sizeof l->error, "%s: the provider's queue stayed full for %d s", what, l->timeout_ms / 1000);
-        return -1;
-    }
+    if (expired(l, deadline))
+        return FB_FAIL(l, "%s: the provider's queue stayed full for %d s", what, l->timeout_ms / 1000);
     return 0;
 }
 
@@ -681,16 +665,14 @@ int fb_pingpong(struct fb_ofi *l, uint64_t size, int64_t iterations, int initiat
         return 0;
     if (post_recv(l, recv_half(l), size, TAG_DATA))
         return -1;
-    int64_t before = now_ns();
+    int64_t before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
         if (initiator) {
             if (post_send(l, send_half(l), size, TAG_DATA) || wait_for(l, 0, l->rx_posted, "receive"))
                 return -1;
             if (i + 1 < iterations && post_recv(l, recv_half(l), size, TAG_DATA))
                 return -1;
-            int64_t now = now_ns();
-            times[i] = now - before;
-            before = now;
+            fb_stamp(times, i, &before);
         } else {
             if (wait_for(l, 0, l->rx_posted, "receive"))
                 return -1;
@@ -717,7 +699,7 @@ int fb_stream(struct fb_ofi *l, uint64_t size, int window, int64_t iterations, i
                 return -1;
     if (acked && post_recv(l, control(l), ACK_BYTES, TAG_ACK))
         return -1;
-    int64_t before = now_ns();
+    int64_t before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
         if (sending)
             for (int w = 0; w < window; w++)
@@ -735,9 +717,7 @@ int fb_stream(struct fb_ofi *l, uint64_t size, int window, int64_t iterations, i
         }
         if (acking && post_send(l, control(l) + ACK_BYTES, ACK_BYTES, TAG_ACK))
             return -1;
-        int64_t now = now_ns();
-        times[i] = now - before;
-        before = now;
+        fb_stamp(times, i, &before);
     }
     return wait_for(l, l->tx_posted, 0, "send");
 }
@@ -784,16 +764,14 @@ static int post_rma(struct fb_ofi *l, int op, uint64_t size)
 int fb_rma(struct fb_ofi *l, int op, uint64_t size, int window, int64_t iterations, int64_t *times)
 {
     int per_sample = window > 0 ? window : 1;
-    int64_t before = now_ns();
+    int64_t before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
         for (int w = 0; w < per_sample; w++)
             if (post_rma(l, op, size))
                 return -1;
         if (wait_for(l, l->tx_posted, 0, op == OP_READ ? "RDMA READ" : "RDMA WRITE"))
             return -1;
-        int64_t now = now_ns();
-        times[i] = now - before;
-        before = now;
+        fb_stamp(times, i, &before);
     }
     return 0;
 }

@@ -38,15 +38,19 @@ from fabricbench.transports.cbuild import (
     Recipe,
     find_compiler,
     load_library,
+    read_codes,
     tool_output,
 )
-from fabricbench.transports.ofi.options import ENDPOINTS, INSTALL_HINT, MESSAGES, PROGRESS, OFIUnavailable
+from fabricbench.transports.ofi.options import INSTALL_HINT, MESSAGES, PROGRESS, OFIUnavailable
 
 SOURCE = Path(__file__).with_name("_ofiloop.c")
+CODES = Path(__file__).with_name("_oficodes.h")  # the numbers the C loop takes, read by both sides
+ENDPOINT_CODES = read_codes(CODES, "EP_")  # {"rdm": 0, "msg": 1}: fb_probe's and fb_open's endpoint type
+_RMA = read_codes(CODES, "OP_")  # fb_rma's operations
 ROOT_VARS = ("LIBFABRIC_ROOT", "FI_ROOT")
 CRAY_GLOB = "/opt/cray/libfabric/*"
 SYSTEM_HEADER = "/usr/include/rdma/fabric.h"
-RMA_CODES = {"put": 0, "get": 1, "put-bw": 0, "get-bw": 1}  # _ofiloop.c's OP_WRITE, OP_READ
+RMA_CODES = {"put": _RMA["write"], "get": _RMA["read"], "put-bw": _RMA["write"], "get-bw": _RMA["read"]}
 NAME_BYTES = 256  # _ofiloop.c's NAME_BYTES: the largest endpoint address
 CONTROL_BYTES = 64  # after the two halves: the acknowledgement and DONE messages' buffer
 ERROR_BYTES = 256
@@ -223,7 +227,7 @@ def hints(settings: dict) -> tuple:
     return (
         (settings.get("provider") or "").encode(),
         (settings.get("domain") or "").encode(),
-        ENDPOINTS.index(settings.get("endpoint", "rdm")),
+        ENDPOINT_CODES[settings.get("endpoint", "rdm")],
         int(settings.get("messages", "tagged") == MESSAGES[0]),
         int(settings.get("progress", "spin") == PROGRESS[1]),
     )

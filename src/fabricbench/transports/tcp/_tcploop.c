@@ -5,8 +5,8 @@
  * loopback or a 100 Gb/s NIC that cost is a visible part of what gets
  * reported (README gives the figures). These loops make the same
  * system calls as fabricbench's Python loops, and as osu_latency and osu_bw
- * make over their fabric: one send and one receive per message, an 8-byte
- * CLOCK_MONOTONIC stamp per iteration (the clock of time.perf_counter_ns).
+ * make over their fabric: one send and one receive per message, one
+ * fb_runtime.h stamp (CLOCK_MONOTONIC in ns) per iteration.
  *
  * The socket must be blocking with SO_RCVTIMEO/SO_SNDTIMEO set: a timeout
  * then comes back as EAGAIN and is raised as BlockingIOError, as in Python.
@@ -35,16 +35,11 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "fb_runtime.h"
+
 enum { OK = 0, CLOSED = -1, FAILED = -2, SIGNALLED = -3 };
 
 #define SIGNAL_CHECK_NS 50000000LL /* 50 ms */
-
-static inline int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 /* EINTR: run Python's signal handlers with the GIL, then go on unless one raised. */
 static int interrupted(PyThreadState **state)
@@ -119,7 +114,7 @@ typedef struct {
    A timeout returns FAILED with errno EAGAIN, as a blocking call with SO_*TIMEO would. */
 static int wait_for(const Stream *stream, short events, int64_t timeout_ns, PyThreadState **state)
 {
-    int64_t start = now_ns();
+    int64_t start = fb_now_ns();
     for (;;) {
         struct pollfd ready = {stream->fd, events, 0};
         int n = poll(&ready, 1, (int)(SIGNAL_CHECK_NS / 1000000));
@@ -129,7 +124,7 @@ static int wait_for(const Stream *stream, short events, int64_t timeout_ns, PyTh
             return FAILED;
         if (interrupted(state))
             return SIGNALLED;
-        if (timeout_ns > 0 && now_ns() - start >= timeout_ns) {
+        if (timeout_ns > 0 && fb_now_ns() - start >= timeout_ns) {
             errno = EAGAIN;
             return FAILED;
         }
@@ -240,7 +235,7 @@ static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
     size_t out_size = (size_t)out.len, in_size = (size_t)in.len;
     int64_t *samples = times.buf;
     PyThreadState *state = PyEval_SaveThread();
-    int64_t checked = now_ns();
+    int64_t checked = fb_now_ns();
     if (initiator) {
         int64_t last = checked;
         for (Py_ssize_t i = 0; i < iterations; i++) {
@@ -248,9 +243,7 @@ static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
                 break;
             if ((outcome = recv_all(fd, recv_buf, in_size, &state)) != OK)
                 break;
-            int64_t now = now_ns();
-            samples[i] = now - last;
-            last = now;
+            int64_t now = fb_stamp(samples, i, &last);
             if (due(now, &checked, &state)) {
                 outcome = SIGNALLED;
                 break;
@@ -262,7 +255,7 @@ static PyObject *pingpong(PyObject *Py_UNUSED(self), PyObject *args)
                 break;
             if ((outcome = send_all(fd, send_buf, out_size, &state)) != OK)
                 break;
-            if (due(now_ns(), &checked, &state)) {
+            if (due(fb_now_ns(), &checked, &state)) {
                 outcome = SIGNALLED;
                 break;
             }
@@ -304,26 +297,24 @@ static PyObject *window(PyObject *Py_UNUSED(self), PyObject *args)
     PyThreadState *state = PyEval_SaveThread();
     /* A window of large messages over a slow link can take seconds: the clock is read for signals
        every 16 messages, not only once per window. */
-    int64_t checked = now_ns();
+    int64_t checked = fb_now_ns();
     unsigned count = 0;
     if (initiator) {
         int64_t last = checked;
         for (Py_ssize_t i = 0; i < iterations && outcome == OK; i++) {
             for (Py_ssize_t m = 0; m < messages && outcome == OK; m++)
                 if ((outcome = stream_send(&stream, send_buf, out_size, &state)) == OK && (++count & 15) == 0 &&
-                    due(now_ns(), &checked, &state))
+                    due(fb_now_ns(), &checked, &state))
                     outcome = SIGNALLED;
             if (outcome != OK || (outcome = stream_recv(&stream, ack_in_buf, 1, &state)) != OK)
                 break;
-            int64_t now = now_ns();
-            samples[i] = now - last;
-            last = now;
+            fb_stamp(samples, i, &last);
         }
     } else {
         for (Py_ssize_t i = 0; i < iterations && outcome == OK; i++) {
             for (Py_ssize_t m = 0; m < messages && outcome == OK; m++)
                 if ((outcome = stream_recv(&stream, recv_buf, in_size, &state)) == OK && (++count & 15) == 0 &&
-                    due(now_ns(), &checked, &state))
+                    due(fb_now_ns(), &checked, &state))
                     outcome = SIGNALLED;
             if (outcome == OK)
                 outcome = stream_send(&stream, ack_buf, 1, &state);
@@ -508,7 +499,7 @@ static int run_step(Runner *runner, const Program *program, const Step *step)
     Lane *lanes = program->lanes + step->first;
     for (Py_ssize_t i = 0; i < step->count; i++)
         lanes[i].at = 0, lanes[i].done = 0;
-    int64_t last_moved = now_ns();
+    int64_t last_moved = fb_now_ns();
     for (;;) {
         int moved = 0, waiting = 0, stalled_fd = -1;
         for (Py_ssize_t i = 0; i < step->count; i++) {
@@ -524,7 +515,7 @@ static int run_step(Runner *runner, const Program *program, const Step *step)
         }
         if (!waiting)
             break;
-        int64_t now = now_ns();
+        int64_t now = fb_now_ns();
         if (moved)
             last_moved = now;
         if (due(now, &runner->checked, &runner->state))
@@ -537,7 +528,7 @@ static int run_step(Runner *runner, const Program *program, const Step *step)
         if (n <= 0) {
             if (interrupted(&runner->state))
                 return SIGNALLED;
-            if (runner->timeout_ns > 0 && now_ns() - last_moved >= runner->timeout_ns) {
+            if (runner->timeout_ns > 0 && fb_now_ns() - last_moved >= runner->timeout_ns) {
                 *runner->where = stalled_fd;
                 errno = EAGAIN;
                 return FAILED;
@@ -640,15 +631,13 @@ static PyObject *congestion_canary(PyObject *Py_UNUSED(self), PyObject *args)
     Runner runner = {polls, seconds_to_ns(timeout), 0, NULL, where.buf};
     *runner.where = -1;
     runner.state = PyEval_SaveThread();
-    runner.checked = now_ns();
+    runner.checked = fb_now_ns();
     int outcome = run_program(&runner, &programs[0]);
     if (outcome == OK) {
-        int64_t last = now_ns();
+        int64_t last = fb_now_ns();
         for (Py_ssize_t i = 0; i < iterations && outcome == OK; i++) {
             outcome = run_program(&runner, &programs[1]);
-            int64_t now = now_ns();
-            samples[i] = now - last;
-            last = now;
+            fb_stamp(samples, i, &last);
         }
     }
     if (outcome == OK)
@@ -738,7 +727,7 @@ static PyObject *congestion_congestor(PyObject *Py_UNUSED(self), PyObject *args)
     Runner runner = {polls, seconds_to_ns(timeout), 0, NULL, where.buf};
     *runner.where = -1;
     runner.state = PyEval_SaveThread();
-    runner.checked = now_ns();
+    runner.checked = fb_now_ns();
     int outcome = OK, stop_seen = 0;
     int64_t done_iterations = 0, started_ns = 0;
     for (;;) {
@@ -747,7 +736,7 @@ static PyObject *congestion_congestor(PyObject *Py_UNUSED(self), PyObject *args)
         if (done_iterations++ % agree_every)
             continue;
         if (done_iterations == 1)
-            started_ns = now_ns();
+            started_ns = fb_now_ns();
         if ((outcome = run_program(&runner, &programs[1])) != OK)
             break;
         if (first) {
@@ -767,7 +756,7 @@ static PyObject *congestion_congestor(PyObject *Py_UNUSED(self), PyObject *args)
             if (first && (outcome = run_program(&runner, &programs[3])) != OK)
                 break;
         } else if (decision[0]) {
-            out[1] = now_ns() - started_ns;
+            out[1] = fb_now_ns() - started_ns;
             out[0] = done_iterations - 1;
             break;
         }

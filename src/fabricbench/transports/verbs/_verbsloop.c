@@ -22,9 +22,9 @@
  *   signalled, and drained: the sample ends when the window's last
  *   completion is reaped, so it always contains the transit of its bytes and
  *   no sample can be shorter than the link allows.
- * Stamps are CLOCK_MONOTONIC in ns (the clock of time.perf_counter_ns), one
- * per iteration into times[i]. Every function returns 0, or -1 with one line
- * in the link's error text (fb_error).
+ * Stamps are fb_runtime.h's (CLOCK_MONOTONIC in ns), one per iteration into
+ * times[i]. Every function returns 0, or -1 with one line in the link's error
+ * text (fb_error).
  */
 #define _GNU_SOURCE
 
@@ -40,8 +40,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { QP_RC, QP_UC, QP_UD };                      /* verbs_cloop.QP_CODES */
-enum { OP_WRITE, OP_SEND, OP_READ, OP_FADD, OP_CSWAP }; /* verbs_cloop.OP_CODES */
+#include "_verbscodes.h"
+#include "fb_runtime.h"
 
 #define QKEY 0x11111111u /* perftest's UD Q_Key */
 #define GRH_BYTES 40     /* a UD receive buffer holds the packet's GRH before the payload */
@@ -85,31 +85,24 @@ struct fb_link {
     char error[256];
 };
 
-static inline int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static const char *op_name(int op)
 {
     switch (op) {
     case OP_WRITE: return "RDMA WRITE";
     case OP_SEND: return "SEND";
     case OP_READ: return "RDMA READ";
-    case OP_FADD: return "ATOMIC FETCH AND ADD";
-    case OP_CSWAP: return "ATOMIC COMPARE AND SWAP";
+    case OP_FOP: return "ATOMIC FETCH AND ADD";
+    case OP_CAS: return "ATOMIC COMPARE AND SWAP";
     default: return "RECV";
     }
 }
 
 #define OP_RECV (-1)
 
+/* `what` failed with `code` (0: errno's): the link's error text; -1. */
 static int fail(struct fb_link *l, const char *what, int code)
 {
-    snprintf(l->error, sizeof l->error, "%s: %s", what, strerror(code ? code : errno));
-    return -1;
+    return FB_FAIL(l, "%s: %s", what, strerror(code ? code : errno));
 }
 
 const char *fb_error(struct fb_link *l) { return l->error; }
@@ -132,16 +125,12 @@ static int reap(struct fb_link *l, struct ibv_cq *cq, int limit, int op)
 {
     struct ibv_wc wc[BATCH];
     int n = ibv_poll_cq(cq, limit < BATCH ? limit : BATCH, wc), data = 0;
-    if (n < 0) {
-        snprintf(l->error, sizeof l->error, "polling the completion queue failed (%d)", n);
-        return -1;
-    }
+    if (n < 0)
+        return FB_FAIL(l, "polling the completion queue failed (%d)", n);
     for (int i = 0; i < n; i++) {
-        if (wc[i].status != IBV_WC_SUCCESS) {
-            snprintf(l->error, sizeof l->error, "%s completion failed: %s (status %d, vendor error 0x%x)",
-                     op_name(op), ibv_wc_status_str(wc[i].status), (int)wc[i].status, wc[i].vendor_err);
-            return -1;
-        }
+        if (wc[i].status != IBV_WC_SUCCESS)
+            return FB_FAIL(l, "%s completion failed: %s (status %d, vendor error 0x%x)",
+                           op_name(op), ibv_wc_status_str(wc[i].status), (int)wc[i].status, wc[i].vendor_err);
         if (cq == l->recv_cq && l->acking && wc[i].byte_len == (l->qp_type == QP_UD ? GRH_BYTES : 0))
             l->acks++;
         else if (wc[i].wr_id != ACK_ID)
@@ -172,10 +161,8 @@ static int wait_cq(struct fb_link *l, struct ibv_cq *cq, int limit, int op)
             return n;
         struct pollfd ready = {.fd = l->channel->fd, .events = POLLIN};
         int got = poll(&ready, 1, l->timeout_ms);
-        if (got == 0) {
-            snprintf(l->error, sizeof l->error, "no %s completion within %d s", op_name(op), l->timeout_ms / 1000);
-            return -1;
-        }
+        if (got == 0)
+            return FB_FAIL(l, "no %s completion within %d s", op_name(op), l->timeout_ms / 1000);
         if (got < 0 && errno != EINTR)
             return fail(l, "poll on the completion channel", 0);
         if (got > 0) {
@@ -264,7 +251,7 @@ struct fb_link *fb_open(const char *device, int port, int qp_type, void *buf, ui
     struct ibv_device_attr attr;
     const char *step = "";
     if (!l) {
-        snprintf(error, (size_t)error_size, "out of memory");
+        fb_fail(error, (size_t)error_size, "out of memory");
         return NULL;
     }
     l->buf = buf;
@@ -338,7 +325,7 @@ struct fb_link *fb_open(const char *device, int port, int qp_type, void *buf, ui
                                 .atomics = attr.atomic_cap != IBV_ATOMIC_NONE};
     return l;
 failed:
-    snprintf(error, (size_t)error_size, "%s failed on %s: %s", step, device, strerror(errno ? errno : EINVAL));
+    fb_fail(error, (size_t)error_size, "%s failed on %s: %s", step, device, strerror(errno ? errno : EINVAL));
     fb_close(l);
     return NULL;
 }
@@ -411,7 +398,7 @@ static void build_wr(struct fb_link *l, int op, uint64_t size, struct ibv_sge *s
 {
     static const enum ibv_wr_opcode opcodes[] = {IBV_WR_RDMA_WRITE, IBV_WR_SEND, IBV_WR_RDMA_READ,
                                                  IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
-    int lands_here = op == OP_READ || op == OP_FADD || op == OP_CSWAP;
+    int lands_here = op == OP_READ || op == OP_FOP || op == OP_CAS;
     *sge = (struct ibv_sge){.addr = (uintptr_t)l->buf + (lands_here ? l->region : 0), .length = (uint32_t)size,
                             .lkey = l->mr->lkey};
     *wr = (struct ibv_send_wr){.sg_list = sge, .num_sge = 1, .opcode = opcodes[op]};
@@ -424,7 +411,7 @@ static void build_wr(struct fb_link *l, int op, uint64_t size, struct ibv_sge *s
     } else if (op == OP_READ) {
         wr->wr.rdma.remote_addr = l->remote_addr;
         wr->wr.rdma.rkey = l->remote_rkey;
-    } else if (op == OP_FADD || op == OP_CSWAP) {
+    } else if (op == OP_FOP || op == OP_CAS) {
         wr->wr.atomic.remote_addr = l->remote_addr + 2 * l->remote_region + ATOMIC_OFFSET;
         wr->wr.atomic.rkey = l->remote_rkey;
         wr->wr.atomic.compare_add = 1; /* fetch-and-add adds 1; compare-and-swap's operands are set per post */
@@ -482,14 +469,6 @@ static int spin_for(struct fb_link *l, volatile uint8_t *byte, uint8_t value, in
     return 0;
 }
 
-/* One sample: the time since the previous stamp, so that nothing between two samples goes untimed. */
-static inline void stamp(int64_t *times, int64_t i, int64_t *before)
-{
-    int64_t now = now_ns();
-    times[i] = now - *before;
-    *before = now;
-}
-
 /* ib_write_lat: each side's `*marker` is the last byte of its previous message; message k ends in k % 250 + 1. */
 int fb_write_latency(struct fb_link *l, uint64_t size, int64_t iterations, int initiator, uint8_t *marker,
                      int64_t *times)
@@ -500,7 +479,7 @@ int fb_write_latency(struct fb_link *l, uint64_t size, int64_t iterations, int i
     volatile uint8_t *mine = (volatile uint8_t *)(l->buf + size - 1);
     volatile uint8_t *theirs = (volatile uint8_t *)(l->buf + l->region + size - 1);
     uint8_t value = *marker;
-    int64_t outstanding = 0, before = now_ns();
+    int64_t outstanding = 0, before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
         value = (uint8_t)(value % 250 + 1);
         if (!initiator && spin_for(l, theirs, value, &outstanding))
@@ -514,7 +493,7 @@ int fb_write_latency(struct fb_link *l, uint64_t size, int64_t iterations, int i
         if (initiator) {
             if (spin_for(l, theirs, value, &outstanding))
                 return -1;
-            stamp(times, i, &before);
+            fb_stamp(times, i, &before);
         }
     }
     *marker = value;
@@ -527,7 +506,7 @@ int fb_send_latency(struct fb_link *l, uint64_t size, int64_t iterations, int in
     struct ibv_sge sge;
     struct ibv_send_wr wr;
     build_wr(l, OP_SEND, size, &sge, &wr, 1);
-    int64_t outstanding = 0, before = now_ns();
+    int64_t outstanding = 0, before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
         if (initiator && (make_room(l, &outstanding, OP_SEND) || post(l, &wr)))
             return -1;
@@ -542,7 +521,7 @@ int fb_send_latency(struct fb_link *l, uint64_t size, int64_t iterations, int in
             return -1;
         outstanding -= n;
         if (initiator)
-            stamp(times, i, &before);
+            fb_stamp(times, i, &before);
     }
     return drain(l, &outstanding, OP_SEND);
 }
@@ -555,9 +534,9 @@ int fb_op_latency(struct fb_link *l, int op, uint64_t size, int64_t iterations, 
     struct ibv_send_wr wr;
     build_wr(l, op, size, &sge, &wr, 1);
     uint64_t value = *counter;
-    int64_t before = now_ns();
+    int64_t before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
-        if (op == OP_CSWAP) {
+        if (op == OP_CAS) {
             wr.wr.atomic.compare_add = value;
             wr.wr.atomic.swap = value + 1;
         }
@@ -566,9 +545,9 @@ int fb_op_latency(struct fb_link *l, int op, uint64_t size, int64_t iterations, 
         if (wait_cq(l, l->send_cq, 1, op) < 0)
             return -1;
         value++;
-        stamp(times, i, &before);
+        fb_stamp(times, i, &before);
     }
-    if (op == OP_FADD || op == OP_CSWAP)
+    if (op == OP_FOP || op == OP_CAS)
         *counter = value;
     return 0;
 }
@@ -623,7 +602,7 @@ int fb_stream(struct fb_link *l, int op, uint64_t size, int window, int cq_mod, 
     struct ibv_send_wr *wrs = calloc((size_t)window, sizeof *wrs);
     int rc = -1, acked = l->qp_type == QP_UD || (l->qp_type == QP_UC && op == OP_SEND);
     if (!sges || !wrs) {
-        snprintf(l->error, sizeof l->error, "out of memory for %d work requests", window);
+        FB_FAIL(l, "out of memory for %d work requests", window);
         goto out;
     }
     for (int k = 0; k < window; k++) {
@@ -641,12 +620,12 @@ int fb_stream(struct fb_link *l, int op, uint64_t size, int window, int cq_mod, 
     uint64_t value = *counter;
     l->acks = 0;
     l->acking = acked;
-    int64_t before = now_ns();
+    int64_t before = fb_now_ns();
     for (int64_t i = 0; i <= iterations; i++) { /* the last round only takes the peer's remaining windows */
         int64_t done = 0, due = i == iterations ? expected : (sending ? 0 : (i + 1) * window);
         int64_t want = i < iterations ? chains : 0;
         if (want) {
-            if (op == OP_CSWAP) {
+            if (op == OP_CAS) {
                 for (int k = 0; k < window; k++) {
                     wrs[k].wr.atomic.compare_add = value + (uint64_t)k;
                     wrs[k].wr.atomic.swap = value + (uint64_t)k + 1;
@@ -667,9 +646,9 @@ int fb_stream(struct fb_link *l, int op, uint64_t size, int window, int cq_mod, 
             }
         }
         if (want)
-            stamp(times, i, &before);
+            fb_stamp(times, i, &before);
     }
-    if (op == OP_FADD || op == OP_CSWAP)
+    if (op == OP_FOP || op == OP_CAS)
         *counter = value;
     rc = 0;
 out:
@@ -702,23 +681,21 @@ int fb_loop_cost(struct fb_link *l, int64_t rounds, int64_t *post_ns, int64_t *p
     struct ibv_send_wr wr;
     build_wr(l, OP_WRITE, 8, &sge, &wr, 1);
     for (int64_t i = 0; i < rounds; i++) {
-        int64_t start = now_ns();
+        int64_t start = fb_now_ns();
         if (post(l, &wr))
             return -1;
-        post_ns[i] = now_ns() - start;
+        fb_stamp(post_ns, i, &start);
         struct timespec pause = {0, 200000};
         nanosleep(&pause, NULL); /* the completion arrives; then time the poll that finds it */
-        start = now_ns();
+        start = fb_now_ns();
         int n = reap(l, l->send_cq, 1, OP_WRITE);
-        poll_ns[i] = now_ns() - start;
-        if (n != 1) {
-            snprintf(l->error, sizeof l->error, "the loopback WRITE did not complete within 0.2 ms");
-            return -1;
-        }
-        start = now_ns();
+        fb_stamp(poll_ns, i, &start);
+        if (n != 1)
+            return FB_FAIL(l, "the loopback WRITE did not complete within 0.2 ms");
+        start = fb_now_ns();
         if (reap(l, l->send_cq, 1, OP_WRITE) < 0)
             return -1;
-        empty_ns[i] = now_ns() - start;
+        fb_stamp(empty_ns, i, &start);
     }
     return 0;
 }

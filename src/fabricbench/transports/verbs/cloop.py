@@ -30,13 +30,15 @@ from fabricbench.transports.cbuild import (
     Recipe,
     find_compiler,
     load_library,
+    read_codes,
 )
 from fabricbench.transports.verbs.link import MARKERS, Port
 from fabricbench.transports.verbs.rdma import MTU_BYTES, UD_GRH_BYTES, Endpoint, VerbsUnavailable, gid_text
 
 SOURCE = Path(__file__).with_name("_verbsloop.c")
-QP_CODES = {"rc": 0, "uc": 1, "ud": 2}  # _verbsloop.c's QP_RC, QP_UC, QP_UD
-OP_CODES = {"write": 0, "send": 1, "read": 2, "fop": 3, "cas": 4}  # its OP_WRITE .. OP_CSWAP
+CODES = Path(__file__).with_name("_verbscodes.h")  # the numbers the C loop takes, read by both sides
+QP_CODES = read_codes(CODES, "QP_")  # {"rc": 0, ...}: fb_open's queue-pair type
+OP_CODES = read_codes(CODES, "OP_")  # {"write": 0, ..., "cas": 4}: fb_op_latency's and fb_stream's operation
 HEADERS_HINT = "Debian/Ubuntu: apt-get install libibverbs-dev; RHEL/Fedora: dnf install rdma-core-devel"
 ERROR_BYTES = 256
 

@@ -1,0 +1,10 @@
+/* fb_collective's operation codes. _mpiloop.c includes this file and mpi/cloop.py reads it (cbuild.read_codes:
+ * OP_REDUCE_SCATTER is the kernel reduce_scatter), so the two sides share one list. Comments and one
+ * `#define NAME number` a line, nothing else: anything else is an error on the Python side. */
+#define OP_ALLREDUCE 0
+#define OP_ALLGATHER 1
+#define OP_ALLTOALL 2
+#define OP_BCAST 3
+#define OP_REDUCE 4
+#define OP_REDUCE_SCATTER 5
+#define OP_BARRIER 6
