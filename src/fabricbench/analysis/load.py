@@ -140,10 +140,11 @@ def read_run(path: str | Path) -> tuple[pd.DataFrame, dict]:
     metadata; a one-line UsageError for anything else. Every reader of a finished table (compare, check, model,
     the tests and the benchmarks) reads through it.
 
-    One typing whichever file is read: a measured column and every integer column (size_B, ranks, repeat, the
-    ranks and GPUs of a pair, ...) are float64 with NaN for a blank cell, as the Parquet copy's nullable integers
-    read; every other column is text ("" for a blank cell). A table of schema 1 to 4 gets the columns it lacks
-    (migrate): repeat 0, the other integer ones NaN, the text ones their OPTIONAL default.
+    One typing whichever file is read, the one pandas gives the Parquet copy: a measured column is float64 with
+    NaN for a blank cell; an integer column (size_B, ranks, repeat, the ranks and GPUs of a pair, ...) is int64,
+    or float64 with NaN where it has a blank cell; every other column is text ("" for a blank cell). A table of
+    schema 1 to 4 gets the columns it lacks (migrate): repeat 0, the other integer ones NaN, the text ones their
+    OPTIONAL default.
     """
     path = str(path)
     source = Path(path)
@@ -192,7 +193,8 @@ def read_run(path: str | Path) -> tuple[pd.DataFrame, dict]:
             frame[column] = frame[column].fillna(default).astype(str)
     for column in INTEGER & set(frame.columns):
         # check_cells and migrate hold the schema-3 integer columns as text ("" for blank): numbers from here on.
-        frame[column] = pd.to_numeric(frame[column]).astype(float)
+        values = pd.to_numeric(frame[column]).astype(float)
+        frame[column] = values if values.isna().any() else values.astype("int64")
     return frame, metadata
 
 
