@@ -14,9 +14,7 @@ between runs and are never compared.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import re
 import socket
 import subprocess
@@ -24,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import child_env, launch
 
 PYTHON = sys.executable
 KEY = ("transport", "kernel", "size_B", "status", "method")
@@ -33,17 +33,21 @@ NUMBER = re.compile(r"[-+\d. ]*\d[-+\d. ]*")
 
 
 def fabricbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FABRICBENCH_", "PMI", "OMPI_", "SLURM_"))}
-    return subprocess.run(
-        [PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+    """A case: fabricbench run whatever its exit status, in an environment without a launcher's or a run's
+    variables, so every case runs as typed at a clean shell."""
+    env = child_env(drop=("FABRICBENCH_", "PMI", "OMPI_", "SLURM_"))
+    return launch([PYTHON, "-m", "fabricbench", *args], timeout, env)
 
 
 def table(out: Path, extra: tuple[str, ...] = ()) -> dict:
-    with open(out / "results.csv", newline="") as handle:
-        reader = csv.DictReader(handle)
-        rows = [[row[name] for name in KEY + extra] for row in reader]
-        return {"columns": reader.fieldnames, "rows": rows}
+    """The CSV's columns and the KEY (and EXTRA) cells of every row, as the file holds them: not typed, so a
+    snapshot sees what was written, "8" and "" alike."""
+    from fabricbench.measure.schema import CSV_NAME
+    from fabricbench.measure.table_cells import csv_cells
+
+    cells = csv_cells(out / CSV_NAME, str(out / CSV_NAME))
+    at = {name: index for index, name in enumerate(cells.header)}
+    return {"columns": cells.header, "rows": [[row[at[name]] for name in KEY + extra] for row in cells.rows]}
 
 
 def masked(text: str) -> str:

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from harness import child_env, tool
 
 KERNELS = ("latency", "bw")
 SIZES = (1, 8, 64, 1024)
@@ -83,10 +83,7 @@ def worker(rounds: int, seed: int) -> None:
 def launch(python: str, rounds: int, seed: int, env: dict) -> dict:
     mpiexec = Path(python).absolute().parent / "mpiexec"
     command = [str(mpiexec), "-n", "2", python, __file__, "--worker", str(rounds), str(seed)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(tool(command, TIMEOUT_S, env).strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -99,10 +96,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--python", default=sys.executable, help="the venv's Python whose MPI to use")
     args = parser.parse_args()
-    env = dict(os.environ)
-    if os.geteuid() == 0:  # Open MPI refuses root without these; MPICH ignores them
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[1] / "src"), env.get("PYTHONPATH")]))
+    env = child_env(mpi_as_root=True, checkout_path=True)
     per_launch: dict[tuple[str, int], list[float]] = {}
     medians: dict[tuple[str, int, str], list[float]] = {}
     library = ""

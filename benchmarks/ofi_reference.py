@@ -48,7 +48,6 @@ MiB). Exit status 1 when a target is missed by the median.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import random
@@ -61,10 +60,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import fabricbench as run_fabricbench
+from harness import tool
 from paired import Ratio, check_reps, missed, run_shuffled
 
 SOURCE = Path(__file__).with_name("ofi_reference.c")
-FABRICBENCH = [sys.executable, "-m", "fabricbench"]
 LAT_TARGET, BW_TARGET = 1.05, 0.97
 KiB, MiB = 1024, 1024 * 1024
 SETTLE_S = 0.3
@@ -90,14 +90,6 @@ def size_words(size: int) -> str:
     return f"{size // MiB} MiB" if size >= MiB else f"{size // KiB} KiB" if size >= KiB else f"{size} B"
 
 
-def tool(command: list[str], timeout: float = TIMEOUT_S) -> str:
-    """A tool's stdout; a failure ends the benchmark with the tool's own words."""
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return done.stdout
-
-
 def build(work: Path) -> Path:
     """ofi_reference.c built with cc -O2 against this host's libfabric (pkg-config's flags where it has them)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -109,7 +101,7 @@ def build(work: Path) -> Path:
         if found.returncode == 0 and found.stdout.strip():
             flags = found.stdout.split()
     program = work / "ofi_reference"
-    tool([compiler, "-O2", "-o", str(program), str(SOURCE), *flags])
+    tool([compiler, "-O2", "-o", str(program), str(SOURCE), *flags], TIMEOUT_S)
     return program
 
 
@@ -123,20 +115,18 @@ def fabricbench(args, provider: str, group: str, out: Path, facts: dict) -> dict
         kernel, sweep, counts = "latency", f"{args.lat_sweep[0]}:{args.lat_sweep[-1]}", args.lat_counts
     else:
         kernel, sweep, counts = "bw", f"{args.bw_sweep[0]}:{args.bw_sweep[-1]}", args.bw_counts
-    command = [*FABRICBENCH, "run", "-t", "ofi", "-k", kernel, "--ofi-provider", provider, "-m", sweep]
+    command = ["run", "-t", "ofi", "-k", kernel, "--ofi-provider", provider, "-m", sweep]
     command += ["-i", str(counts[0]), "-x", str(counts[1]), "-W", str(args.window), "--hugepages", "off"]
-    tool([*command, "--timeout", "120", "--format", "none", "--out", str(out)])
-    with open(out / "results.csv") as table:
-        rows = list(csv.DictReader(table))
+    table, metadata = run_fabricbench([*command, "--timeout", "120"], out, TIMEOUT_S)
+    rows = table.to_dict("records")
     if not facts:
-        with open(out / "metadata.json") as metadata:
-            ofi = json.load(metadata)["transports"]["ofi"]
+        ofi = metadata["transports"]["ofi"]
         facts.update({key: ofi.get(key) for key in ("provider", "inject_size_B", "libfabric", "libfabric_library")})
     shutil.rmtree(out)
     figures = {}
     for row in rows:
         if row["status"] != "ok":
-            raise SystemExit(f"fabricbench ofi {kernel} {row['size_B']} B: {row['status']} {row['note']}")
+            raise SystemExit(f"fabricbench ofi {kernel} {row['size_B']:g} B: {row['status']} {row['note']}")
         size = int(row["size_B"])
         if group == "latency":
             figures[size] = (float(row["lat_p50_us"]), float(row["lat_mean_us"]))
@@ -152,7 +142,8 @@ def c_program(args, program: Path, provider: str, group: str, facts: dict) -> di
     kind = "latency" if group == "latency" else "bw"
     out = tool(
         [str(program), "-p", provider, "-k", kind, "-s", ",".join(map(str, sizes)), "-i", str(counts[0]),
-         "-x", str(counts[1]), "-w", str(args.window), "-t", str(TIMEOUT_S)]
+         "-x", str(counts[1]), "-w", str(args.window), "-t", str(TIMEOUT_S)],
+        TIMEOUT_S,
     )  # fmt: skip
     figures = {}
     for line in out.splitlines():

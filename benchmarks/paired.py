@@ -1,7 +1,8 @@
 """Paired, shuffled comparisons of fabricbench against a reference tool: what the reference benchmarks share.
 
-Not run by itself; tcp_reference.py and mpi_overhead.py import it (both run from any directory, as
-``python benchmarks/NAME.py``, which puts this folder on the import path).
+Not run by itself; the reference benchmarks import it (each runs from any directory, as
+``python benchmarks/NAME.py``, which puts this folder on the import path). Launching a contender and reading
+fabricbench's table is harness.py's.
 
 The design both follow: on a small shared machine a tool's speed drifts by more than the differences
 being measured, so no two tools are measured far apart in time. Every rep runs every contender once,

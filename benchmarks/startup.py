@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import child_env, tool
+
 SOURCE = Path(__file__).with_name("barrier_reference.c")
 ITERATIONS, WARMUP = 10, 100  # fabricbench's -i 10, and its warm-up for a small collective (OSU's)
 TARGET = 1.5
@@ -46,7 +48,7 @@ def spread(values: list[float], unit: str = "s", scale: float = 1.0) -> str:
 
 def timed_run(command: list[str], env: dict) -> float:
     started = time.perf_counter()
-    subprocess.run(command, env=env, check=True, capture_output=True, timeout=TIMEOUT_S)
+    tool(command, TIMEOUT_S, env)
     return time.perf_counter() - started
 
 
@@ -83,7 +85,7 @@ def main() -> int:
     counts = [int(n) for n in args.ranks.split(",")]
     bin_dir = Path(args.python).parent
     mpiexec, mpicc = str(bin_dir / "mpiexec"), str(bin_dir / "mpicc")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "FABRICBENCH_LAUNCHED"))}
+    env = child_env(drop=("PMI_", "FABRICBENCH_LAUNCHED"))
     env |= {"HYDRA_LAUNCHER": "fork", "HYDRA_RMK": "user"}  # as fabricbench starts its own ranks
     shuffle = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="fabricbench-startup-") as folder:

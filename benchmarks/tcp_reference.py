@@ -43,7 +43,6 @@ Exit status 1 when a target is missed by the median.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import random
 import re
@@ -57,6 +56,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from harness import fabricbench, tool
 from paired import Ratio, check_reps, missed, run_shuffled
 
 LAT_SIZE = 64
@@ -66,7 +66,6 @@ BW_SIZES = [64 * 1024, 256 * 1024, 1024 * 1024]  # iperf3 writes at most 1 MiB a
 LAT_SECONDS = 1  # sockperf takes whole seconds
 LAT_TARGET = 1.10
 BW_TARGET = 0.95
-FABRICBENCH = [sys.executable, "-m", "fabricbench"]
 SETTLE_SECONDS = 0.3
 PIN = {"client": [], "server": []}  # taskset prefixes from --pin: every tool gets the same placement
 
@@ -93,24 +92,13 @@ def wait_listening(port: int, deadline: float = 10.0) -> None:
     raise SystemExit(f"nothing listens on port {port}")
 
 
-def run(command: list[str], timeout: float, retries: int = 0) -> str:
-    """A tool's stdout; a failure ends the benchmark with the tool's own words."""
-    for attempt in range(retries + 1):
-        done = subprocess.run([*PIN["client"], *command], capture_output=True, text=True, timeout=timeout)
-        if done.returncode == 0:
-            return done.stdout
-        if attempt < retries:
-            time.sleep(1.0)  # iperf3's server refuses a test while it winds the last one down
-    raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-
-
 # --- one measurement of each tool ----------------------------------------------------------------
 
 
 def sockperf_latency(port: int) -> dict:
     """sockperf ping-pong at 64 B: one-way latency in µs (p50 and mean)."""
     sockperf = ["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-m", str(LAT_SIZE)]
-    out = run([*sockperf, "-t", str(LAT_SECONDS)], timeout=LAT_SECONDS + 30)
+    out = tool([*PIN["client"], *sockperf, "-t", str(LAT_SECONDS)], timeout=LAT_SECONDS + 30)
     p50 = re.search(r"percentile 50\.000 =\s*([\d.]+)", out)
     mean = re.search(r"avg-latency=([\d.]+)", out)
     if not (p50 and mean):
@@ -133,16 +121,15 @@ def iperf3_bandwidth(port: int, size: int, seconds: float) -> float:
     else:
         length = ["-n", str(max(16, round(rate * 1e6 * seconds / size)) * size)]
     iperf3 = ["iperf3", "-c", "127.0.0.1", "-p", str(port), *length, "-l", str(size), "-J"]
-    out = run(iperf3, timeout=seconds + 30, retries=3)
+    out = tool([*PIN["client"], *iperf3], timeout=seconds + 30, retries=3)  # a server winding down refuses
     IPERF3_RATE[size] = json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8 / 1e6
     return IPERF3_RATE[size]
 
 
 def fabricbench_rows(port: int, out_dir: Path, kernel: str, size: int, *args: str) -> list[dict]:
-    peer = [*FABRICBENCH, "run", "--peer", f"127.0.0.1:{port}", "-t", "tcp", "-k", kernel, "-m", f"{size}:{size}"]
-    run([*peer, "--out", str(out_dir), "--format", "none", *args], timeout=300)
-    with open(out_dir / "results.csv") as table:
-        return [row for row in csv.DictReader(table) if row["status"] == "ok"]
+    peer = ["run", "--peer", f"127.0.0.1:{port}", "-t", "tcp", "-k", kernel, "-m", f"{size}:{size}", *args]
+    rows, _ = fabricbench(peer, out_dir, timeout=300, launcher=PIN["client"])
+    return rows[rows.status == "ok"].to_dict("records")
 
 
 def fabricbench_latency(port: int, out_dir: Path, loop: str) -> dict:
@@ -195,9 +182,9 @@ def main() -> int:
     if args.pin:
         client_cpu, server_cpu = args.pin.split(",")
         PIN.update(client=["taskset", "-c", client_cpu], server=["taskset", "-c", server_cpu])
-    for tool in ("sockperf", "iperf3"):
-        if not shutil.which(tool):
-            raise SystemExit(f"{tool} is not installed (Debian: apt-get install -y sockperf iperf3)")
+    for name in ("sockperf", "iperf3"):
+        if not shutil.which(name):
+            raise SystemExit(f"{name} is not installed (Debian: apt-get install -y sockperf iperf3)")
 
     ports = {name: free_port() for name in ("sockperf", "iperf3", "fabricbench")}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
@@ -207,7 +194,17 @@ def main() -> int:
         ),
         subprocess.Popen([*PIN["server"], "iperf3", "-s", "-B", "127.0.0.1", "-p", str(ports["iperf3"])], **quiet),
         subprocess.Popen(
-            [*PIN["server"], *FABRICBENCH, "serve", "--address", "127.0.0.1", "--port", str(ports["fabricbench"])],
+            [
+                *PIN["server"],
+                sys.executable,
+                "-m",
+                "fabricbench",
+                "serve",
+                "--address",
+                "127.0.0.1",
+                "--port",
+                str(ports["fabricbench"]),
+            ],
             **quiet,
         ),
     ]

@@ -39,15 +39,14 @@ import json
 import math
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from harness import fabricbench as run_fabricbench
 from paired import Ratio, check_reps, missed, run_shuffled
 
-FABRICBENCH = [sys.executable, "-m", "fabricbench"]
 LATENCY = [  # (fabricbench transport, kernel, perftest's tool, what the sample is)
     ("verbs", "latency", "ib_write_lat", "WRITE latency 8 B, one way"),
     ("verbs-send", "latency", "ib_send_lat", "SEND latency 8 B, one way"),
@@ -61,14 +60,8 @@ REFERENCE = {"verbs": "perftest", "verbs-send": "perftest-send"}
 
 def run(transports: str, kernels: str, sizes: str, extra: list[str], out: Path) -> dict:
     """One fabricbench run; its measured figures by (transport, kernel, size)."""
-    from fabricbench.measure.results import read_table
-
-    command = [*FABRICBENCH, "run", "-t", transports, "-k", kernels, "-m", sizes, *extra, "--timeout", "600",
-               "--out", str(out), "--format", "none"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-    if done.returncode:
-        raise SystemExit(f"fabricbench failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    rows, _ = read_table(out)
+    command = ["run", "-t", transports, "-k", kernels, "-m", sizes, *extra, "--timeout", "600"]
+    rows, _ = run_fabricbench(command, out, 3600)
     rows = rows[rows.status == "ok"]
     return {(r.transport, r.kernel, int(r.size_B)): (r.lat_p50_us, r.bw_MBps) for r in rows.itertuples()}
 

@@ -69,9 +69,9 @@ def run_until_first_row(*args: str) -> subprocess.Popen:
 
 def read_rows(out_dir: Path):
     """The table and metadata a run wrote to OUT_DIR (pandas is imported only here)."""
-    from fabricbench.measure.results import read_table
+    from fabricbench.analysis.load import read_run
 
-    return read_table(out_dir)
+    return read_run(out_dir)
 
 
 def free_port() -> int:

@@ -18,8 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fabricbench.analysis.load import read_run
 from fabricbench.measure.plan import AllPairsOptions, Plan, Step
-from fabricbench.measure.results import CSV_NAME, META_NAME, PARQUET_NAME, prepare_out_dir, read_table
+from fabricbench.measure.results import CSV_NAME, META_NAME, PARQUET_NAME, prepare_out_dir
+from fabricbench.measure.schema import INTEGER, NUMERIC
 from inprocess import Aborted, RanksFailed, ThreadRanks
 
 ITERATIONS, WARMUP, WINDOW = 3, 1, 2
@@ -85,7 +87,7 @@ def measure(tmp_path, memory_transport):
 
         world = ThreadRanks(thread_ranks)
         failed_validation = world.run(rank_main)[0]
-        frame, metadata = read_table(out)
+        frame, metadata = read_run(out)
         return Finished(out, frame, metadata, console.getvalue(), world.runs, failed_validation)
 
     return run
@@ -295,7 +297,7 @@ def test_a_rank_that_fails_mid_size_ends_every_rank_and_keeps_the_rows_so_far(me
     assert all(isinstance(error, Aborted) and error.code == 1 for error in errors), errors
     said = capsys.readouterr().err
     assert "rank 1: internal error: RuntimeError: the in-memory link of rank 1 broke" in said
-    frame, metadata = read_table(tmp_path / "run0")
+    frame, metadata = read_run(tmp_path / "run0")
     assert metadata["complete"] is False and frame.kernel.tolist() == ["latency"]
 
 
@@ -332,11 +334,15 @@ def test_a_figure_above_the_reported_link_rate_is_refused_with_why(measure):
 
 def test_the_csv_the_parquet_copy_and_the_metadata_agree(measure):
     done = measure(4, [step("latency", [8]), step("pairs-bw", [8]), step("put", [8]), step("peer", [8])])
-    from_csv, _ = read_table(done.out / CSV_NAME)
-    from_parquet, parquet_metadata = read_table(done.out / PARQUET_NAME)
+    from_csv, _ = read_run(done.out / CSV_NAME)
+    from_parquet, parquet_metadata = read_run(done.out / PARQUET_NAME)
     # The same frame from either file, types included: an integer column with a blank (src_rank of a
     # non-pair row) reads as floats with NaN from both, not as text from the CSV.
     assert from_csv.src_rank.isna().any() and from_csv.src_rank.notna().any()
+    integer = {c: "float64" if from_csv[c].isna().any() else "int64" for c in INTEGER & set(from_csv)}
+    assert {c: str(from_csv[c].dtype) for c in integer} == integer and "int64" in integer.values()
+    assert all(from_csv[column].dtype == float for column in NUMERIC & set(from_csv)), from_csv.dtypes
+    assert from_csv.note.map(lambda text: isinstance(text, str)).all()  # text stays text, "" where blank
     pd.testing.assert_frame_equal(from_csv, from_parquet)
     metadata = json.loads((done.out / META_NAME).read_text())
     assert metadata == parquet_metadata == done.metadata

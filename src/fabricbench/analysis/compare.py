@@ -293,7 +293,7 @@ def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
 def all_pairs_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
     """The all-pairs rows (one per source and destination rank, or GPU) are drawn as heatmaps with --out, not
     compared size by size: the rows left to compare, and whether there were any to draw."""
-    pairs = (tidy["src_rank"] != "") | (tidy["src_gpu"] != "")
+    pairs = tidy["src_rank"].notna() | tidy["src_gpu"].notna()
     if not pairs.any():
         return tidy, False
     if out_dir:

@@ -24,6 +24,7 @@ from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_bytes
 from fabricbench.measure.schema import (
     CSV_NAME,
+    INTEGER,
     META_NAME,
     OPTIONAL,
     OPTIONAL_NUMERIC,
@@ -135,9 +136,18 @@ def _check_file(name: str, source: Path) -> None:
         )
 
 
-def read_run(path: str) -> tuple[pd.DataFrame, dict]:
+def read_run(path: str | Path) -> tuple[pd.DataFrame, dict]:
     """A finished run (its folder, CSV or Parquet file) as a checked DataFrame of the current schema, and its
-    metadata; a one-line UsageError for anything else. compare, check and model read every input through it."""
+    metadata; a one-line UsageError for anything else. Every reader of a finished table (compare, check, model,
+    the tests and the benchmarks) reads through it.
+
+    One typing whichever file is read, the one pandas gives the Parquet copy: a measured column is float64 with
+    NaN for a blank cell; an integer column (size_B, ranks, repeat, the ranks and GPUs of a pair, ...) is int64,
+    or float64 with NaN where it has a blank cell; every other column is text ("" for a blank cell). A table of
+    schema 1 to 4 gets the columns it lacks (migrate): repeat 0, the other integer ones NaN, the text ones their
+    OPTIONAL default.
+    """
+    path = str(path)
     source = Path(path)
     if not source.exists():
         raise UsageError(f"no such file or directory: {path!r}")
@@ -180,8 +190,12 @@ def read_run(path: str) -> tuple[pd.DataFrame, dict]:
         check_row_count(len(frame), metadata, meta_name, name)
     frame = frame.copy()
     for column, default in OPTIONAL.items():
-        frame[column] = frame[column].fillna(default).astype(str)
-    frame["size_B"] = frame["size_B"].astype(float)
+        if column not in INTEGER:
+            frame[column] = frame[column].fillna(default).astype(str)
+    for column in INTEGER & set(frame.columns):
+        # check_cells and migrate hold the schema-3 integer columns as text ("" for blank): numbers from here on.
+        values = pd.to_numeric(frame[column]).astype(float)
+        frame[column] = values if values.isna().any() else values.astype("int64")
     return frame, metadata
 
 

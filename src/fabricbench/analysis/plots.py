@@ -200,8 +200,8 @@ def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
 
     written = []
     rows = pairs[comparable(pairs)].copy()
-    gpu_rows = rows[rows["src_gpu"] != ""].copy()
-    rows = rows[rows["src_rank"] != ""]
+    gpu_rows = rows[rows["src_gpu"].notna()].copy()
+    rows = rows[rows["src_rank"].notna()].copy()
     rows["src"] = pd.to_numeric(rows["src_rank"]).astype(int)
     rows["dst"] = pd.to_numeric(rows["dst_rank"]).astype(int)
     for kernel, of_kernel in rows.groupby("kernel", sort=False):

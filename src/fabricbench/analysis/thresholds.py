@@ -415,7 +415,7 @@ def row_name(row: dict) -> str:
         text += f" {row.get('src_host', '')} GPU {_rank(row['src_gpu'])} -> GPU {_rank(row.get('dst_gpu'))}"
     elif row.get("canary"):
         text += f" {row['canary']} with {row.get('congestor', '')}"
-    if str(row.get("repeat", "0")) not in ("0", "0.0", ""):
+    if str(row.get("repeat", "0")) not in ("0", "0.0", "", "nan"):
         text += f" repeat {_rank(row['repeat'])}"
     return text
 

@@ -392,36 +392,6 @@ def write_parquet(out_dir: Path, metadata: dict) -> Path | None:
     return path
 
 
-def read_table(path: str | Path):
-    """A results directory, CSV or Parquet file as a pandas DataFrame, plus its metadata."""
-    import pandas as pd
-
-    source = Path(path)
-    metadata: dict = {}
-    if source.is_dir():
-        meta_path = source / META_NAME
-        if meta_path.exists():
-            metadata = json.loads(meta_path.read_text())
-        parquet = source / PARQUET_NAME
-        source = parquet if parquet.exists() else source / CSV_NAME
-    if not source.exists():
-        raise UsageError(f"no results at {str(path)!r}")
-    if source.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(source)
-        raw = (table.schema.metadata or {}).get(b"fabricbench")
-        if raw and not metadata:
-            metadata = json.loads(raw)
-        frame = table.to_pandas()
-    else:
-        # A blank number is missing, as in the Parquet copy (so an integer column with blanks reads as floats
-        # there and here, never as strings); a blank text cell stays the empty string.
-        blank = {c: [""] for c in NUMERIC | INTEGER}
-        frame = pd.read_csv(source, keep_default_na=False, na_values=blank)
-    return frame, metadata
-
-
 RUN_ID_VAR = "FABRICBENCH_RUN_ID"  # a self-launching parent names the run once; its ranks keep that name
 
 

@@ -30,11 +30,11 @@ from a thread each that serve cuts) while M token-holding ``run --peer`` clients
 
 Run it from anywhere, with the venv's Python::
 
-    python benchmarks/hostile_trial.py [--part cli|handshake|silent]   # default: all three
-    python benchmarks/hostile_trial.py --part cli --list                # the corpus, without running it
-    python benchmarks/hostile_trial.py --part cli --only 'peer|sizes'   # cases whose id matches a regex
-    python benchmarks/hostile_trial.py --part handshake --handshakes 2000
-    python benchmarks/hostile_trial.py --part silent --silent 32 --clients 10
+    python tests/trials/hostile_trial.py [--part cli|handshake|silent]   # default: all three
+    python tests/trials/hostile_trial.py --part cli --list                # the corpus, without running it
+    python tests/trials/hostile_trial.py --part cli --only 'peer|sizes'   # cases whose id matches a regex
+    python tests/trials/hostile_trial.py --part handshake --handshakes 2000
+    python tests/trials/hostile_trial.py --part silent --silent 32 --clients 10
 
 It exits 0 when every part it ran passed, else 1.
 """
@@ -67,7 +67,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "results" / "examples" / "default-sweep"
 PYTHON = sys.executable
 MARK = "HOSTILE_TRIAL_MARK"  # in every case's environment: a process that outlived its case is found by it
