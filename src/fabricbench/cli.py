@@ -16,7 +16,6 @@ from fabricbench import __version__, transports
 from fabricbench.argtypes import (
     MAX_COUNT,
     MIN_TIMEOUT,
-    bounded_decimal,
     byte_size,
     host_and_port,
     masked_text,
@@ -30,17 +29,14 @@ from fabricbench.argtypes import (
 from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.measure.kernels import KERNELS
 from fabricbench.measure.plan import (
-    MAX_OUTLIER_FLOOR,
-    MAX_OUTLIER_Z,
     MAX_REPEAT,
     MAX_WINDOW,
     OUTPUT_FORMATS,
-    AllPairsOptions,
-    CongestionOptions,
     Plan,
     parse_rank_counts,
     parse_size_range,
 )
+from fabricbench.run.patterns import every_pattern
 from fabricbench.transports import TRANSPORTS
 
 DEFAULT_SERVE_PORT = 18600
@@ -197,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--token", type=secret, help="the shared secret of a `serve --token` (default: $FABRICBENCH_TOKEN)"
     )
-    _add_pairs_arguments(run)
-    _add_congestion_arguments(run)
+    for pattern in every_pattern():  # each pattern's own option group
+        pattern.add_arguments(run)
     transports.add_arguments(run, "run")
     run.set_defaults(func=cmd_run)
 
@@ -334,78 +330,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model.set_defaults(func=cmd_model)
     return parser
-
-
-def _add_pairs_arguments(run: argparse.ArgumentParser) -> None:
-    from fabricbench.measure.verdict import SCHEDULES
-
-    defaults = AllPairsOptions()
-    floor_percent = defaults.outlier_floor * 100
-    group = run.add_argument_group("all-pairs kernels (pairs-latency, pairs-bw)")
-    group.add_argument(
-        "--schedule",
-        choices=SCHEDULES,
-        default=defaults.schedule,
-        help=f"{SCHEDULES[0]}: rounds of disjoint pairs, one pair per link at a time (default); "
-        "shift: mpiGraph's steps, every rank sending to rank+k while receiving from rank-k",
-    )
-    group.add_argument("--per-node", action="store_true", help="one rank per host: the lowest rank of each")
-    group.add_argument(
-        "--outlier-z",
-        type=bounded_decimal("--outlier-z", 0, MAX_OUTLIER_Z, above=True),
-        default=defaults.outlier_z,
-        metavar="Z",
-        help=f"a pair is slow beyond median -/+ Z x 1.4826 x MAD of its log figure (default {defaults.outlier_z:g})",
-    )
-    group.add_argument(
-        "--outlier-floor",
-        type=bounded_decimal("--outlier-floor", 0, MAX_OUTLIER_FLOOR * 100, what="a percentage"),
-        default=floor_percent,
-        metavar="PCT",
-        help=f"nor is a pair slow unless it is PCT %% worse than the median (default {floor_percent:g}); "
-        "raise it where healthy pairs scatter widely, e.g. many ranks sharing few cores",
-    )
-    group.add_argument(
-        "--json", action="store_true", help="print the slow links and hosts as one JSON object (also verdict.json)"
-    )
-
-
-def _add_congestion_arguments(run: argparse.ArgumentParser) -> None:
-    from fabricbench.measure import congestion
-
-    defaults = CongestionOptions()
-    group = run.add_argument_group("congestion kernel (GPCNeT's canaries and congestors; --per-node places by host)")
-    canaries = ", ".join(f"{name}:{size}" for name, size in congestion.CANARIES.items())
-    congestors = ", ".join(f"{name}:{size}" for name, size in congestion.CONGESTORS.items())
-    group.add_argument(
-        "--canaries",
-        default=defaults.canaries,
-        metavar="LIST",
-        help=f"canary tests as NAME[:SIZE], comma-separated (default all: {canaries})",
-    )
-    group.add_argument(
-        "--congestors",
-        default=defaults.congestors,
-        metavar="LIST",
-        help=f"congestor patterns as NAME[:SIZE], each run alone beside the canaries (default all: {congestors}); "
-        f"{congestion.MIX}: the four at once, a quarter of the congestors each, as GPCNeT runs them",
-    )
-    group.add_argument(
-        "--canary-fraction",
-        type=bounded_decimal("--canary-fraction", 0, 1, above=True),
-        default=defaults.canary_fraction,
-        metavar="F",
-        help="share of the ranks (hosts with --per-node) that are canaries, at least 2 "
-        f"(default {defaults.canary_fraction:g})",
-    )
-    group.add_argument(
-        "--congestion-seed",
-        type=whole_number("--congestion-seed", 0),
-        default=defaults.seed,
-        metavar="N",
-        help="seed of the shuffle that places canaries and congestors, recorded in the metadata "
-        f"(default {defaults.seed})",
-    )
 
 
 def _percentiles(text: str) -> tuple[float, ...]:

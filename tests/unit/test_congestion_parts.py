@@ -15,7 +15,7 @@ from fabricbench.measure import congestion
 from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, Role
 from fabricbench.measure.kernels import KERNELS
 from fabricbench.measure.plan import CongestionOptions
-from fabricbench.report.congestion import key_results, line
+from fabricbench.run.patterns.congestion import key_results, line
 
 Named = congestion.Test  # a canary test or congestor pattern; a name starting Test would be collected by pytest
 

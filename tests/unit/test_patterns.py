@@ -14,11 +14,14 @@ import pytest
 
 from fabricbench.errors import Unsupported
 from fabricbench.measure.kernels import KERNELS, get_kernel
-from fabricbench.measure.plan import AllPairsOptions, Plan
+from fabricbench.measure.plan import AllPairsOptions, Plan, Step
 from fabricbench.measure.results import COLUMNS
 from fabricbench.run import runner
-from fabricbench.run.patterns import PAIR_SUMMARY, PATTERNS, AllPairs, GpuRoutes, Pattern, Phase, Timed, pattern_of
+from fabricbench.run.patterns import PATTERNS, AllPairs, GpuRoutes, Pattern, Phase, Timed, pattern_of
+from fabricbench.run.patterns.all_pairs import PAIR_SUMMARY
+from fabricbench.transports import TRANSPORTS, transport_class
 from fabricbench.transports.base import Case, Transport
+from fabricbench.transports.capabilities import CongestionCases, PairCases, Routes, SelfTimed, missing
 
 
 class OneRank:
@@ -62,6 +65,7 @@ class Steady(Case):
 
 class Steadies(Transport):
     name = "steady"
+    route: tuple[int, int] | None = None
 
     def __init__(self, ns: int = 1000, routes: list[tuple[int, int]] | None = None):
         self.ns, self.made, self.gpu_routes, self.seen_routes = ns, [], routes or [], []
@@ -125,13 +129,58 @@ def test_gpu_routes_time_each_route_with_the_route_set_and_name_the_row_by_it():
     assert rows[0]["src_host"] == rows[0]["dst_host"]
 
 
-def test_a_transport_without_routes_or_pair_loops_is_unsupported():
-    kernel = get_kernel("pairs-bw")
-    with pytest.raises(Unsupported, match="no all-pairs loop"):
-        Transport().pair_case(kernel, 8, 1, None)
-    with pytest.raises(Unsupported, match="no GPU routes"):
-        Transport().routes(get_kernel("peer"))
-    assert Transport.route is None
+class Plain(Transport):
+    """Cases for one pair, concurrent pairs and all ranks, and no capability beyond them."""
+
+    name = "plain"
+
+    def case(self, kernel, size) -> Case:
+        return Steady(1000)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "words"),
+    [
+        ("pairs-bw", "plain has no all-pairs loop"),
+        ("peer", "plain has no GPU routes"),
+        ("congestion", "plain has no congestion loops"),
+    ],
+)
+def test_a_pattern_refuses_a_transport_without_its_capability_before_any_traffic(kernel, words):
+    assert pattern_of(get_kernel(kernel)).lacks(Plain) == words
+    with pytest.raises(Unsupported, match=f"^{words}$"):
+        measure(Plain(), kernel)
+    assert pattern_of(get_kernel("latency")).lacks(Plain) is None
+
+
+def test_the_capabilities_are_checked_on_the_class():
+    classes = {name: transport_class(name) for name in TRANSPORTS}
+    assert {name for name, cls in classes.items() if issubclass(cls, PairCases)} == {"mpi", "tcp"}
+    assert {name for name, cls in classes.items() if issubclass(cls, CongestionCases)} == {"mpi", "tcp"}
+    assert {name for name, cls in classes.items() if issubclass(cls, Routes)} == {"cuda-copy"}
+    assert {name for name, cls in classes.items() if issubclass(cls, SelfTimed)} == {
+        "perftest",
+        "perftest-send",
+        "fi-pingpong",
+    }
+    assert not any(issubclass(Transport, c) for c in (PairCases, Routes, CongestionCases, SelfTimed))
+    assert missing(Plain, None) is None and missing(classes["tcp"], PairCases) is None
+
+
+def test_the_plan_runs_only_what_a_transport_has_the_capability_for(monkeypatch):
+    from fabricbench.run import planner
+
+    monkeypatch.setattr(planner.transports, "transport_class", lambda name: Plain if name == "plain" else TCPish)
+    assert not planner._runs(Step("plain", "pairs-bw", [8]))  # its pattern needs PairCases
+    assert planner._runs(Step("tcpish", "pairs-bw", [8]))
+
+
+class TCPish(Plain):
+    name = "tcpish"
+    kernels = frozenset({"pairs-bw"})
+
+    def pair_case(self, kernel, size, send_to, recv_from) -> Case | None:
+        return None
 
 
 def _summary(dst: int, iterations: int, total_ns: float, valid: int, min_ns: float, p50_us: float) -> np.ndarray:

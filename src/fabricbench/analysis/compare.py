@@ -310,9 +310,10 @@ def congestion_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
     """The congestion kernel's rows (one per canary test and congestor) are shown as GPCNeT's key results per
     series, and drawn with --out as impact-factor bars beside the isolated and congested figures, not compared
     size by size: the rows left to compare, and whether there were any."""
-    from fabricbench.report.congestion import key_results
+    from fabricbench.run.patterns import kernels_of
+    from fabricbench.run.patterns.congestion import Congestion, key_results
 
-    rows = tidy["kernel"] == "congestion"
+    rows = tidy["kernel"].isin(kernels_of(Congestion))
     if not rows.any():
         return tidy, False
     for (letter, name), group in tidy[rows].groupby(["letter", "series"], sort=False):

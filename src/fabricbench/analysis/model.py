@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fabricbench.collectives import allreduce as allreduce_op
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_size
+from fabricbench.measure.kernels import get_kernel
 
 RESAMPLES = 1000  # bootstrap resamples per segment
 MAX_SEGMENTS = 3  # segments per fit: enough for an eager/rendezvous switch and one cache edge
@@ -36,6 +38,8 @@ DEFAULT_RANKS = [2**k for k in range(1, 17)] + [100_000]
 # Which columns are fitted: the typical figures (p50 latency, a stream's average rate), or the best ones (the
 # fastest sample, the best window), which a busy or shared machine moves far less.
 STATISTICS = {"typical": ("lat_p50_us", "bw_MBps"), "best": ("lat_min_us", "bw_peak_MBps")}
+# The one-pair kernels Hockney's model is fitted to: a ping-pong's one-way time, and a stream's time per message.
+FITTED = ("latency", "bw")
 ALGORITHMS = ("ring", "recursive-doubling", "double-binary-tree")
 MODEL_CSV, PROJECTION_CSV, MEASURED_CSV = "model.csv", "projection.csv", "allreduce_vs_model.csv"
 CONGESTION_CSV = "congestion_projection.csv"
@@ -249,7 +253,10 @@ def congested_parameters(rows: list[dict]) -> list[dict]:
     mean one-way rr-latency (µs), β their mean rr-bw rate (GB/s, what a rank sends to its two neighbours per
     second). [] without both canary tests measured isolated; a congestor lacking either keeps the isolated one,
     said in ``from``."""
-    by = {(r.get("canary"), r.get("congestor")): r for r in rows if r.get("kernel") == "congestion"}
+    from fabricbench.run.patterns import Congestion, kernels_of
+
+    congested = kernels_of(Congestion)
+    by = {(r.get("canary"), r.get("congestor")): r for r in rows if r.get("kernel") in congested}
     base_alpha = _positive(by.get(("rr-latency", "none"), {}).get("lat_mean_us"))
     base_beta = _positive(by.get(("rr-bw", "none"), {}).get("bw_MBps")) / 1e3
     if math.isnan(base_alpha) or math.isnan(base_beta):
@@ -306,7 +313,7 @@ def _points(rows, kernel: str, statistic: str) -> tuple[np.ndarray, np.ndarray]:
     """(size in bytes, time in µs) of a kernel's measured rows: latency's one-way time, or bw's time per message."""
     latency, bandwidth = STATISTICS[statistic]
     chosen = rows[rows["kernel"] == kernel]
-    if kernel == "bw":
+    if get_kernel(kernel).windowed:
         chosen = chosen[chosen[bandwidth] > 0]
         return chosen["size_B"].to_numpy(float), (chosen["size_B"] / chosen[bandwidth]).to_numpy(float)  # B/(B/µs)
     return chosen["size_B"].to_numpy(float), chosen[latency].to_numpy(float)
@@ -322,19 +329,20 @@ def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") ->
         usable = frame[load.comparable(frame) & frame["size_B"].notna() & (frame["src_host"] == "")]
         label = metadata.get("label") or load.path_name(path)
         for (transport, buffer), rows in usable.groupby(["transport", "buffer"], sort=False):
-            points = {k: _points(rows, k, statistic) for k in ("latency", "bw")}
+            points = {k: _points(rows, k, statistic) for k in FITTED}
             fits = {k: fit_hockney(*points[k], seed=seed) for k in points}
             fits = {k: v for k, v in fits.items() if v}
+            ping_pong, stream = (fits.get(k) for k in FITTED)
             alpha, alpha_from = math.nan, "no latency fit"
-            if "latency" in fits:
-                alpha, alpha_from = fits["latency"][0].alpha_us, "latency, first segment"
+            if ping_pong:
+                alpha, alpha_from = ping_pong[0].alpha_us, "latency, first segment"
             beta, beta_from = math.nan, "no bw or latency fit"
-            if "bw" in fits:
-                beta, beta_from = fits["bw"][-1].beta_GBps, "bw, last segment"
-            elif "latency" in fits:
-                beta, beta_from = fits["latency"][-1].beta_GBps, "latency, last segment"
+            if stream:
+                beta, beta_from = stream[-1].beta_GBps, "bw, last segment"
+            elif ping_pong:
+                beta, beta_from = ping_pong[-1].beta_GBps, "latency, last segment"
             column = STATISTICS[statistic][0]  # allreduce's time per operation, as the latency rows are read
-            measured = rows[(rows["kernel"] == "allreduce") & (rows[column] > 0)]
+            measured = rows[(rows["kernel"] == allreduce_op.SPEC.name) & (rows[column] > 0)]
             allreduce = [
                 {"ranks": int(r.ranks), "size_B": int(r.size_B), "measured_us": float(getattr(r, column))}
                 for r in measured.itertuples()
@@ -396,7 +404,7 @@ def model(
         if not m.fits:
             print(f"  no fit: fewer than {MIN_FIT_SIZES} measured sizes of latency or bw")
         for kernel, segments in m.fits.items():
-            intercept = "alpha" if kernel == "latency" else "gap"  # a stream's intercept is a per-message gap
+            intercept = "gap" if get_kernel(kernel).windowed else "alpha"  # a stream's intercept: a per-message gap
             for s in segments:
                 sizes = f"{format_size(s.size_min)}-{format_size(s.size_max)} ({s.sizes} sizes)"
                 print(

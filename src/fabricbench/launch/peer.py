@@ -64,6 +64,7 @@ from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step
 from fabricbench.run.patterns import pattern_of
 from fabricbench.run.runner import EXPECTED_SLACK
 from fabricbench.transports import TRANSPORTS, handshake_sections, transport_class
+from fabricbench.transports.capabilities import SelfTimed
 
 MAX_STEPS = 64
 MAX_SIZES = 64
@@ -289,7 +290,7 @@ def session_budget(plan: Plan) -> float:
     """
     expected = 0.0
     for step in plan.steps:
-        self_timed = transport_class(step.transport).self_timed
+        self_timed = issubclass(transport_class(step.transport), SelfTimed)
         for size in step.sizes:
             expected += _size_seconds(plan, step.kernel_def, size, self_timed)
     return plan.timeout + BUDGET_SLACK * expected

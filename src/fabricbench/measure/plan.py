@@ -158,6 +158,15 @@ class CongestionOptions:
         _require(_is_int(self.seed) and 0 <= self.seed <= MAX_COUNT, f"bad --congestion-seed {_shown(self.seed)}")
 
 
+# The plan's fields that hold a pattern's options (each pattern's ``plan_options`` fills its own from run's
+# command line): {field: (its dataclass, its name in a refusal)}. The dataclasses live here, below the patterns,
+# so that a plan is plain data whose every value ``check`` validates, however it arrived.
+PATTERN_OPTIONS = {
+    "pairs": (AllPairsOptions, "all-pairs options"),
+    "congestion": (CongestionOptions, "congestion options"),
+}
+
+
 @dataclass(frozen=True)
 class Entry:
     """One turn of the run: a step in one repeat, on ``ranks`` of the launched ranks (None: all of them)."""
@@ -277,11 +286,9 @@ class Plan:
             if isinstance(osu.get("percentiles"), list):
                 osu["percentiles"] = tuple(osu["percentiles"])
             values["osu"] = OsuColumns(**osu)
-        if "pairs" in values:
-            values["pairs"] = AllPairsOptions(**_fields_of(AllPairsOptions, values["pairs"], "all-pairs options"))
-        if "congestion" in values:
-            given = _fields_of(CongestionOptions, values["congestion"], "congestion options")
-            values["congestion"] = CongestionOptions(**given)
+        for name, (options, what) in PATTERN_OPTIONS.items():
+            if name in values:
+                values[name] = options(**_fields_of(options, values[name], what))
         plan = cls(**values)
         plan.check()
         return plan

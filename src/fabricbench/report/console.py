@@ -1,4 +1,5 @@
-"""A readable table per kernel, printed line by line as sizes finish."""
+"""A readable table per kernel, printed line by line as sizes finish; a pattern with lines of its own
+(fabricbench.run.patterns) prints those instead."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections.abc import Iterable
 from fabricbench.measure.formatting import given
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import ROW_ENDS, is_measured
-from fabricbench.report import congestion
 
 
 def _num(value, width: int, digits: int = 2) -> str:
@@ -55,16 +55,12 @@ def _layout(kernel_name: str, columns: Iterable[str] = ()) -> list[tuple[str, st
 def header(transport: str, kernel_name: str, ranks: int, title: str, row_columns: Iterable[str] = ()) -> str:
     """A step's header; ``row_columns``: the columns its pattern adds to its rows."""
     title = f" - {title}" if title else ""  # no MPI vendor to name in a peer run
-    if kernel_name == "congestion":
-        return f"# {transport} {kernel_name} on {ranks} ranks{title}\n{congestion.header()}"
     columns = _layout(kernel_name, row_columns)
     names = "".join(f"{h:>{w}}" for h, _, w in columns)
     return f"# {transport} {kernel_name} on {ranks} ranks{title}\n#{names[1:]}"
 
 
 def line(row: dict) -> str:
-    if row.get("kernel") == "congestion":
-        return congestion.line(row)
     if not is_measured(row.get("status", "")):
         size = row.get("size_B")
         where = f"{size} B: " if size is not None else ""

@@ -11,11 +11,11 @@ import os
 
 from fabricbench import transports
 from fabricbench.errors import UsageError
-from fabricbench.measure.congestion import check_units
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.memory import check_memory, local_rank_count
-from fabricbench.measure.plan import AllPairsOptions, CongestionOptions, OsuColumns, Plan, Step, kernel_sizes
+from fabricbench.measure.plan import OsuColumns, Plan, Step, kernel_sizes
 from fabricbench.measure.results import RUN_ID_VAR, new_run_id
+from fabricbench.run.patterns import every_pattern, pattern_of
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
 
@@ -25,7 +25,7 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     steps = _steps(args)
     default_suite = not args.transport and not args.kernel
     for step in steps:
-        if step.kernel in transports.supported_kernels(step.transport):
+        if _runs(step):
             step.kernel_def.check_ranks(ranks)
     _check_rank_counts(args.ranks or [], steps, ranks)
     options = transports.transport_options(args, "run")
@@ -36,8 +36,10 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     # A self-launching parent names the run once; its ranks keep that name (RUN_ID_VAR).
     run_id = os.environ.get(RUN_ID_VAR) or new_run_id()
     progress = args.progress if args.progress is not None else os.environ.get("FABRICBENCH_PROGRESS") == "1"
-    pairs = _pairs_options(args, steps)
-    congested = _congestion_options(args, steps, ranks)
+    # Each pattern's options, from the steps of its kernels (the defaults where it has none), in registry order.
+    chosen = {"output_format": args.output_format}
+    for pattern in every_pattern():
+        chosen |= pattern.plan_options(args, [s for s in steps if pattern_of(s.kernel_def) is pattern], ranks)
     plan = Plan(
         steps=steps,
         iterations=args.iterations,
@@ -49,14 +51,12 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
         out_dir=args.out or os.path.join("results", run_id),
         run_id=run_id,
         label=args.label,
-        output_format="none" if pairs.json else args.output_format,  # --json: stdout holds the verdict alone
         osu=_osu_columns(args, steps),
-        pairs=pairs,
-        congestion=congested,
         progress=progress,
         transport_options=options,
         repeat=args.repeat,
         ranks=args.ranks or [],
+        **chosen,
     )
     plan.check()
     check_memory(plan, ranks, 1 if args.peer else local_rank_count(ranks), args.max_memory)
@@ -93,9 +93,7 @@ def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> N
         return
     if counts[-1] > launched:
         raise UsageError(f"--ranks {counts[-1]} is more than the {launched} ranks launched (-n, or the launcher's)")
-    collectives = [
-        s for s in steps if s.kernel_def.collective and s.kernel in transports.supported_kernels(s.transport)
-    ]
+    collectives = [s for s in steps if s.kernel_def.collective and _runs(s)]
     if not collectives:
         raise UsageError("--ranks sizes the collectives; this run has none (e.g. -k allreduce)")
     for step in collectives:
@@ -107,33 +105,11 @@ def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> N
             raise UsageError(f"--ranks {counts[0]}: {exc}") from None
 
 
-def _pairs_options(args: argparse.Namespace, steps: list[Step]) -> AllPairsOptions:
-    """The all-pairs settings, when the run has an all-pairs kernel (else the defaults); UsageError where they
-    cannot apply."""
-    if not any(step.kernel_def.pattern == "all-pairs" for step in steps):
-        if args.json:
-            raise UsageError("--json prints the all-pairs verdict: add -k pairs-bw or pairs-latency")
-        return AllPairsOptions()
-    if args.output_format == "osu":
-        raise UsageError("the all-pairs kernels have no OSU text layout: use --format table or none")
-    if args.peer and (args.schedule != AllPairsOptions.schedule or args.per_node):
-        raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
-    return AllPairsOptions(args.schedule, args.per_node, args.outlier_z, args.outlier_floor / 100, args.json)
-
-
-def _congestion_options(args: argparse.Namespace, steps: list[Step], ranks: int) -> CongestionOptions:
-    """The congestion kernel's settings, checked, with the launched ranks enough for its canaries and every
-    congestor pattern (hosts are counted at run time under --per-node); the defaults when it is not run."""
-    congestion = [s for s in steps if s.kernel_def.pattern == "congestion"]
-    options = CongestionOptions(args.canaries, args.congestors, args.canary_fraction, args.congestion_seed)
-    if not congestion:
-        return CongestionOptions()
-    options.check()
-    if args.output_format == "osu":
-        raise UsageError("the congestion kernel has no OSU text layout: use --format table or none")
-    if not args.per_node and any(s.kernel in transports.supported_kernels(s.transport) for s in congestion):
-        check_units(ranks, options.canary_fraction, options.congestor_tests())
-    return options
+def _runs(step: Step) -> bool:
+    """Whether the step's transport runs its kernel: it has the kernel, and its class the capability the kernel's
+    pattern needs (transports.capabilities); the others get their ``unsupported`` rows at run time."""
+    cls = transports.transport_class(step.transport)
+    return step.kernel in cls.kernels and pattern_of(step.kernel_def).lacks(cls) is None
 
 
 def _osu_columns(args: argparse.Namespace, steps: list[Step]) -> OsuColumns:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import sys
 from pathlib import Path
@@ -14,13 +13,12 @@ from fabricbench.measure.results import (
     ResultsError,
     TableWriter,
     earlier_runs,
-    write_json,
     write_metadata,
     write_parquet,
 )
 from fabricbench.measure.schema import PREVIOUS_RUNS
-from fabricbench.report import congestion, console, osu
-from fabricbench.run.patterns import PLACEMENT_KEY, pattern_of
+from fabricbench.report import osu
+from fabricbench.run.patterns import METADATA, every_pattern, pattern_of, row_pattern
 
 
 class Reporter:
@@ -44,8 +42,7 @@ class Reporter:
             self.metadata[PREVIOUS_RUNS] = previous
         self.writer = TableWriter(out_dir)
         self.failed_validation = 0
-        self.pair_rows: list[dict] = []  # the all-pairs kernels' rows, for the verdict at the end
-        self.congestion_rows: list[dict] = []  # the congestion kernel's rows, for the key results at the end
+        self.kept: dict[type, list[dict]] = {}  # {pattern: the rows it keeps for its end-of-run step}
         self._osu_columns = osu.Columns.from_plan(plan)
         try:
             write_metadata(out_dir, metadata | {"complete": False})
@@ -59,7 +56,8 @@ class Reporter:
             total = sum(len(entry.step.sizes) for entry in plan.schedule())
             self._progress = tqdm(total=total, unit="size", file=sys.stderr, leave=False)
 
-    def _print(self, text: str) -> None:
+    def say(self, text: str) -> None:
+        """A line on the console, unless the plan prints none."""
         if self.plan.output_format == "none":
             return
         try:
@@ -73,7 +71,8 @@ class Reporter:
             gone = f"the reader of the console table went away; the rows so far are in {self.out_dir}/"
             raise ConsoleClosed(gone) from None
 
-    def _fail(self, exc: ResultsError) -> None:
+    def fail(self, exc: ResultsError) -> None:
+        """Keep a failure to write: nothing more is written, and every rank stops at the next size."""
         self.failure = ResultsError(f"{exc} ({self.writer.rows} rows written before it are kept)")
 
     def add_transport(self, name: str, metadata: dict) -> None:
@@ -88,40 +87,37 @@ class Reporter:
         try:
             write_metadata(self.out_dir, self.metadata | {"complete": False})
         except ResultsError as exc:
-            self._fail(exc)
+            self.fail(exc)
 
     def start_step(self, step, repeat: int = 0, ranks: int | None = None) -> None:
         """A step's header; ``repeat`` (0-based) is named when the plan repeats, ``ranks`` when a subset runs it."""
         ranks = ranks or self.ranks
         if self.plan.output_format == "osu":
-            pairs = ranks // 2 if step.kernel == "msgrate" else 1
-            self._print(osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns))
+            pairs = pattern_of(step.kernel_def).pairs(step.kernel_def, ranks)
+            self.say(osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns))
         else:
             title = f"{self.metadata.get('mpi_vendor', '')} {self.plan.label}".strip()
             if self.plan.repeat > 1:
                 title = f"{title}, repeat {repeat + 1} of {self.plan.repeat}".lstrip(", ")
-            row_columns = pattern_of(step.kernel_def).columns
-            self._print(console.header(step.transport, step.kernel, ranks, title, row_columns))
+            self.say(pattern_of(step.kernel_def).header(step.transport, step.kernel, ranks, title))
         if self._progress:
             self._progress.set_description(f"{step.transport} {step.kernel}")
 
     def row(self, row: dict) -> None:
         if self.failure:
             return
-        placement = row.pop(PLACEMENT_KEY, None)
-        if placement is not None:  # where the congestion kernel put its canaries and congestors
-            self._add_metadata("congestion", placement)
+        for key, value in row.pop(METADATA, {}).items():  # what a pattern records once per run (a placement)
+            self._add_metadata(key, value)
         try:
             self.writer.append(row)
         except ResultsError as exc:
-            self._fail(exc)
+            self.fail(exc)
             return
         self.failed_validation += row.get("validation") == "fail"
-        if row.get("src_rank") not in (None, ""):
-            self.pair_rows.append(row)
-        if row.get("kernel") == "congestion":
-            self.congestion_rows.append(row)
-        self._print(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else console.line(row))
+        pattern = row_pattern(row)
+        if pattern.keeps(row):
+            self.kept.setdefault(pattern, []).append(row)
+        self.say(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else pattern.line(row))
 
     def advance(self, sizes: int) -> None:
         if self._progress:
@@ -147,32 +143,13 @@ class Reporter:
             write_metadata(self.out_dir, meta)
             parquet = write_parquet(self.out_dir, meta)
         except ResultsError as exc:
-            self._fail(exc)
+            self.fail(exc)
             return
-        if self.pair_rows:
-            self._pairs_verdict()
-        for line in congestion.key_results(self.congestion_rows):
-            self._print(line)
+        for pattern in every_pattern():  # each pattern's end-of-run step: the all-pairs verdict, key results
+            if self.kept.get(pattern):
+                pattern.finish(self.kept[pattern], self)
         if self.failed_validation:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
         if self.plan.output_format != "none":
             files = ", ".join(p.name for p in (self.writer.csv_path, parquet) if p)
             print(f"# {self.writer.rows} rows in {self.out_dir}/ ({files}, metadata.json)", file=sys.stderr)
-
-    def _pairs_verdict(self) -> None:
-        """The all-pairs verdict: verdict.json beside the table, the closing list on the console, or (--json) the
-        verdict itself on stdout."""
-        from fabricbench.measure.verdict import VERDICT_NAME, summary_lines, verdict
-
-        pairs = self.plan.pairs
-        found = verdict(self.pair_rows, pairs.outlier_z, self.plan.run_id, pairs.outlier_floor)
-        try:
-            write_json(self.out_dir / VERDICT_NAME, found)
-        except ResultsError as exc:
-            self._fail(exc)
-            return
-        if pairs.json:
-            print(json.dumps(found, indent=2), file=self.stream, flush=True)
-        else:
-            for line in summary_lines(found):
-                self._print(line)

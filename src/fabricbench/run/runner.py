@@ -23,6 +23,7 @@ from fabricbench.measure.plan import Plan
 from fabricbench.measure.rows import unsupported_row
 from fabricbench.run.patterns import Pattern, Phase, Timed, pattern_of
 from fabricbench.transports import open_transport
+from fabricbench.transports.capabilities import SelfTimed
 
 CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check
 LINK_HOOK = "FABRICBENCH_TEST_LINK_MBPS"  # test hook: every case's link_MBps, as a NIC would report it
@@ -232,7 +233,7 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
         else:
             try:
                 failure = reporter.failure if reporter else None
-                if transport.self_timed:
+                if isinstance(transport, SelfTimed):
                     stop_if_failed(ctrl, failure)
                     watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
                     row = transport.reference_row(kernel, size)

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fabricbench.buffers import POISON, nothing
-from fabricbench.errors import FabricbenchError, Unsupported
+from fabricbench.errors import FabricbenchError
 from fabricbench.lazy import np
-from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.buffer_place import HOST, BufferPlace
 from fabricbench.transports.options import OptionGroup
@@ -79,7 +78,6 @@ class Transport:
     option_groups: tuple[OptionGroup, ...] = ()
     buffer_places: tuple[BufferPlace, ...] = (HOST,)  # where it can put its message buffers
     buffer = "host"  # the rows' buffer column: where this run's buffers are (or, refused, were asked to be)
-    self_timed = False  # a reference tool that times itself: the runner takes its rows from reference_row()
     sub_communicators = False  # runs on a control plane of the first N ranks (run --ranks), its .comm for MPI
 
     @classmethod
@@ -119,41 +117,11 @@ class Transport:
             return f"{self.name} has no {kernel.name} kernel"
         return None
 
-    # The route (source, destination GPU) from ``routes`` that ``case`` builds next, set by the GPU-routes pattern
-    # (``fabricbench.run.patterns.GpuRoutes``) around each call; None otherwise.
-    route: tuple[int, int] | None = None
-
     def case(self, kernel: Kernel, size: int) -> Case:
-        """This rank's case of a kernel whose pattern is one pair, every pair at once, all ranks, or a GPU route
-        (``route``). Raises Unsupported on every rank alike, before any traffic, where it cannot."""
-        raise NotImplementedError
-
-    def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
-        """An all-pairs kernel's case for one phase (``fabricbench.run.patterns.AllPairs``): this rank sends to
-        ``send_to`` (its samples time that pair) and receives from ``recv_from``; None for either where it has no
-        such part, and returns None when it has neither. Raises Unsupported on every rank alike, whatever its
-        part."""
-        raise Unsupported(f"{self.name} has no all-pairs loop")
-
-    def routes(self, kernel: Kernel) -> list[tuple[int, int]]:
-        """A GPU-routes kernel's (source, destination) GPUs, one phase and one row each, alike on every rank
-        (``fabricbench.run.patterns.GpuRoutes``). Raises Unsupported on every rank alike where there are none."""
-        raise Unsupported(f"{self.name} has no GPU routes")
-
-    def congestion_case(self, role: Role) -> Case:
-        """The congestion kernel's case for one phase (``fabricbench.run.patterns.Congestion``), called on every rank
-        in the same order, so it may make collective calls: a canary's timed test (its samples speak for the row),
-        a congestor's pattern run until the canaries' leader says stop (``moved_bytes`` and ``active_ns`` set after
-        each run), or nothing for a rank with neither part. Raises Unsupported on every rank alike."""
-        raise Unsupported(f"{self.name} has no congestion loops")
-
-    def congestion_unsupported(self, pattern: str) -> str | None:
-        """Why this transport cannot run a congestor pattern (``mix``: all four at once), None when it can: the
-        congestion kernel then gives that pattern's rows as unsupported and runs the others."""
-        return None
-
-    def reference_row(self, kernel: Kernel, size: int) -> dict | None:
-        """A self-timed transport's row for one size, on rank 0 (None elsewhere); every rank calls it."""
+        """This rank's case of a kernel whose pattern is one pair, every pair at once or all ranks (and, for a
+        transport with GPU routes, the route the pattern set). Raises Unsupported on every rank alike, before any
+        traffic, where it cannot. What else a pattern may ask of a transport (pairs in phases, GPU routes,
+        congestion loops, timing itself) is a capability of its own: ``fabricbench.transports.capabilities``."""
         raise NotImplementedError
 
     def metadata(self) -> dict:

@@ -219,6 +219,9 @@ class CudaCopyTransport(Transport):
     needs_launcher = True
     osu_name = "CUDA"
     option_groups = (gpu.GPU_OPTIONS,)  # its --gpu-map, --gpu-timing and --cuda-graph
+    # The route (source, destination GPU) from ``routes`` that ``case`` builds next, set by the GPU-routes pattern
+    # (``fabricbench.run.patterns.gpu_routes``) around each call; None otherwise.
+    route: tuple[int, int] | None = None
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:

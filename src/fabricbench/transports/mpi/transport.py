@@ -634,6 +634,10 @@ class MPITransport(Transport):
 
         return mpi_congestion.case(self.comm, role, self.cloop)
 
+    def congestion_unsupported(self, pattern: str) -> str | None:
+        """None: its loops run every congestor pattern."""
+        return None
+
     def persistent_collectives(self) -> bool:
         if self.cloop:
             return self.cloop.persistent_collectives

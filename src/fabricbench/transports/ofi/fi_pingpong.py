@@ -246,7 +246,6 @@ class FiPingpongTransport(Transport):
     name = "fi-pingpong"
     kernels = frozenset({"latency"})
     option_groups = (OFI_OPTIONS,)  # the same provider, domain, endpoint and calls as the ofi transport
-    self_timed = True
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:

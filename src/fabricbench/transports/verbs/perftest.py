@@ -279,7 +279,6 @@ class PerftestTransport(Transport):
     tools = TOOLS
     kernels = frozenset(TOOLS)
     option_groups = (RDMA_OPTIONS,)  # the same device, port, GID, CQ moderation and QP type as the verbs transports
-    self_timed = True
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:
