@@ -547,6 +547,7 @@ class MPITransport(Transport):
     needs_launcher = True
     sub_communicators = True  # it Dups the control plane's communicator, whichever ranks that holds
     osu_name = "MPI"
+    osu_sums_any_type = True
     option_groups = (MPI_OPTIONS,)
     buffer_places = (HOST, CUDA, CUDA_STAGED)
 
