@@ -425,7 +425,7 @@ class MemoryTransport(Transport):
         recv_from = peer if not initiator or both_ways else None
         made = (Window if kernel.windowed else PingPong)(self, kernel, size, send_to, recv_from)
         made.initiator = initiator
-        made.pairs = self.ctrl.size // 2 if kernel.pattern == "concurrent-pairs" else 1
+        made.pairs = kernel.pairs(self.ctrl.size)
         return made
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:

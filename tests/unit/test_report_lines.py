@@ -323,19 +323,22 @@ def test_osu_columns_a_kernel_cannot_fill_are_refused():
     from fabricbench.measure.kernels import get_kernel
 
     with pytest.raises(UsageError, match="-T.*allreduce sums MPI_CHAR, MPI_INT or MPI_FLOAT"):
-        osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_double"))
+        osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_double"), "mpi")
     with pytest.raises(UsageError, match="-T.*latency moves MPI_CHAR only"):
-        osu.check_columns(get_kernel("latency"), osu.Columns(datatype="mpi_int"))
+        osu.check_columns(get_kernel("latency"), osu.Columns(datatype="mpi_int"), "mpi")
     summing_chars = get_kernel("allreduce").with_datatype("mpi_char")
-    osu.check_columns(summing_chars, osu.Columns(datatype="mpi_char"))  # mpi sums OSU's default type
-    with pytest.raises(UsageError, match="mpi_char.*allreduce on tcp: tcp sums MPI_FLOAT only"):
+    osu.check_columns(summing_chars, osu.Columns(datatype="mpi_char"), "mpi")  # mpi sums OSU's default type
+    with pytest.raises(
+        UsageError,
+        match=r"mpi_char.*allreduce on tcp: tcp sums MPI_FLOAT only \(mpi sums MPI_CHAR, MPI_INT or MPI_FLOAT\)$",
+    ):
         osu.check_columns(summing_chars, osu.Columns(datatype="mpi_char"), "tcp")
     osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_float"), "tcp")  # its own type
     with pytest.raises(UsageError, match="barrier: it moves no data"):
-        osu.check_columns(get_kernel("barrier"), osu.Columns(datatype="MPI_CHAR"))
+        osu.check_columns(get_kernel("barrier"), osu.Columns(datatype="MPI_CHAR"), "mpi")
     with pytest.raises(UsageError, match="tail columns.*bw"):
-        osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)))
-    osu.check_columns(get_kernel("latency"), osu.Columns(True, False, (50.0,), "mpi_char"))  # all fine
+        osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)), "mpi")
+    osu.check_columns(get_kernel("latency"), osu.Columns(True, False, (50.0,), "mpi_char"), "mpi")  # all fine
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fabricbench.errors import UsageError
-from fabricbench.measure.kernels import get_kernel, partner_of
+from fabricbench.measure.kernels import KERNELS, Pairing, get_kernel, partner_of
 from fabricbench.measure.plan import kernel_sizes, parse_size, parse_size_range, sizes_between
 from fabricbench.measure.stats import across_ranks, latency_stats, nearest_rank, stability_note
 
@@ -62,6 +62,25 @@ def test_pairs_match_osu_mbw_mr():
     assert [partner_of(msgrate, r, 4) for r in range(4)] == [(2, True), (3, True), (0, False), (1, False)]
     latency = get_kernel("latency")
     assert [partner_of(latency, r, 4) for r in range(4)] == [(2, True), None, (0, False), None]
+    assert (msgrate.pairs(6), latency.pairs(6), get_kernel("allreduce").pairs(6)) == (3, 1, 1)
+    with pytest.raises(UsageError, match="even rank count"):
+        msgrate.check_ranks(3)
+    latency.check_ranks(3)
+
+
+def test_a_pattern_means_one_pairing():
+    """Kernel.pairing says what the pattern's name means for pairing; every kernel of a pattern says the same."""
+    pairings: dict[str, set[Pairing]] = {}
+    for kernel in KERNELS.values():
+        pairings.setdefault(kernel.pattern, set()).add(kernel.pairing)
+    assert {pattern: pairing for pattern, (pairing,) in pairings.items()} == {
+        "one-pair": Pairing.ONE,
+        "concurrent-pairs": Pairing.HALVES,
+        "all": Pairing.NONE,
+        "all-pairs": Pairing.MESH,
+        "gpu-routes": Pairing.NONE,
+        "congestion": Pairing.MESH,
+    }
 
 
 def test_busbw_factors_are_nccl_tests():

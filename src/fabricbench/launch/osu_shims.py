@@ -51,6 +51,7 @@ from fabricbench import __version__
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.plan import parse_size_range
+from fabricbench.transports import transport_class
 
 OSU_VERSION = "7.4"
 RESULTS_VAR = "FABRICBENCH_OSU_RESULTS"  # the results root: a shim's results folders go under it
@@ -99,6 +100,11 @@ class Benchmark:
     buffers: bool = False  # takes OSU's two buffer-location positionals (the point-to-point tests)
     min_size: int = 1  # OSU's default smallest size (MIN_MESSAGE_SIZE; 0 for its point-to-point latency tests)
     skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
+
+    @property
+    def gpu_buffers(self) -> bool:
+        """Whether its transport can put the buffers on a GPU (OSU's -d cuda)."""
+        return any(place.on_gpu for place in transport_class(self.transport).buffer_places)
 
 
 _LAT, _BW, _MR = "mixczTd", "mixWczTd", "mixWcTd"
@@ -228,7 +234,7 @@ def _buffer(bench: Benchmark, device: str | None, positionals: list[str]) -> str
     """fabricbench's --buffer for OSU's -d and buffer positionals (both already checked one by one)."""
     if device != "cuda":
         return "host"  # -d cpu, or no -d: the positionals are ignored, as a CPU build of OSU ignores them
-    if bench.transport == "mpi-rma":
+    if not bench.gpu_buffers:
         raise UsageError(f"{bench.name}: -d cuda: fabricbench's one-sided windows are host memory only")
     if not bench.buffers:
         return "cuda"  # a collective: OSU puts every buffer on the GPU
@@ -339,7 +345,7 @@ def usage(bench: Benchmark) -> str:
         option = OPTIONS[letter]
         value, _, text = option.help.partition("  ") if option.value else ("", "", option.help)
         lines.append(f"  -{letter}, --{option.long} {value}".ljust(38) + text)
-    if bench.buffers and bench.transport == "mpi-rma":
+    if bench.buffers and not bench.gpu_buffers:
         lines.append("Buffer locations are read as a CPU build of OSU reads them: host memory.")
     elif bench.buffers:
         lines.append("Buffer locations: with -d cuda, D D puts both in GPU memory and H H both in host memory;")

@@ -7,6 +7,7 @@ The transports only supply the loop.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, replace
 
@@ -59,6 +60,16 @@ COPY_KERNELS = {
 }
 
 
+class Pairing(enum.Enum):
+    """Which ranks a kernel's pattern lets exchange with which: what a transport's point-to-point case, the
+    partner of each rank, the even rank count and OSU's layout ask, rather than the pattern's name."""
+
+    NONE = "none"  # no pairs: a collective, or copies within one rank's GPUs
+    ONE = "one"  # rank 0 with rank N/2; the others sit out
+    HALVES = "halves"  # every rank r < N/2 with r + N/2, all at once (an even rank count)
+    MESH = "mesh"  # any rank with any other, phase by phase: all pairs in turn, canaries beside congestors
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A timed pattern of operations.
@@ -70,6 +81,7 @@ class Kernel:
     canaries and congestors (measure.congestion), one row per canary test and congestor pattern.
     sample: what one entry of the per-iteration time array is: ``rtt`` (a
     round trip, reported halved), ``window`` (W messages and the ack) or ``op``.
+    pairing: what the pattern means for which ranks exchange (Pairing).
     """
 
     name: str
@@ -85,6 +97,7 @@ class Kernel:
     osu_datatype: str = "MPI_CHAR"  # OSU's "# Datatype:" line; empty for a kernel that moves no data
     collective_spec: CollectiveSpec | None = None  # buffers, checks and bandwidth formulas of a collective
     opt_in: bool = False  # run only when -k names it, not by ``-t T`` alone (congestion: many phases, 4+ ranks)
+    pairing: Pairing = Pairing.NONE
 
     @property
     def collective(self) -> bool:
@@ -98,6 +111,10 @@ class Kernel:
     @property
     def windowed(self) -> bool:
         return self.sample == "window"
+
+    def pairs(self, ranks: int) -> int:
+        """The pairs exchanging at once on ``ranks`` ranks: every rank's under HALVES, else one."""
+        return ranks // 2 if self.pairing is Pairing.HALVES else 1
 
     @property
     def sample_divisor(self) -> int:
@@ -204,7 +221,7 @@ class Kernel:
     def check_ranks(self, ranks: int) -> None:
         if ranks < self.min_ranks:
             raise UsageError(f"kernel {self.name!r} needs at least {self.min_ranks} ranks, got {ranks}")
-        if self.pattern == "concurrent-pairs" and ranks % 2:
+        if self.pairing is Pairing.HALVES and ranks % 2:
             raise UsageError(
                 f"kernel {self.name!r} pairs rank r with r + N/2 and needs an even rank count, got {ranks}"
             )
@@ -227,16 +244,42 @@ def _collective(spec: CollectiveSpec) -> Kernel:
 
 
 _ALL = [
-    Kernel("latency", "latency", "one-pair", "rtt", 0, 4 * MiB, "{lib} Latency Test"),
-    Kernel("bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib} Bandwidth Test"),
-    Kernel("bibw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib} Bi-Directional Bandwidth Test", directions=2),
+    Kernel("latency", "latency", "one-pair", "rtt", 0, 4 * MiB, "{lib} Latency Test", pairing=Pairing.ONE),
+    Kernel("bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib} Bandwidth Test", pairing=Pairing.ONE),
     Kernel(
-        "msgrate", "bandwidth", "concurrent-pairs", "window", 1, 4 * MiB, "{lib} Multiple Bandwidth / Message Rate Test"
+        "bibw",
+        "bandwidth",
+        "one-pair",
+        "window",
+        1,
+        4 * MiB,
+        "{lib} Bi-Directional Bandwidth Test",
+        directions=2,
+        pairing=Pairing.ONE,
     ),
-    Kernel("multi-latency", "latency", "concurrent-pairs", "rtt", 0, 4 * MiB, "{lib} Multi Latency Test"),
+    Kernel(
+        "msgrate",
+        "bandwidth",
+        "concurrent-pairs",
+        "window",
+        1,
+        4 * MiB,
+        "{lib} Multiple Bandwidth / Message Rate Test",
+        pairing=Pairing.HALVES,
+    ),
+    Kernel(
+        "multi-latency",
+        "latency",
+        "concurrent-pairs",
+        "rtt",
+        0,
+        4 * MiB,
+        "{lib} Multi Latency Test",
+        pairing=Pairing.HALVES,
+    ),
     *(_collective(spec) for spec in COLLECTIVES.values()),
-    Kernel("put", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Put Latency Test"),
-    Kernel("get", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test"),
+    Kernel("put", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Put Latency Test", pairing=Pairing.ONE),
+    Kernel("get", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test", pairing=Pairing.ONE),
     # 8-byte remote atomics (verbs: IBV_WR_ATOMIC_FETCH_AND_ADD / _CMP_AND_SWP; OSU's osu_fop_latency and
     # osu_cas_latency, perftest's ib_atomic_lat and ib_atomic_bw): one operation and its fetched value, a full
     # round trip; or a window of them, a message rate.
@@ -249,6 +292,7 @@ _ALL = [
         ATOMIC_BYTES,
         "{lib}_Fetch_and_op latency Test",
         osu_datatype="MPI_LONG_LONG",
+        pairing=Pairing.ONE,
     ),
     Kernel(
         "cas",
@@ -259,6 +303,7 @@ _ALL = [
         ATOMIC_BYTES,
         "{lib}_Compare_and_swap latency Test",
         osu_datatype="MPI_LONG_LONG",
+        pairing=Pairing.ONE,
     ),
     Kernel(
         "fop-rate",
@@ -269,6 +314,7 @@ _ALL = [
         ATOMIC_BYTES,
         "{lib} Fetch_and_op Rate Test",
         osu_datatype="MPI_LONG_LONG",
+        pairing=Pairing.ONE,
     ),
     Kernel(
         "cas-rate",
@@ -279,13 +325,25 @@ _ALL = [
         ATOMIC_BYTES,
         "{lib} Compare_and_swap Rate Test",
         osu_datatype="MPI_LONG_LONG",
+        pairing=Pairing.ONE,
     ),
-    Kernel("put-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test"),
-    Kernel("get-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test"),
+    Kernel("put-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test", pairing=Pairing.ONE),
+    Kernel("get-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test", pairing=Pairing.ONE),
     # Every ordered pair of ranks (or hosts, --per-node), phase by phase as --schedule says: latency's and bw's loops
     # between each source and destination, one row per pair (fabricbench.measure.verdict).
-    Kernel("pairs-latency", "latency", "all-pairs", "rtt", 0, 4 * MiB, "{lib} All-Pairs Latency Test"),
-    Kernel("pairs-bw", "bandwidth", "all-pairs", "window", 1, 4 * MiB, "{lib} All-Pairs Bandwidth Test"),
+    Kernel(
+        "pairs-latency", "latency", "all-pairs", "rtt", 0, 4 * MiB, "{lib} All-Pairs Latency Test", pairing=Pairing.MESH
+    ),
+    Kernel(
+        "pairs-bw",
+        "bandwidth",
+        "all-pairs",
+        "window",
+        1,
+        4 * MiB,
+        "{lib} All-Pairs Bandwidth Test",
+        pairing=Pairing.MESH,
+    ),
     # GPCNeT's question: canary ranks timed alone, then while congestor ranks flood the network, pattern by pattern;
     # one row per (canary test, congestor pattern or none) with the congestion impact factor (measure.congestion).
     # Its message sizes are the tests' own (--canaries, --congestors), not -m's.
@@ -300,6 +358,7 @@ _ALL = [
         min_ranks=2 * MIN_CANARIES,
         osu_datatype="",
         opt_in=True,
+        pairing=Pairing.MESH,
     ),
     # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is
     # bytes copied per second.
@@ -326,7 +385,7 @@ def get_kernel(name: str) -> Kernel:
 def partner_of(kernel: Kernel, rank: int, ranks: int) -> tuple[int, bool] | None:
     """(partner, initiator) for a point-to-point kernel, or None if this rank sits out."""
     half = ranks // 2
-    if kernel.pattern == "one-pair":
+    if kernel.pairing is Pairing.ONE:
         if rank == 0:
             return half, True
         if rank == half:

@@ -24,16 +24,15 @@ from dataclasses import dataclass, field
 from fabricbench import __version__
 from fabricbench.argtypes import decimal
 from fabricbench.errors import UsageError
-from fabricbench.measure.kernels import Kernel, get_kernel
+from fabricbench.measure.kernels import Kernel, Pairing, get_kernel
 from fabricbench.measure.schema import is_measured
 from fabricbench.measure.stats import PERCENTILES
-from fabricbench.transports import transport_class
+from fabricbench.transports import TRANSPORTS, transport_class
 
 OSU_VERSION = "v7.4"
 FIELD = 18  # OSU's FIELD_WIDTH, as OSU's configure.ac defines it
 SIZE_FIELD = 10  # OSU's "%-*d" (and "%-*s" for "# Size") width of the size column
 ITERATIONS_FIELD = 12  # OSU prints the Iterations column narrower
-OTHER_TYPES_ON = ("mpi",)  # the transports whose reductions sum any -T type of the spec (tcp sums float32)
 PERCENTILE_COLUMNS = dict(zip(PERCENTILES, ("lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us"), strict=True))
 VALIDATION_WORDS = {"pass": "Pass", "fail": "Fail"}
 
@@ -75,9 +74,9 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def check_columns(kernel: Kernel, columns: Columns, transport: str = "mpi") -> None:
-    """Refuse, in one line, a column this kernel's rows cannot fill (never print something else under its name).
-    ``kernel`` is the one the run moves: ``with_datatype`` of -T's type where it can move it."""
+def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
+    """Refuse, in one line, a column this kernel's rows cannot fill on ``transport`` (never print something else
+    under its name). ``kernel`` is the one the run moves: ``with_datatype`` of -T's type where it can move it."""
     if columns.percentiles and kernel.windowed:
         raise UsageError(
             f"tail columns (-z) for {kernel.name}: fabricbench keeps percentiles of window times, "
@@ -97,10 +96,12 @@ def check_columns(kernel: Kernel, columns: Columns, transport: str = "mpi") -> N
                 f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} moves {own} only"
             )
         default = get_kernel(kernel.name).osu_datatype
-        if own != default and transport not in OTHER_TYPES_ON:
+        if own != default and not transport_class(transport).osu_sums_any_type:
+            classes = {name: transport_class(name) for name in TRANSPORTS}
+            summing = [name for name, cls in classes.items() if cls.osu_sums_any_type and kernel.name in cls.kernels]
             raise UsageError(
                 f"datatype {columns.datatype} (-T) for {kernel.name} on {transport}: {transport} sums {default} "
-                f"only (mpi sums {_either(kernel.osu_datatypes)})"
+                f"only ({', '.join(summing)} sums {_either(kernel.osu_datatypes)})"
             )
 
 
@@ -116,7 +117,7 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
         title(transport, kernel_name, place.osu_device),
         *cls.osu_header_lines(kernel),
-        *place.osu_buffer_lines(point_to_point=kernel.pattern in ("one-pair", "concurrent-pairs")),
+        *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
     ]
     if _message_rate(kernel):
         lines.append(f"# [ pairs: {pairs} ] [ window size: {window} ]")
@@ -137,7 +138,7 @@ def title(transport: str, kernel_name: str, device: str = "") -> str:
 
 def _message_rate(kernel) -> bool:
     """osu_mbw_mr's layout: windows on every pair at once, reported as MB/s and messages/s."""
-    return kernel.windowed and kernel.pattern == "concurrent-pairs"
+    return kernel.windowed and kernel.pairing is Pairing.HALVES
 
 
 def column_header(kernel_name: str, columns: Columns = Columns()) -> str:

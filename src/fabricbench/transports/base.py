@@ -73,6 +73,7 @@ class Transport:
     default_kernels: tuple[str, ...] = ()  # what ``fabricbench run`` with no -t/-k measures on it
     needs_launcher = False  # MPI ranks only: refused by ``serve`` and ``run --peer``
     osu_name = ""  # how OSU's text header names it ("MPI"); empty: "fabricbench NAME"
+    osu_sums_any_type = False  # its reductions sum every OSU -T type a collective spec lists, not the default only
     # The option groups whose settings it reads (fabricbench.transports.options); the registry adds each to the
     # command line once, whichever transports include it.
     option_groups: tuple[OptionGroup, ...] = ()

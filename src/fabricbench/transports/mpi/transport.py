@@ -37,7 +37,7 @@ from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.congestion import Role
-from fabricbench.measure.kernels import Kernel, partner_of
+from fabricbench.measure.kernels import Kernel, Pairing, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
 from fabricbench.transports.mpi.cloop import C_OPS, CLoop, CLoopUnavailable, load, require_success, wrapper_identity
@@ -126,7 +126,7 @@ class _PointToPoint(Case):
         self.cloop = cloop
         self.method = f"{'c' if cloop else 'python'} loop, {method}"
         self.what = f"mpi {kernel.name} at {size} B"
-        self.pairs = comm.Get_size() // 2 if kernel.pattern == "concurrent-pairs" else 1
+        self.pairs = kernel.pairs(comm.Get_size())
         role = role or partner_of(kernel, comm.Get_rank(), comm.Get_size())  # role: (partner, initiator) in a phase
         self.active = role is not None
         self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
@@ -216,7 +216,7 @@ class Window(_PointToPoint):
         super().__init__(comm, kernel, size, method, cloop, role)
         self.window = window
         self.both_ways = kernel.directions == 2
-        self.synchronized = kernel.pattern == "concurrent-pairs"  # every rank takes part: the rank count is even
+        self.synchronized = kernel.pairing is Pairing.HALVES  # every rank takes part: the rank count is even
         self.window_holds_transit = not self.both_ways  # the peer's next window may land before our stamp
         self.ack = poisoned(1)
         if not self.active:
@@ -545,6 +545,7 @@ class MPITransport(Transport):
     needs_launcher = True
     sub_communicators = True  # it Dups the control plane's communicator, whichever ranks that holds
     osu_name = "MPI"
+    osu_sums_any_type = True
     option_groups = (MPI_OPTIONS,)
     buffer_places = (HOST, CUDA, CUDA_STAGED)
 
@@ -719,7 +720,7 @@ class CudaPointToPoint(Case):
         super().__init__()
         self.comm, self.cupy, self.size, self.staged = comm, cupy, size, place.staged
         self.method = f"python loop, blocking, {place.calls}"
-        self.pairs = comm.Get_size() // 2 if kernel.pattern == "concurrent-pairs" else 1
+        self.pairs = kernel.pairs(comm.Get_size())
         self.window = window if kernel.windowed else 0
         self.both_ways = kernel.directions == 2
         self.rtt = kernel.sample == "rtt"

@@ -47,7 +47,7 @@ from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.congestion import Role
-from fabricbench.measure.kernels import Kernel, partner_of
+from fabricbench.measure.kernels import Kernel, Pairing, partner_of
 from fabricbench.transports import cbuild
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.cbuild import CLoopUnavailable
@@ -171,7 +171,7 @@ class _PointToPoint(_TCPCase):
     def __init__(self, links: dict, rank: int, ranks: int, kernel: Kernel, size: int, timeout: float, role=None):
         role = role or partner_of(kernel, rank, ranks)  # role: (partner, initiator) of an all-pairs phase
         super().__init__(kernel, size, timeout, [role[0]] if role else [])
-        self.pairs = ranks // 2 if kernel.pattern == "concurrent-pairs" else 1
+        self.pairs = kernel.pairs(ranks)
         self.active = role is not None
         self.peer, self.initiator = role if role else (-1, False)
         self.size = size
@@ -533,9 +533,7 @@ class TCPTransport(Transport):
         # "auto" (the default) takes the C loops where every rank has them.
         self.cloop, self.why = open_c_loop(ctrl, options.get("loop", "auto"))
         # The all-pairs and congestion kernels need a link to every rank; the others, a partner and ring neighbours.
-        everyone = any(
-            s.transport == self.name and s.kernel_def.pattern in ("all-pairs", "congestion") for s in plan.steps
-        )
+        everyone = any(s.transport == self.name and s.kernel_def.pairing is Pairing.MESH for s in plan.steps)
         self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout, everyone)
         self.link_rates = link_rates(self.links)  # {peer: (MB/s or None, what reported it)}
 
