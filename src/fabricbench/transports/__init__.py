@@ -1,7 +1,7 @@
 """The transport registry: names to modules, and the questions the rest of fabricbench asks of them.
 
 Adding a transport is one line in ``TRANSPORTS`` (in the order the default
-sweep and ``doctor`` list them) plus its module. A module is imported when a
+sweep and ``doctor`` list them) plus its folder, ``transports/<fabric>/``. A module is imported when a
 name is first looked up (building the command line's parser looks up every
 one); what it imports at that point must stay light (the standard library, and
 numpy only through ``fabricbench.lazy``): the rest loads when a rank opens it.

@@ -6,7 +6,7 @@ barriers, time budgets, validation and statistics for every transport alike.
 
 A transport also declares what it brings (the option groups it reads, where
 its buffers can live, whether it needs a launcher, its preflight and doctor checks),
-so adding one is its module, one line in the registry and its tests.
+so adding one is its folder (transports/<fabric>/), one line in the registry and its tests.
 """
 
 from __future__ import annotations
