@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--label", default=Plan.label, help="a name for this run in tables and plots")
     run.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="where each host hangs in the fabric: Slurm's topology.conf, or a TOML map (FILE.toml) of "
+        "[switches.NAME] hosts and group; inside a Slurm job with topology/tree, scontrol's by default",
+    )
+    run.add_argument(
         "--format",
         dest="output_format",
         choices=OUTPUT_FORMATS,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fabricbench.errors import UsageError
@@ -10,6 +12,7 @@ from fabricbench.measure.topology import (
     CROSS_SWITCH,
     SAME_HOST,
     SAME_SWITCH,
+    Topology,
     parse_slurm,
     parse_toml,
     read_topology,
@@ -124,3 +127,12 @@ def test_a_host_the_map_does_not_know_is_named(tmp_path):
         topo.check_hosts(["fbx1", "elsewhere"])
     with pytest.raises(UsageError, match="cannot read topology file"):
         read_topology(str(tmp_path / "missing.conf"))
+
+
+def test_the_plans_json_form_reads_back_and_a_bad_one_is_one_line():
+    topo = parse_slurm(LEAF_SPINE, "topology.conf")
+    again = Topology.from_dict(json.loads(json.dumps(topo.to_dict())))
+    assert again == topo and again.hops("fbx1", "fbx4") == 2
+    for bad in (None, {}, {**topo.to_dict(), "switch": {"fbx1": 3}}, {**topo.to_dict(), "group": {}}):
+        with pytest.raises(UsageError, match="the plan's topology"):
+            Topology.from_dict(bad)

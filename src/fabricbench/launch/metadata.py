@@ -73,7 +73,12 @@ def mpi_info() -> dict:
 
 
 def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
-    """The run's metadata; ``ranks`` is rank_info() from every rank, in rank order."""
+    """The run's metadata; ``ranks`` is rank_info() from every rank, in rank order. A topology that does not place
+    every rank's host is refused here (UsageError), before any step runs."""
+    hosts = sorted({r["host"] for r in ranks})
+    fabric = plan.fabric()
+    if fabric is not None:
+        fabric.check_hosts(hosts)
     meta = {
         "schema_version": SCHEMA_VERSION,
         "run_id": plan.run_id,
@@ -85,7 +90,8 @@ def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
         "python_version": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "numpy_version": np.__version__,
-        "hosts": sorted({r["host"] for r in ranks}),
+        "hosts": hosts,
+        "topology": fabric.metadata(hosts) if fabric is not None else None,  # each host's switch and group
         "ranks": ranks,
         "cpu_model": cpu_model(),
         "os_release": platform.release(),
@@ -93,7 +99,7 @@ def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
         "numpy_madvise_hugepage": numpy_hugepages(),
         "NUMPY_MADVISE_HUGEPAGE": os.environ.get("NUMPY_MADVISE_HUGEPAGE", "unset"),
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
-        "plan": {k: v for k, v in asdict(plan).items() if k != "steps"},
+        "plan": {k: v for k, v in asdict(plan).items() if k not in ("steps", "topology")},
         "steps": [asdict(s) for s in plan.steps],
     }
     return meta

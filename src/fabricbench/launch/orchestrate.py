@@ -105,9 +105,9 @@ def execute_plan(
     if ctrl.rank == 0:
         from fabricbench.run.reporter import Reporter
 
-        metadata = env.run_metadata(plan, ranks, launcher)
-        metadata.update(extra_metadata or {})
         try:
+            metadata = env.run_metadata(plan, ranks, launcher)  # a host the topology does not place: refused here
+            metadata.update(extra_metadata or {})
             reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
         except FabricbenchError as exc:
             failure = exc

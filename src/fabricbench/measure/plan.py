@@ -18,6 +18,7 @@ from fabricbench.errors import UsageError
 from fabricbench.measure import congestion
 from fabricbench.measure.kernels import KERNELS, Kernel, get_kernel
 from fabricbench.measure.stats import PERCENTILES
+from fabricbench.measure.topology import Topology
 from fabricbench.measure.verdict import DEFAULT_OUTLIER_Z, MIN_EFFECT, SCHEDULES
 
 # The largest message any kernel takes: MPI counts are C ints, and 1 GiB is the largest power of two
@@ -198,6 +199,8 @@ class Plan:
     transport_options: dict = field(default_factory=dict)  # {option group name: its settings}
     repeat: int = 1  # run --repeat: how many times the whole plan runs, interleaved (schedule)
     ranks: list[int] = field(default_factory=list)  # run --ranks: collectives on the first N ranks; []: all
+    # Where each host hangs in the fabric (measure.topology.Topology.to_dict), from --topology or Slurm; None: flat
+    topology: dict | None = None
 
     def schedule(self) -> list[Entry]:
         """Every (repeat, step, ranks) in the order the ranks run them.
@@ -266,6 +269,12 @@ class Plan:
             and self.ranks == sorted(set(self.ranks)),
             f"bad --ranks {_shown(self.ranks)}: rank counts, each once, smallest first",
         )
+        if self.topology is not None:
+            Topology.from_dict(self.topology)
+
+    def fabric(self) -> Topology | None:
+        """The topology the plan carries, or None for a flat fabric."""
+        return None if self.topology is None else Topology.from_dict(self.topology)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -16,13 +16,15 @@ three-level fat-tree); in a two-level tree (leaf-spine) every leaf hangs off the
 one group, so their pairs are ``cross-switch``. ``hops`` counts the switch-to-switch links a message crosses on
 the shortest route: 0 within a switch, twice the levels up to the lowest common switch in a tree, and in a
 TOML map 1 within a group (a dragonfly's switches are linked all-to-all) and 3 across groups (a local hop to the
-switch holding the global link, the global link, a local hop: the minimal route's bound). Pure: nothing here
-starts a process; ``scontrol``'s text is read by the caller.
+switch holding the global link, the global link, a local hop: the minimal route's bound). Pure but for
+``from_slurm_job``, which asks ``scontrol`` inside a Slurm job.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +34,10 @@ SAME_HOST, SAME_SWITCH, CROSS_SWITCH, CROSS_GROUP = "same-host", "same-switch", 
 TIERS = (SAME_HOST, SAME_SWITCH, CROSS_SWITCH, CROSS_GROUP)  # nearest first
 TOML_CROSS_GROUP_HOPS = 3
 MAX_SWITCHES = 100_000  # a topology file past this is refused: no real fabric has more switches
+MAX_HOSTS = 1_000_000
 MAX_BYTES = 16 * 1024 * 1024  # the most of a topology file read
+SCONTROL_TIMEOUT_S = 30
+SCONTROL_SOURCE = "scontrol show topology"
 _KEY_VALUE = re.compile(r"(\w+)=(\S*)")
 
 
@@ -86,6 +91,34 @@ class Topology:
         while chain[-1] in self.parent:
             chain.append(self.parent[chain[-1]])
         return chain
+
+    def to_dict(self) -> dict:
+        """The plan's JSON form (``from_dict`` reads it back, checked)."""
+        return {"source": self.source, "switch": self.switch, "group": self.group, "parent": self.parent}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Topology:
+        """A topology from a plan's JSON, which may have come over the network: every field checked, one line."""
+
+        def names(value: object, what: str) -> dict[str, str]:
+            if (
+                not isinstance(value, dict)
+                or len(value) > MAX_HOSTS
+                or not all(isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items())
+            ):
+                raise UsageError(f"the plan's topology has a bad {what} map")
+            return value
+
+        if not isinstance(data, dict) or set(data) != {"source", "switch", "group", "parent"}:
+            raise UsageError("the plan's topology is not a topology")
+        source = data["source"]
+        if not isinstance(source, str):
+            raise UsageError("the plan's topology has a bad source")
+        switch, group, parent = (names(data[key], key) for key in ("switch", "group", "parent"))
+        missing = sorted(set(switch.values()) - set(group))
+        if missing:
+            raise UsageError(f"the plan's topology places hosts under switch {missing[0]!r}, which has no group")
+        return cls(source, switch, group, parent)
 
     def metadata(self, hosts=None) -> dict:
         """What metadata.json keeps: the source, and each (given) host's switch and group."""
@@ -227,3 +260,19 @@ def read_topology(path: str) -> Topology:
     if file.suffix == ".toml":
         return parse_toml(text, path)
     return parse_slurm(text, path)
+
+
+def from_slurm_job() -> Topology | None:
+    """Inside a Slurm job whose cluster runs ``topology/tree``, what ``scontrol show topology`` says; None outside
+    a job, without scontrol, or where it prints no switch (another topology plugin)."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
+    try:
+        done = subprocess.run(
+            ["scontrol", "show", "topology"], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0 or "SwitchName=" not in done.stdout:
+        return None
+    return parse_slurm(done.stdout, SCONTROL_SOURCE)

@@ -15,9 +15,16 @@ from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.memory import check_memory, local_rank_count
 from fabricbench.measure.plan import OsuColumns, Plan, Step, kernel_sizes
 from fabricbench.measure.results import RUN_ID_VAR, new_run_id
+from fabricbench.measure.topology import from_slurm_job, read_topology
 from fabricbench.run.patterns import every_pattern, pattern_of
 
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
+
+
+def _topology(args: argparse.Namespace) -> dict | None:
+    """--topology's file read (one line naming the line where it is bad), else a Slurm job's tree, else None."""
+    found = read_topology(args.topology) if args.topology else from_slurm_job()
+    return None if found is None else found.to_dict()
 
 
 def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
@@ -56,6 +63,7 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
         transport_options=options,
         repeat=args.repeat,
         ranks=args.ranks or [],
+        topology=_topology(args),
         **chosen,
     )
     plan.check()
