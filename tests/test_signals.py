@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fabricbench.errors import UsageError
 from support import MPIEXEC, PYTHON, clean_env, read_rows, run_until_first_row
 
 ENDS_WITHIN_S = 15.0  # generous: the job ends in a second or two; the C-loop size alone would take minutes
@@ -116,8 +117,12 @@ def test_ctrl_c_under_mpiexec_ends_ranks_inside_the_mpi_c_loop(out):
     assert run.returncode == 130, stderr
     assert _our_lines(stderr) == ["fabricbench: interrupted"], stderr
     _assert_nothing_left(out)
-    rows, meta = read_rows(out)
-    assert len(rows) == 0 and meta["complete"] is False and meta["rows"] == 0
+    # No row was finished: the table is its header alone, which the reader refuses as holding no result rows.
+    with pytest.raises(UsageError, match="holds no result rows"):
+        read_rows(out)
+    assert len((out / "results.csv").read_text().splitlines()) == 1
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["complete"] is False and meta["rows"] == 0
     assert meta["transports"]["mpi"]["timed_loop"] == "c loop"
 
 
