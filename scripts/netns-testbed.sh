@@ -419,11 +419,16 @@ df_gateway() {
     echo "$net.$((DF_SUBNET * ((a - 1) * per + s - 1) + 1))"
 }
 
+# The hosts of switch K (from 0) of H hosts each, as a hostlist expression.
+switch_hosts() {
+    range_expr "$1" $(($2 * $3 + 1)) $((($2 + 1) * $3))
+}
+
 # topology.conf (and topology.toml for a dragonfly) in the state folder.
 write_topology() {
     local topology=$1 prefix=$2
     shift 2
-    local dir k a s first
+    local dir k a s
     dir=$(state_dir "$prefix")
     [[ $topology == flat ]] && return 0
     mkdir -p "$dir"
@@ -432,7 +437,7 @@ write_topology() {
         {
             echo "# netns-testbed.sh leaf-spine '$prefix': $1 leaves of $2 hosts under one spine"
             for ((k = 1; k <= $1; k++)); do
-                echo "SwitchName=leaf$k Nodes=$(range_expr "$prefix" $(((k - 1) * $2 + 1)) $((k * $2)))"
+                echo "SwitchName=leaf$k Nodes=$(switch_hosts "$prefix" $((k - 1)) "$2")"
             done
             echo "SwitchName=spine Switches=$(range_expr leaf 1 "$1")"
         } >"$dir/topology.conf"
@@ -444,8 +449,7 @@ write_topology() {
             echo "# (a tree approximation: each group's switches under a switch g<g>, which the testbed has not)"
             for ((a = 1; a <= $1; a++)); do
                 for ((s = 1; s <= $2; s++)); do
-                    first=$(((((a - 1) * $2 + s - 1)) * $3 + 1))
-                    echo "SwitchName=g${a}s$s Nodes=$(range_expr "$prefix" "$first" $((first + $3 - 1)))"
+                    echo "SwitchName=g${a}s$s Nodes=$(switch_hosts "$prefix" $(((a - 1) * $2 + s - 1)) "$3")"
                 done
                 echo "SwitchName=g$a Switches=$(range_expr "g${a}s" 1 "$2")"
             done
@@ -455,9 +459,8 @@ write_topology() {
             echo "# netns-testbed.sh dragonfly '$prefix': $1 groups of $2 switches of $3 hosts"
             for ((a = 1; a <= $1; a++)); do
                 for ((s = 1; s <= $2; s++)); do
-                    first=$(((((a - 1) * $2 + s - 1)) * $3 + 1))
                     printf '[switches.g%ds%d]\ngroup = "g%d"\nhosts = "%s"\n\n' "$a" "$s" "$a" \
-                        "$(range_expr "$prefix" "$first" $((first + $3 - 1)))"
+                        "$(switch_hosts "$prefix" $(((a - 1) * $2 + s - 1)) "$3")"
                 done
             done
         } >"$dir/topology.toml"
