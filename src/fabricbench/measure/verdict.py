@@ -407,6 +407,13 @@ def _tier_stats(values: dict, tiers: dict) -> dict:
     return stats
 
 
+def _kept_tier_stats(values: dict, kept: dict, tiers: dict) -> dict:
+    """Each tier's figures over the pairs no slow uplink or host explains (the medians pairs are held against);
+    a tier all of whose pairs are explained, over all of them."""
+    every, healthy = _tier_stats(values, tiers), _tier_stats(kept, tiers)
+    return {tier: healthy.get(tier, stats) for tier, stats in every.items()}
+
+
 def _tiered_group(transport, kernel, schedule, size, values, hosts, topology: Topology, z, floor) -> dict:
     """One group judged within its tiers: the slow global links and uplinks first, then the hosts and links on
     the rest, each pair's figure taken over its tier's median so every tier is held to the same rule."""
@@ -448,7 +455,7 @@ def _tiered_group(transport, kernel, schedule, size, values, hosts, topology: To
         mad_log=_number(mad),
         threshold=None,
         threshold_ratio=_number(_ratio(threshold, centre)),
-        tiers=_tier_stats(values, tiers),
+        tiers=_kept_tier_stats(values, kept, tiers),
         slow_uplinks=uplinks,
     )
     return group
