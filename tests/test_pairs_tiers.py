@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from support import NETNS, PYTHON, fabricbench_on_hosts, read_rows, run_testbed
+from support import NETNS, fabricbench, fabricbench_on_hosts, read_rows, run_testbed
 
 PREFIX, NET = "fbv", "10.213.22"
 HOSTS = [f"{PREFIX}{i}" for i in range(1, 7)]
@@ -63,12 +62,7 @@ def test_a_shaped_uplink_is_named_and_not_its_hosts(slow_uplink, tmp_path):
     assert not [link for link in found["slow_links"] if {link["src_host"], link["dst_host"]} & LEAF2], found
     assert "#   slow leaf2's uplink: 8 of 8 cross-switch links slow" in result.stdout
     print("\n".join(line for line in result.stdout.splitlines() if line.startswith("# tiers") or "slow" in line))
-    drawn = subprocess.run(
-        [PYTHON, "-m", "fabricbench", "compare", str(run), "--out", str(tmp_path / "plots")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    drawn = fabricbench("compare", str(run), "--out", str(tmp_path / "plots"), timeout=60)
     assert drawn.returncode == 0, drawn.stderr
     heatmap = tmp_path / "plots" / "heatmap_pairs-bw.png"
     assert heatmap.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

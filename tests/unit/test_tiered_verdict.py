@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
+import pytest
+
+from fabricbench.analysis.thresholds import judge, parse_thresholds
+from fabricbench.errors import UsageError
 from fabricbench.measure.topology import Topology, parse_slurm, parse_toml
 from fabricbench.measure.verdict import summary_lines, verdict
 
@@ -177,3 +182,52 @@ def test_a_slow_global_link_is_named_by_its_groups_and_not_as_an_uplink_or_hosts
     assert (link["slow_links"], link["links"], link["tier"]) == (8, 8, "cross-group") and link["groups"] == ["g1", "g2"]
     assert found["slow_hosts"] == [] and found["slow_links"] == []
     assert list(found["groups"][0]["tiers"]) == ["same-switch", "cross-switch", "cross-group"]
+
+
+CHECK = """
+[[threshold]]
+transport = "tcp"
+kernel = "pairs-bw"
+max_slow_uplinks = 0
+
+[[threshold]]
+transport = "tcp"
+kernel = "pairs-bw"
+tier = "same-switch"
+min_bw_MBps = 1000
+"""
+
+
+def test_check_fails_a_slow_uplink_by_name_and_selects_pairs_by_tier():
+    thresholds = parse_thresholds(CHECK, "t.toml", ["tcp"], ["pairs-bw"])
+    assert thresholds[1].tiers == ("same-switch",) and thresholds[0].limits[0].name == "max_slow_uplinks"
+    topology = _leaf_spine(3, 2)
+    hosts = _hosts(topology)
+    tiered = [
+        dict(row, tier=topology.tier(row["src_host"], row["dst_host"])) for row in _rows(hosts, _fabric(topology))
+    ]
+    assert judge(thresholds, tiered, topology).failures == 0
+    slow = _fabric(topology, lambda a, b: len({a, b} & {"h3", "h4"}) == 1)
+    tiered = [dict(row, tier=topology.tier(row["src_host"], row["dst_host"])) for row in _rows(hosts, slow)]
+    found = judge(thresholds, tiered, topology)
+    assert found.failures == 1, found.lines
+    assert found.lines[0].startswith("FAIL threshold 1, line 2: tcp pairs-bw every size, max_slow_uplinks 0: 1 slow")
+    assert found.lines[1].startswith("  FAIL leaf2's uplink: 8 of 8 cross-switch links slow")
+    assert found.lines[2].startswith("ok   threshold 2, line 7: tcp pairs-bw every size same-switch pairs") and (
+        "6 rows pass" in found.lines[2]
+    )
+    # Without a topology there is nothing to judge an uplink by: the limit fails, saying why.
+    assert "the run has no topology (run --topology): no uplink was judged" in judge(thresholds, tiered).lines[0]
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ('tier = "rack"', "field 'tier': unknown tier 'rack'; known: same-host, same-switch, cross-switch"),
+        ("min_slow_uplinks = 1", "field 'min_slow_uplinks': unknown field (did you mean 'max_slow_uplinks'?)"),
+    ],
+)
+def test_check_refuses_a_bad_tier_or_uplink_limit(field, message):
+    text = f'[[threshold]]\ntransport = "tcp"\nkernel = "pairs-bw"\nmax_slow_uplinks = 0\n{field}\n'
+    with pytest.raises(UsageError, match=re.escape(message)):
+        parse_thresholds(text, "t.toml", ["tcp"], ["pairs-bw"])
