@@ -31,9 +31,13 @@ from fabricbench.errors import UsageError
 from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, NONE
 from fabricbench.measure.formatting import format_size
 from fabricbench.measure.schema import NUMERIC, is_measured
+from fabricbench.measure.topology import TIERS, Topology
 from fabricbench.measure.verdict import slow_host
 
-FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "optional", "name")
+FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "tier", "optional", "name")
+# Limits on what the all-pairs verdict (measure.verdict) finds in the covered pairs rather than on a column:
+# max_slow_uplinks = 0 fails a run whose verdict, judged by the run's topology, names a slow uplink or global link.
+VERDICT_COUNTS = ("slow_uplinks",)
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
 BOUNDS = ("min", "max")
 # The signals a run ends by: check passes its exit code on instead of judging a cut run.
@@ -92,6 +96,7 @@ class Threshold:
     name: str = ""
     canaries: tuple[str, ...] = ()  # the congestion kernel's rows of these canary tests only (): all
     congestors: tuple[str, ...] = ()  # and of these congestor patterns only
+    tiers: tuple[str, ...] = ()  # the pairs of these tiers only (measure.topology.TIERS; a run with --topology)
 
     def covers(self, row: dict) -> bool:
         size = row.get("size_B")
@@ -100,6 +105,8 @@ class Threshold:
         if self.canaries and row.get("canary") not in self.canaries:
             return False
         if self.congestors and row.get("congestor") not in self.congestors:
+            return False
+        if self.tiers and row.get("tier") not in self.tiers:
             return False
         if self.buffer is not None and row.get("buffer", "host") != self.buffer:
             return False
@@ -126,6 +133,7 @@ class Threshold:
         buffer = f" {self.buffer} buffers" if self.buffer else ""
         tests = f" canary {','.join(self.canaries)}" if self.canaries else ""
         tests += f" with {','.join(self.congestors)}" if self.congestors else ""
+        tests += f" {','.join(self.tiers)} pairs" if self.tiers else ""
         return f"{','.join(self.transports)} {','.join(self.kernels)} {sizes}{buffer}{tests}"
 
 
@@ -219,7 +227,7 @@ def parse_size(value: object) -> tuple[int | None, int | None]:
 
 def _limit(name: str, value: object) -> Limit:
     bound, _, column = name.partition("_")
-    if bound not in BOUNDS or column not in NUMERIC:
+    if bound not in BOUNDS or column not in NUMERIC and not (bound == "max" and column in VERDICT_COUNTS):
         raise KeyError(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"must be a number of 0 or more, got {value!r}")
@@ -228,11 +236,12 @@ def _limit(name: str, value: object) -> Limit:
 
 def _unknown_field(name: str) -> str:
     limits = sorted(f"{bound}_{column}" for bound in BOUNDS for column in NUMERIC)
+    limits += [f"max_{count}" for count in VERDICT_COUNTS]
     close = difflib.get_close_matches(name, [*FIELDS, *limits], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return (
         f"unknown field{hint}; a threshold has {', '.join(FIELDS)} and limits min_ or max_ a numeric column, "
-        "e.g. min_bw_MBps, max_lat_p50_us, min_busbw_GBps"
+        "e.g. min_bw_MBps, max_lat_p50_us, min_busbw_GBps, or max_slow_uplinks"
     )
 
 
@@ -324,6 +333,8 @@ def parse_thresholds(text: str, source: str, transports: Iterable[str], kernels:
                     values["size_min"], values["size_max"] = parse_size(value)
                 elif name == "canary":
                     values["canaries"] = _names(value, "canary test", CANARIES)
+                elif name == "tier":
+                    values["tiers"] = _names(value, "tier", TIERS)
                 elif name == "congestor":
                     values["congestors"] = _names(value, "congestor pattern", [*CONGESTORS, MIX, NONE])
                 elif name in ("buffer", "name"):
@@ -447,6 +458,30 @@ def slow_hosts(pairs: list[dict], failing: list[dict]) -> dict[str, tuple[set[st
     }
 
 
+def _judge_count(verdict: Verdict, threshold: Threshold, limit: Limit, rows: list[dict], fabric) -> None:
+    """A limit on the all-pairs verdict's count of slow uplinks (and global links) among the covered pair rows,
+    judged by the run's topology: one summary line, then one line per slow uplink."""
+    from fabricbench.measure.verdict import summary_lines
+    from fabricbench.measure.verdict import verdict as pairs_verdict
+
+    head = f"{threshold.where}: {threshold.scope}, {limit.name} {_number(limit.value)}"
+    pairs = [row for row in rows if is_pair(row)]
+    if fabric is None or not pairs:
+        why = "the run has no topology (run --topology)" if pairs else "no all-pairs row"
+        verdict.add("warn" if threshold.optional else "FAIL", f"{head}: {why}: no uplink was judged")
+        return
+    found = pairs_verdict(pairs, topology=fabric)
+    uplinks = found["slow_uplinks"]
+    if limit.passes(len(uplinks)):
+        judged = sum(group["pairs"] for group in found["groups"])
+        verdict.add("ok", f"{head}: {len(uplinks)} slow uplinks ({judged} pairs judged)")
+        return
+    verdict.add("FAIL", f"{head}: {len(uplinks)} slow uplinks, expected {limit.expected}", counts=False)
+    for line in summary_lines({**found, "slow_links": [], "slow_hosts": []}):
+        if line.startswith("#   slow "):
+            verdict.add("FAIL", line.removeprefix("#   slow "), indent=True)
+
+
 def _judge_limit(verdict: Verdict, threshold: Threshold, limit: Limit, rows: list[dict]) -> None:
     """One summary line for (threshold, limit), then one line per failing row, pair or host."""
     head = f"{threshold.where}: {threshold.scope}, {limit.name} {_number(limit.value)}"
@@ -495,8 +530,9 @@ def _judge_limit(verdict: Verdict, threshold: Threshold, limit: Limit, rows: lis
                 verdict.add("FAIL", f"{row_name(row)}: {measured(row)}", indent=True)
 
 
-def judge(thresholds: list[Threshold], rows: list[dict]) -> Verdict:
-    """Every threshold against every row it covers; a threshold covering no measured row fails (warns if optional)."""
+def judge(thresholds: list[Threshold], rows: list[dict], fabric: Topology | None = None) -> Verdict:
+    """Every threshold against every row it covers; a threshold covering no measured row fails (warns if optional).
+    ``fabric``: the run's topology, for the limits on the all-pairs verdict (VERDICT_COUNTS)."""
     verdict = Verdict()
     checked = set()
     for threshold in thresholds:
@@ -513,7 +549,10 @@ def judge(thresholds: list[Threshold], rows: list[dict]) -> Verdict:
                 verdict.add("FAIL", f"{row_name(row)}: received data failed validation; its figures do not stand")
         valid = [row for row in measured if row.get("validation") != "fail"]
         for limit in threshold.limits:
-            _judge_limit(verdict, threshold, limit, valid)
+            if limit.column in VERDICT_COUNTS:
+                _judge_count(verdict, threshold, limit, valid, fabric)
+            else:
+                _judge_limit(verdict, threshold, limit, valid)
     verdict.rows_checked = len(checked)
     return verdict
 
@@ -533,12 +572,16 @@ def summary(verdict: Verdict, thresholds: int) -> str:
 # --- the command ---------------------------------------------------------------------------------------------------
 
 
-def _rows(path: str) -> list[dict]:
-    """A finished run's rows, read and migrated as compare reads them."""
+def _rows(path: str) -> tuple[list[dict], Topology | None]:
+    """A finished run's rows, read and migrated as compare reads them, and the topology its metadata keeps."""
     from fabricbench.analysis import load
 
-    frame, _ = load.read_run(path)
-    return frame.to_dict("records")
+    frame, metadata = load.read_run(path)
+    try:
+        fabric = Topology.from_metadata(metadata.get("topology"))
+    except UsageError as exc:
+        raise UsageError(f"{path!r}: {exc}") from None
+    return frame.to_dict("records"), fabric
 
 
 def _start_run(words: list[str], run_out: RunOut) -> tuple[str, int]:
@@ -584,8 +627,8 @@ def check(thresholds_path: str, target: list[str], run_out: RunOut) -> int:
         run = words[0]
     else:
         raise UsageError(f"check takes one run folder, or -- run ARGS; got {' '.join(words)!r}")
-    rows = _rows(run)
-    verdict = judge(thresholds, rows)
+    rows, fabric = _rows(run)
+    verdict = judge(thresholds, rows, fabric)
     if run_code:
         verdict.add("FAIL", f"the run exited {run_code}")
     print(f"check: {thresholds_path} against {run} ({len(rows)} rows)")
