@@ -146,6 +146,14 @@ def run_testbed(prefix: str, *args: str) -> str:
     return result.stdout
 
 
+def rx_bytes(host: str) -> int:
+    """The bytes testbed host HOST has received on its veth0, counted by the kernel."""
+    path = "/sys/class/net/veth0/statistics/rx_bytes"
+    return int(
+        subprocess.run(["ip", "netns", "exec", host, "cat", path], capture_output=True, text=True, check=True).stdout
+    )
+
+
 def executable_stub(directory: Path, name: str) -> Path:
     """An empty shell script named NAME in DIRECTORY: a program found on PATH that does nothing."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""fabricbench under a four-node Slurm: scripts/slurm-testbed.sh on a netns testbed of four hosts.
+"""fabricbench under a four-node Slurm: scripts/slurm-testbed.sh on a netns leaf-spine testbed of four hosts
+(two leaves of two under a spine), whose topology.conf Slurm's topology/tree reads.
 
 Each testbed host runs a real slurmd as that host (its namespace and hostname), the first one slurmctld too, and
 one munged serves them all. The module's fixture builds the testbed and the cluster once and takes both down at
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support import NETNS, PYTHON, REPO, TESTBED, clean_env, read_rows, run_testbed
+from support import NETNS, PYTHON, REPO, clean_env, read_rows, run_testbed, rx_bytes
 
 SLURM_TESTBED = str(REPO / "scripts" / "slurm-testbed.sh")
 SBATCH = str(REPO / "scripts" / "slurm-two-nodes.sbatch")
@@ -34,14 +35,6 @@ pytestmark = [
         reason="Slurm or munge not installed (apt-get install slurm-wlm munge)",
     ),
 ]
-
-
-def _testbed_up() -> None:
-    """Two leaves of two hosts under a spine where netns-testbed.sh builds switch testbeds, else one flat bridge."""
-    if "leaf-spine" in Path(TESTBED).read_text():
-        run_testbed(PREFIX, "up", "--topology", "leaf-spine", "2", "2", "--net", NET)
-    else:
-        run_testbed(PREFIX, "up", "4", "--net", NET)
 
 
 def slurm_testbed(*args: str, env: dict | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
@@ -72,7 +65,7 @@ def _daemons(state: Path) -> dict[int, str]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    _testbed_up()
+    run_testbed(PREFIX, "up", "--topology", "leaf-spine", "2", "2", "--net", NET)
     pids: dict[int, str] = {}
     try:
         started = time.monotonic()
@@ -95,11 +88,6 @@ def job_env() -> dict:
     """This environment for a job, less any Slurm job's settings around this test, with UCX on the veths."""
     env = {k: v for k, v in clean_env().items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
     return {**env, "UCX_TLS": "tcp", "UCX_NET_DEVICES": "veth0", "FABRICBENCH_VENV": sys.prefix}
-
-
-def rx_bytes(host: str) -> int:
-    path = "/sys/class/net/veth0/statistics/rx_bytes"
-    return int(subprocess.run(["ip", "netns", "exec", host, "cat", path], capture_output=True, text=True).stdout)
 
 
 def test_sinfo_places_every_node_under_its_testbed_switch(cluster):
