@@ -157,6 +157,14 @@ def fabricbench_on_hosts(
     )
 
 
+def rx_bytes(host: str) -> int:
+    """The bytes testbed host HOST has received on its veth0, counted by the kernel."""
+    path = "/sys/class/net/veth0/statistics/rx_bytes"
+    return int(
+        subprocess.run(["ip", "netns", "exec", host, "cat", path], capture_output=True, text=True, check=True).stdout
+    )
+
+
 def executable_stub(directory: Path, name: str) -> Path:
     """An empty shell script named NAME in DIRECTORY: a program found on PATH that does nothing."""
     directory.mkdir(parents=True, exist_ok=True)

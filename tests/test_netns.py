@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fabricbench.measure.schema import MEASURED
-from support import NETNS, PYTHON, TESTBED, clean_env, fabricbench, read_rows, run_testbed
+from support import NETNS, PYTHON, TESTBED, clean_env, fabricbench, read_rows, run_testbed, rx_bytes
 
 PREFIX, NET = "fbt", "10.213.7"
 SERVER = f"{NET}.2"
@@ -51,13 +51,6 @@ def shaped(hosts):
 def in_host(host: str, *command: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [TESTBED, "exec", host, *command], capture_output=True, text=True, timeout=timeout, env=clean_env()
-    )
-
-
-def rx_bytes(host: str) -> int:
-    path = "/sys/class/net/veth0/statistics/rx_bytes"
-    return int(
-        subprocess.run(["ip", "netns", "exec", host, "cat", path], capture_output=True, text=True, check=True).stdout
     )
 
 

@@ -37,8 +37,8 @@ SwitchName=core Switches=pod[1-2]
 SCONTROL = """\
 SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=fbx[1-3]
 SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=fbx[4-6]
-SwitchName=spine Level=1 LinkSpeed=1 Switches=leaf[1-2]
-"""
+SwitchName=spine Level=1 LinkSpeed=1 Nodes=fbx[1-6] Switches=leaf[1-2]
+"""  # Slurm 22.05's own lines: an upper switch lists the hosts below it too
 
 DRAGONFLY = """\
 [switches.g1s1]

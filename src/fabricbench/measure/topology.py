@@ -4,7 +4,8 @@ Three sources say it, each read into the same ``Topology``:
 
 - Slurm's ``topology.conf`` (``topology/tree``): ``SwitchName=NAME Nodes=HOSTLIST`` for a leaf switch,
   ``SwitchName=NAME Switches=SWITCHLIST`` for one above others; ``scontrol show topology`` prints the same
-  ``key=value`` lines (with ``Level`` and ``LinkSpeed`` beside them), so one reader takes both;
+  ``key=value`` lines (with ``Level`` and ``LinkSpeed`` beside them, and an upper switch's ``Nodes`` listing the
+  hosts of the switches below it), so one reader takes both;
 - a small TOML map for sites without Slurm: ``[switches.NAME]`` tables with ``hosts = "HOSTLIST"`` and an
   optional ``group = "NAME"`` (a dragonfly's group; a switch without one is its own group).
 
@@ -180,10 +181,10 @@ def parse_slurm(text: str, source: str) -> Topology:
         if len(line_of) >= MAX_SWITCHES:
             raise UsageError(f"{where}: more than {MAX_SWITCHES} switches")
         line_of[name] = number
-        if values.get("nodes"):
-            nodes[name] = _nodeset(values["nodes"], where)
         if values.get("switches"):
             children[name] = _nodeset(values["switches"], where)
+        elif values.get("nodes"):  # scontrol lists under an upper switch every host below it: none hangs off it
+            nodes[name] = _nodeset(values["nodes"], where)
         if name not in nodes and name not in children:
             raise UsageError(f"{where}: switch {name!r} has neither Nodes= nor Switches=")
     if not line_of:
