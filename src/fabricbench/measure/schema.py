@@ -22,6 +22,8 @@ COLUMNS = [
     "dst_rank",
     "src_host",
     "dst_host",
+    "tier",
+    "hops",
     "src_gpu",
     "dst_gpu",
     "canary",
@@ -64,14 +66,16 @@ UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")  # a measured column's name 
 RATIOS = {"cif_mean", "cif_p99", "rank_spread"}
 NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)} | RATIOS
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
-INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu", "canaries", "congestors"}
+INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "congestors"}
 # The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
 # 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
 # 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
 # 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU;
 # 5: a congestion row carries its canary test and congestor pattern, their rank counts, the canary's bandwidth
-#    percentiles and per-rank spread, the congestors' throughput and the congestion impact factors.
-SCHEMA_VERSION = 5
+#    percentiles and per-rank spread, the congestors' throughput and the congestion impact factors;
+# 6: an all-pairs row carries its pair's tier in the topology (measure.topology.TIERS) and the switch-to-switch
+#    links between its hosts (hops), both blank without a topology or where it has no route.
+SCHEMA_VERSION = 6
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
@@ -82,7 +86,8 @@ MEASURED = "ok"  # a measured row's status; every other status says why its size
 PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
 # schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
-# GPU-pair columns (no GPU pair rows then), schema 4 the congestion columns (no congestion rows then).
+# GPU-pair columns (no GPU pair rows then), schema 4 the congestion columns (no congestion rows then), schema 5 the
+# tier and hops of a pair (no topology then).
 OPTIONAL = {
     "run_id": "",
     "label": "",
@@ -96,6 +101,8 @@ OPTIONAL = {
     "dst_rank": "",
     "src_host": "",
     "dst_host": "",
+    "tier": "",
+    "hops": "",
     "src_gpu": "",
     "dst_gpu": "",
     "canary": "",
