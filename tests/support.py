@@ -146,6 +146,17 @@ def run_testbed(prefix: str, *args: str) -> str:
     return result.stdout
 
 
+def fabricbench_on_hosts(
+    prefix: str, hosts: list[str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``fabricbench ARGS`` on one rank per namespace host of testbed ``prefix``, started by hydra through the
+    namespace launcher (netns-testbed.sh mpiexec)."""
+    command = [TESTBED, "mpiexec", "--prefix", prefix, "-n", str(len(hosts)), "-ppn", "1", "-hosts", ",".join(hosts)]
+    return subprocess.run(
+        [*command, PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=timeout, env=clean_env()
+    )
+
+
 def executable_stub(directory: Path, name: str) -> Path:
     """An empty shell script named NAME in DIRECTORY: a program found on PATH that does nothing."""
     directory.mkdir(parents=True, exist_ok=True)

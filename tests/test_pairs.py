@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from support import NETNS, PYTHON, REPO, TESTBED, clean_env, read_rows, run_testbed
+from support import NETNS, PYTHON, REPO, fabricbench_on_hosts, read_rows, run_testbed
 
 THRESHOLDS = str(REPO / "examples" / "thresholds" / "netns-testbed.toml")
 PREFIX, NET = "fbp", "10.213.8"
@@ -61,10 +61,7 @@ def slow_host(hosts):
 
 def across_hosts(*args: str) -> subprocess.CompletedProcess:
     """``fabricbench ARGS`` on one rank per namespace host, started by hydra through the namespace launcher."""
-    command = [TESTBED, "mpiexec", "--prefix", PREFIX, "-n", "4", "-ppn", "1", "-hosts", ",".join(HOSTS)]
-    return subprocess.run(
-        [*command, PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=120, env=clean_env()
-    )
+    return fabricbench_on_hosts(PREFIX, HOSTS, *args)
 
 
 def pairs_bw(out: Path, transport: str) -> dict:

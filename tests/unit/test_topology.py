@@ -136,3 +136,18 @@ def test_the_plans_json_form_reads_back_and_a_bad_one_is_one_line():
     for bad in (None, {}, {**topo.to_dict(), "switch": {"fbx1": 3}}, {**topo.to_dict(), "group": {}}):
         with pytest.raises(UsageError, match="the plan's topology"):
             Topology.from_dict(bad)
+
+
+def test_the_metadata_topology_reads_back_with_its_tiers_and_hops():
+    text = "SwitchName=leaf1 Nodes=n[1-2]\nSwitchName=leaf2 Nodes=n[3-4]\nSwitchName=spine Switches=leaf[1-2]\n"
+    kept = parse_slurm(text, "topology.conf").metadata(["n1", "n2", "n3"])
+    back = Topology.from_metadata(json.loads(json.dumps(kept)))
+    assert back.source == "topology.conf" and back.switch == {"n1": "leaf1", "n2": "leaf1", "n3": "leaf2"}
+    assert (back.tier("n1", "n2"), back.tier("n1", "n3"), back.hops("n1", "n3")) == ("same-switch", "cross-switch", 2)
+    assert Topology.from_metadata(None) is None
+
+
+@pytest.mark.parametrize("data", [[1], {"hosts": 3}, {"source": "s", "hosts": {"n1": {"switch": 2, "group": "g"}}}])
+def test_a_bad_metadata_topology_is_one_line(data):
+    with pytest.raises(UsageError, match="the metadata's topology"):
+        Topology.from_metadata(data)

@@ -290,16 +290,24 @@ def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def all_pairs_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
-    """The all-pairs rows (one per source and destination rank, or GPU) are drawn as heatmaps with --out, not
-    compared size by size: the rows left to compare, and whether there were any to draw."""
+def all_pairs_apart(tidy: pd.DataFrame, out_dir, series: list[Series] = ()) -> tuple[pd.DataFrame, bool]:
+    """The all-pairs rows (one per source and destination rank, or GPU) are drawn as heatmaps with --out, ordered
+    and judged by the topology each series' metadata keeps, not compared size by size: the rows left to compare,
+    and whether there were any to draw."""
     pairs = tidy["src_rank"].notna() | tidy["src_gpu"].notna()
     if not pairs.any():
         return tidy, False
     if out_dir:
         from fabricbench.analysis.plots import write_heatmaps
+        from fabricbench.measure.topology import Topology
 
-        written = write_heatmaps(tidy[pairs], out_dir)
+        fabrics = {}
+        for each in series:
+            try:
+                fabrics[each.name] = Topology.from_metadata(each.metadata.get("topology"))
+            except UsageError as exc:
+                raise UsageError(f"{each.source!r}: {exc}") from None
+        written = write_heatmaps(tidy[pairs], out_dir, fabrics)
         print(f"# wrote {', '.join(p.name for p in written)} in {out_dir}/ (all-pairs matrices)", file=sys.stderr)
     else:
         print(f"# {int(pairs.sum())} all-pairs rows: --out DIR draws their heatmaps", file=sys.stderr)
@@ -336,7 +344,7 @@ def compare(paths: list[str], out: str | None = None, metric_names: list[str] | 
     metrics = parse_metrics(metric_names)
     out_dir = prepare_out_dir(out) if out else None
     series, tidy, notes = split_series(paths)
-    tidy, drawn = all_pairs_apart(tidy, out_dir)
+    tidy, drawn = all_pairs_apart(tidy, out_dir, series)
     tidy, congested = congestion_apart(tidy, out_dir)
     drawn = drawn or congested
     chosen = kernel_metrics(tidy, metrics)

@@ -192,9 +192,11 @@ HEATMAP_LABELS["bw_GBps"] = "copy bandwidth (GB/s, GB = 10⁹ B)"  # GPU pairs: 
 ANNOTATED_UP_TO = 16  # ranks on an axis up to which every cell shows its figure
 
 
-def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
+def write_heatmaps(pairs: pd.DataFrame, out: Path, fabrics: dict | None = None) -> list[Path]:
     """One PNG per all-pairs kernel (``heatmap_pairs-bw.png``): a panel per (series, transport, schedule, size),
     sources down and destinations across, named by host and rank; slow pairs (fabricbench.measure.verdict) boxed in red.
+    ``fabrics``: each series' Topology (or None): its hosts ordered by group and switch, lines between switches
+    (thicker between groups) and the switches named, its verdict judged by tier.
     GPU pairs (cuda-copy ``peer``) get ``heatmap_peer.png``: a panel per (series, host, size), GPU by GPU."""
     from fabricbench.measure.verdict import METRICS
 
@@ -211,7 +213,8 @@ def write_heatmaps(pairs: pd.DataFrame, out: Path) -> list[Path]:
         groups = list(of_kernel.groupby(["series", "transport", "schedule", "size_B"], sort=False))
         fig, axes = _grid(len(groups), 5.4)
         for ax, ((series, transport, schedule, size), group) in zip(axes, groups, strict=False):
-            _box_slow_pairs(ax, group, _heatmap(fig, ax, group, metric))
+            fabric = (fabrics or {}).get(series)
+            _box_slow_pairs(ax, group, _heatmap(fig, ax, group, metric, fabric=fabric), fabric)
             ax.set_title(f"{series}: {transport} {kernel}, {schedule}, {format_size(size)}", fontsize="medium")
         fig.suptitle("fabricbench all-pairs matrix: source (rows) to destination (columns)", fontsize="large")
         path = out / f"heatmap_{kernel}.png"
@@ -242,14 +245,17 @@ def _gpu_heatmaps(rows: pd.DataFrame, out: Path) -> Path:
     return path
 
 
-def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -> dict:
+def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True, fabric=None) -> dict:
     """One matrix: the median over repeats of each (source, destination), the diagonal left empty; the axes name
-    each ``src``/``dst`` by its host column, with the number in brackets when ``numbered``. Returns each
-    source's or destination's place on the axes."""
+    each ``src``/``dst`` by its host column, with the number in brackets when ``numbered``; with a ``fabric``
+    (Topology) in group, switch and rank order, with its switches marked (_switch_lines). Returns each source's
+    or destination's place on the axes."""
     values = group.groupby(["src", "dst"])[metric].median()
-    ranks = sorted(set(group["src"]) | set(group["dst"]))
     hosts = {int(r): h for r, h in zip(group["src"], group["src_host"], strict=True)}
     hosts.update({int(r): h for r, h in zip(group["dst"], group["dst_host"], strict=True)})
+    ranks = sorted(set(group["src"]) | set(group["dst"]))
+    if fabric is not None:
+        ranks.sort(key=lambda r: (fabric.group_of(hosts[r]), fabric.switch_of(hosts[r]), r))
     place = {rank: i for i, rank in enumerate(ranks)}
     matrix = np.full((len(ranks), len(ranks)), np.nan)
     for (src, dst), value in values.items():
@@ -261,6 +267,8 @@ def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -
     ax.set_yticks(range(len(ranks)), labels, fontsize="small")
     ax.set_xlabel("destination")
     ax.set_ylabel("source")
+    if fabric is not None:
+        _switch_lines(ax, [fabric.switch_of(hosts[r]) for r in ranks], [fabric.group_of(hosts[r]) for r in ranks])
     if len(ranks) <= ANNOTATED_UP_TO:
         finite = matrix[np.isfinite(matrix)]
         middle = float(np.median(finite)) if len(finite) else 0.0
@@ -272,20 +280,52 @@ def _heatmap(fig, ax, group: pd.DataFrame, metric: str, numbered: bool = True) -
     return place
 
 
-def _box_slow_pairs(ax, group: pd.DataFrame, place: dict) -> None:
-    """Red boxes round the pairs the all-pairs verdict (fabricbench.measure.verdict) calls slow, and every pair of a
-    slow host; ``place``: each rank's place on the axes, as _heatmap drew them."""
+def _switch_lines(ax, switches: list[str], groups: list[str]) -> None:
+    """Lines between the hosts of one switch and the next (thicker where the group changes too), and each switch's
+    name beside its block of rows and above its block of columns."""
+    starts = [i for i in range(len(switches)) if i == 0 or switches[i] != switches[i - 1]]
+    for i in starts[1:]:
+        width = 2.5 if groups[i] != groups[i - 1] else 1.0
+        ax.axhline(i - 0.5, color="white", linewidth=width)
+        ax.axvline(i - 0.5, color="white", linewidth=width)
+    middles = [(start + end - 1) / 2 for start, end in zip(starts, [*starts[1:], len(switches)], strict=True)]
+    names = [switches[start] for start in starts]
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(middles, names, fontsize="small")
+    top.tick_params(length=0)
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(middles, names, fontsize="small", rotation=-90, va="center")
+    right.tick_params(length=0)
+
+
+def _box_slow_pairs(ax, group: pd.DataFrame, place: dict, fabric=None) -> None:
+    """Red boxes round the pairs the all-pairs verdict (fabricbench.measure.verdict, by tier with a ``fabric``)
+    calls slow, every pair of a slow host, and every pair a slow uplink explains; ``place``: each rank's place on
+    the axes, as _heatmap drew them."""
     from fabricbench.measure.verdict import verdict
 
     pairs = set(zip(group["src"], group["dst"], strict=True))
-    found = verdict(group.assign(src_rank=group["src"], dst_rank=group["dst"]).to_dict("records"))
+    found = verdict(group.assign(src_rank=group["src"], dst_rank=group["dst"]).to_dict("records"), topology=fabric)
     slow = {tuple(d) for link in found["slow_links"] for d in link["directions"]}
     slow_hosts = {host["rank"] for host in found["slow_hosts"]}
     slow |= {(s, d) for s, d in pairs if s in slow_hosts or d in slow_hosts}
+    if found.get("slow_uplinks"):
+        hosts = dict(zip(group["src"], group["src_host"], strict=True)) | dict(
+            zip(group["dst"], group["dst_host"], strict=True)
+        )
+        for uplink in found["slow_uplinks"]:
+            slow |= {(s, d) for s, d in pairs if _crosses(uplink, fabric, hosts[s], hosts[d])}
     for src, dst in slow:
         if src in place and dst in place:
             corner = (place[dst] - 0.5, place[src] - 0.5)
             ax.add_patch(Rectangle(corner, 1, 1, fill=False, edgecolor="red", linewidth=2))
+
+
+def _crosses(uplink: dict, fabric, src: str, dst: str) -> bool:
+    """Whether a pair between hosts ``src`` and ``dst`` crosses the verdict's slow ``uplink`` (or global link)."""
+    if "switch" in uplink:
+        return (fabric.switch_of(src) == uplink["switch"]) != (fabric.switch_of(dst) == uplink["switch"])
+    return {fabric.group_of(src), fabric.group_of(dst)} == set(uplink["groups"])
 
 
 def write_congestion_plot(rows: pd.DataFrame, out: Path) -> Path:

@@ -120,6 +120,25 @@ class Topology:
             raise UsageError(f"the plan's topology places hosts under switch {missing[0]!r}, which has no group")
         return cls(source, switch, group, parent)
 
+    @classmethod
+    def from_metadata(cls, data: object) -> Topology | None:
+        """The topology a run's metadata.json keeps (``metadata``), read back for the hosts it places; None for a
+        flat fabric (no topology key, or null). A malformed one raises UsageError, one line."""
+        if data is None:
+            return None
+        hosts = data.get("hosts") if isinstance(data, dict) else None
+        if not isinstance(hosts, dict) or not all(isinstance(place, dict) for place in hosts.values()):
+            raise UsageError("the metadata's topology is not a topology")
+        switch = {host: place.get("switch") for host, place in hosts.items()}
+        group = {place.get("switch"): place.get("group") for place in hosts.values()}
+        if not all(isinstance(name, str) for name in group):
+            raise UsageError("the metadata's topology has a bad switch map")
+        plan = {"source": data.get("source"), "switch": switch, "group": group, "parent": data.get("parents", {})}
+        try:
+            return cls.from_dict(plan)
+        except UsageError as exc:
+            raise UsageError(str(exc).replace("the plan's", "the metadata's")) from None
+
     def metadata(self, hosts=None) -> dict:
         """What metadata.json keeps: the source, and each (given) host's switch and group."""
         chosen = sorted(set(hosts)) if hosts is not None else sorted(self.switch)

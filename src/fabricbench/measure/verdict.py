@@ -22,6 +22,27 @@ host judged against the pairs between the other
 hosts; then each pair against the pairs between the hosts that passed. A
 slow host is reported, its links are not, and they count against no other
 host: a host is not slow for its links to a slow one.
+
+With a topology (``run --topology``) each pair is in a tier
+(measure.topology.TIERS) and is judged against its own tier's median: a
+cross-switch pair is not slow for being slower than a same-switch one. Before
+hosts and links, the links out of the fabric's parts are judged, each
+against the pairs of its tier that do not cross it:
+
+- a dragonfly's global link between groups G1 and G2 is slow when at least
+  UPLINK_SHARE of the links (unordered pairs) between the two groups are;
+- a switch's uplink is slow when at least UPLINK_SHARE of its cross-switch
+  links (one end under it, the other elsewhere) are slow while at most
+  1 - UPLINK_SHARE of its intra-switch links are: a slow host slows its
+  intra-switch pairs too, a slow uplink does not, which is what tells them
+  apart. A switch with one measured host has no intra-switch pair: there a
+  slow host and a slow uplink look alike, and the host's entry says so.
+
+The pairs a slow uplink or global link explains are reported there and not
+judged again: its hosts are not slow hosts, its links not slow links. Where
+every pair of a tier crosses the same part (two leaves: every cross-switch
+pair crosses both uplinks) there is nothing to hold it against, and no uplink
+is named; the tiers' medians, printed with the verdict, still show it.
 """
 
 from __future__ import annotations
@@ -30,6 +51,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from fabricbench.measure.schema import is_measured
+from fabricbench.measure.topology import CROSS_GROUP, CROSS_SWITCH, SAME_SWITCH, TIERS, Topology
 
 SCHEDULES = ("isolated", "shift")
 DEFAULT_OUTLIER_Z = 4.0
@@ -40,6 +62,9 @@ MIN_PAIRS = 3  # fewer directed pairs in a group give no median worth judging ag
 VERDICT_NAME = "verdict.json"
 VERDICT_FORMAT = "fabricbench-pairs-verdict"
 VERDICT_VERSION = 1
+UPLINK_SHARE = 0.75  # the share of the links across an uplink or a global link that must be slow to name it
+TIER_PASSES = 3  # the most times the tiers' medians are taken again without the slow hosts found so far
+SPREAD = (0.10, 0.90)  # a tier's spread: these quantiles of its pairs' figures
 # The figure judged for each pairs kernel, and whether a low value (bandwidth) or a high one (latency) is slow.
 METRICS = {"pairs-bw": ("bw_MBps", "low"), "pairs-latency": ("lat_p50_us", "high")}
 
@@ -175,14 +200,22 @@ def _key(row: dict) -> tuple:
     return (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
 
 
-def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = "", floor: float = MIN_EFFECT) -> dict:
-    """The slow links and slow hosts among measured pair rows (dicts with the table's columns).
+def verdict(
+    rows: Iterable[dict],
+    z: float = DEFAULT_OUTLIER_Z,
+    run_id: str = "",
+    floor: float = MIN_EFFECT,
+    topology: Topology | None = None,
+) -> dict:
+    """The slow links and slow hosts among measured pair rows (dicts with the table's columns), and with a
+    ``topology`` the slow uplinks and global links, each pair judged within its tier.
 
     Rows of another kernel, or not ``ok``, are left out. Repeated rows of one
     ordered pair (``run --repeat``) count once, at their median. A link is an
     unordered pair of ranks: it is slow when either direction is. A host is
     slow when more than half of its links in the group are (_slow_hosts_alone);
-    its links are then not listed on their own.
+    its links are then not listed on their own. Without a topology the
+    verdict holds no tier or uplink key.
     """
     groups: dict[tuple, dict[tuple[int, int], list[float]]] = {}
     hosts: dict[int, str] = {}
@@ -202,6 +235,9 @@ def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = ""
     for (transport, kernel, schedule, size), by_pair in sorted(groups.items()):
         metric, worse = METRICS[kernel]
         values = {pair: _median(v) for pair, v in by_pair.items()}
+        if topology is not None:
+            judged.append(_tiered_group(transport, kernel, schedule, size, values, hosts, topology, z, floor))
+            continue
         slow_ranks = _slow_hosts_alone(values, worse, z, floor)
         healthy = [pair for pair in values if not set(pair) & slow_ranks]
         centre, mad, threshold, slow = judge_group(values, worse, z, healthy, floor)
@@ -214,16 +250,25 @@ def verdict(rows: Iterable[dict], z: float = DEFAULT_OUTLIER_Z, run_id: str = ""
                 entry["ratio"] = _ratio(entry["value"], centre)
         group.update(mad_log=_number(mad), threshold=_number(threshold))
         judged.append(group)
-    slow_links = [dict(link, **_where(g)) for g in judged for link in g["slow_links"]]
-    slow_hosts = [dict(host, **_where(g)) for g in judged for host in g["slow_hosts"]]
+    slow_links = [_placed(link, g) for g in judged for link in g["slow_links"]]
+    slow_hosts = [_placed(host, g) for g in judged for host in g["slow_hosts"]]
+    if topology is not None:
+        slow_uplinks = [_placed(uplink, g) for g in judged for uplink in g["slow_uplinks"]]
+        return {
+            **_verdict_head(run_id, z, floor),
+            "rule": _rule(z, floor) + f"; each pair against its own tier's median; an uplink (or a global link) "
+            f"when at least {UPLINK_SHARE:.0%} of the links across it are slow and (an uplink) at most "
+            f"{1 - UPLINK_SHARE:.0%} of its switch's intra-switch links",
+            "topology": topology.source,
+            "ok": not slow_links and not slow_hosts and not slow_uplinks,
+            "slow_uplinks": slow_uplinks,
+            "slow_links": slow_links,
+            "slow_hosts": slow_hosts,
+            "groups": judged,
+        }
     return {
-        "format": VERDICT_FORMAT,
-        "version": VERDICT_VERSION,
-        "run_id": run_id,
-        "outlier_z": z,
-        "outlier_floor": floor,
-        "rule": f"log figure beyond median -/+ {z:g} x {MAD_TO_SIGMA} x MAD and at least {floor:.0%} off; "
-        "a host when more than half of its links are slow and its median figure is beyond the threshold",
+        **_verdict_head(run_id, z, floor),
+        "rule": _rule(z, floor),
         "ok": not slow_links and not slow_hosts,
         "slow_links": slow_links,
         "slow_hosts": slow_hosts,
@@ -236,8 +281,184 @@ def _number(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def _verdict_head(run_id: str, z: float, floor: float) -> dict:
+    return {
+        "format": VERDICT_FORMAT,
+        "version": VERDICT_VERSION,
+        "run_id": run_id,
+        "outlier_z": z,
+        "outlier_floor": floor,
+    }
+
+
+def _rule(z: float, floor: float) -> str:
+    return (
+        f"log figure beyond median -/+ {z:g} x {MAD_TO_SIGMA} x MAD and at least {floor:.0%} off; "
+        "a host when more than half of its links are slow and its median figure is beyond the threshold"
+    )
+
+
 def _where(group: dict) -> dict:
     return {k: group[k] for k in ("transport", "kernel", "schedule", "size_B", "metric", "median")}
+
+
+def _placed(entry: dict, group: dict) -> dict:
+    """An entry with its group's transport, kernel, size, ...; an entry judged within its tiers keeps the median
+    it was held against."""
+    placed = dict(entry, **_where(group))
+    if "median" in entry:
+        placed["median"] = entry["median"]
+    return placed
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """The q quantile, linear between the two nearest values (numpy's default)."""
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+def _link(pair: tuple[int, int]) -> tuple[int, int]:
+    return (min(pair), max(pair))
+
+
+def _slow_in_tier(values: dict, tiers: dict, judged: Iterable, reference: Iterable, worse: str, z: float, floor: float):
+    """Which of the ``judged`` pairs are slow, each against the ``reference`` pairs of its own tier, and their
+    figures over those medians; a tier with fewer than MIN_PAIRS reference pairs has nothing to hold its pairs
+    against, and they pass."""
+    judged, reference = list(judged), list(reference)
+    slow: set = set()
+    ratios: dict = {}
+    for tier in {tiers[pair] for pair in judged}:
+        held = [pair for pair in reference if tiers[pair] == tier]
+        if len(held) < MIN_PAIRS:
+            continue
+        mine = [pair for pair in judged if tiers[pair] == tier]
+        centre, _, _, found = judge_group({p: values[p] for p in held + mine}, worse, z, held, floor)
+        slow |= found & set(mine)
+        ratios.update({pair: _ratio(values[pair], centre) for pair in mine})
+    return slow, ratios
+
+
+def _share_slow(pairs: Iterable, slow: set) -> tuple[int, int]:
+    """(slow links, links) among ``pairs``: a link (unordered pair) is slow when either direction is."""
+    links = {_link(pair) for pair in pairs}
+    return len({_link(pair) for pair in slow} & links), len(links)
+
+
+def _uplink_entry(name: str, tier: str, pairs: list, slow: set, ratios: dict, values: dict, **where) -> dict:
+    bad, links = _share_slow(pairs, slow)
+    figure = _median([values[pair] for pair in pairs])
+    ratio = _median([ratios[pair] for pair in pairs if pair in ratios])
+    return {"name": name, **where, "tier": tier, "slow_links": bad, "links": links, "value": figure}, ratio
+
+
+def _slow_parts(values: dict, tiers: dict, places: dict, worse: str, z: float, floor: float):
+    """The slow global links and uplinks (module docstring), and the pairs they explain."""
+    found: list[dict] = []
+    explained: set = set()
+
+    def name(entry: dict, ratio: float) -> None:
+        entry.update(ratio=ratio, median=_ratio(entry["value"], ratio))
+        found.append(entry)
+
+    across_groups = [pair for pair in values if tiers[pair] == CROSS_GROUP]
+    group_pairs = sorted({tuple(sorted({places[a][1], places[b][1]})) for a, b in across_groups})
+    for pair_of_groups in group_pairs:
+        between = [p for p in across_groups if {places[p[0]][1], places[p[1]][1]} == set(pair_of_groups)]
+        others = [p for p in across_groups if p not in between]
+        slow, ratios = _slow_in_tier(values, tiers, between, others, worse, z, floor)
+        bad, links = _share_slow(between, slow)
+        if bad and bad >= UPLINK_SHARE * links:
+            g1, g2 = pair_of_groups
+            entry, ratio = _uplink_entry(f"global link {g1}-{g2}", CROSS_GROUP, between, slow, ratios, values)
+            name(dict(entry, groups=[g1, g2]), ratio)
+            explained |= set(between)
+    for switch in sorted({place[0] for place in places.values()}):
+        under = {rank for rank, place in places.items() if place[0] == switch}
+        out = [p for p in values if len(set(p) & under) == 1 and tiers[p] in (CROSS_SWITCH, CROSS_GROUP)]
+        out = [p for p in out if p not in explained]
+        inside = [p for p in values if set(p) <= under and tiers[p] == SAME_SWITCH]
+        if not out or not inside:  # one host under it: a slow uplink looks like a slow host (the host's entry)
+            continue
+        elsewhere = [p for p in values if not set(p) & under and p not in explained]
+        slow_out, ratios = _slow_in_tier(values, tiers, out, elsewhere, worse, z, floor)
+        slow_in, _ = _slow_in_tier(values, tiers, inside, elsewhere, worse, z, floor)
+        bad, links = _share_slow(out, slow_out)
+        bad_in, links_in = _share_slow(inside, slow_in)
+        if bad and bad >= UPLINK_SHARE * links and bad_in <= (1 - UPLINK_SHARE) * links_in:
+            tier = CROSS_SWITCH if any(tiers[p] == CROSS_SWITCH for p in out) else CROSS_GROUP
+            entry, ratio = _uplink_entry(f"{switch}'s uplink", tier, out, slow_out, ratios, values, switch=switch)
+            name(dict(entry, intra_links=links_in, slow_intra_links=bad_in), ratio)
+            explained |= set(out)
+    return found, explained
+
+
+def _tier_stats(values: dict, tiers: dict) -> dict:
+    """Each tier's median, spread (SPREAD's quantiles) and directed pair count, nearest tier first."""
+    stats = {}
+    for tier in TIERS:
+        mine = [v for pair, v in values.items() if tiers[pair] == tier and v > 0]
+        if mine:
+            low, high = (_quantile(mine, q) for q in SPREAD)
+            stats[tier] = {"median": _median(mine), "p10": low, "p90": high, "pairs": len(mine)}
+    return stats
+
+
+def _kept_tier_stats(values: dict, kept: dict, tiers: dict) -> dict:
+    """Each tier's figures over the pairs no slow uplink or host explains (the medians pairs are held against);
+    a tier all of whose pairs are explained, over all of them."""
+    every, healthy = _tier_stats(values, tiers), _tier_stats(kept, tiers)
+    return {tier: healthy.get(tier, stats) for tier, stats in every.items()}
+
+
+def _tiered_group(transport, kernel, schedule, size, values, hosts, topology: Topology, z, floor) -> dict:
+    """One group judged within its tiers: the slow global links and uplinks first, then the hosts and links on
+    the rest, each pair's figure taken over its tier's median so every tier is held to the same rule."""
+    metric, worse = METRICS[kernel]
+    ranks = {rank for pair in values for rank in pair}
+    places = {rank: (topology.switch_of(hosts[rank]), topology.group_of(hosts[rank])) for rank in ranks}
+    tiers = {pair: topology.tier(hosts[pair[0]], hosts[pair[1]]) for pair in values}
+    uplinks, explained = _slow_parts(values, tiers, places, worse, z, floor)
+    rest = {pair: v for pair, v in values.items() if pair not in explained}
+    slow_ranks: set[int] = set()
+    for _ in range(TIER_PASSES):  # a slow host can hold half a small tier: its median, then without its pairs
+        kept = {pair: v for pair, v in rest.items() if not set(pair) & slow_ranks}
+        medians = {tier: stats["median"] for tier, stats in _tier_stats(kept, tiers).items()}
+        scaled = {pair: _ratio(v, medians[tiers[pair]]) for pair, v in rest.items() if v > 0 and tiers[pair] in medians}
+        found = _slow_hosts_alone(scaled, worse, z, floor)
+        if found == slow_ranks:
+            break
+        slow_ranks = found
+    healthy = [pair for pair in scaled if not set(pair) & slow_ranks]
+    centre, mad, threshold, slow = judge_group(scaled, worse, z, healthy, floor)
+    group = _group_verdict(transport, kernel, schedule, size, metric, worse, scaled, hosts, slow, slow_ranks, threshold)
+    alone = {rank for rank in ranks if not any(tiers[p] == SAME_SWITCH for p in values if rank in p)}
+    for host in group["slow_hosts"]:  # its figure in the metric's unit; its ratio over its tiers' medians
+        rank = host["rank"]
+        host["ratio"] = _ratio(host["value"], centre)
+        host["value"] = _median([v for p, v in rest.items() if rank in p])
+        host["median"] = _ratio(host["value"], host["ratio"])
+        if rank in alone:
+            host["alone_under"] = places[rank][0]
+    for link in group["slow_links"]:
+        pair = (link["src_rank"], link["dst_rank"])
+        pick = min if worse == "low" else max
+        link["value"] = pick(values[tuple(d)] for d in link["directions"])
+        link["tier"] = tiers[pair]
+        link["median"] = medians[tiers[pair]] * centre
+        link["ratio"] = _ratio(link["value"], link["median"])
+    group.update(
+        median=_median([values[pair] for pair in healthy] or list(values.values())),
+        mad_log=_number(mad),
+        threshold=None,
+        threshold_ratio=_number(_ratio(threshold, centre)),
+        tiers=_kept_tier_stats(values, kept, tiers),
+        slow_uplinks=uplinks,
+    )
+    return group
 
 
 def _group_verdict(
@@ -321,15 +542,56 @@ def _figure(value: float, metric: str) -> str:
     return f"{value:.1f} MB/s" if metric.endswith("_MBps") else f"{value:.2f} us"
 
 
+def _what(entry: dict) -> str:
+    return f"{entry['transport']} {entry['kernel']} {entry['size_B']} B"
+
+
+def tier_lines(found: dict) -> list[str]:
+    """One line per judged group of a verdict with a topology: each tier's median and p10-p90 spread."""
+    lines = []
+    for group in found["groups"]:
+        tiers = [
+            f"{tier} {_figure(s['median'], group['metric'])} (p10 {_figure(s['p10'], group['metric'])}, "
+            f"p90 {_figure(s['p90'], group['metric'])}, {s['pairs']} pairs)"
+            for tier, s in group.get("tiers", {}).items()
+        ]
+        if tiers:
+            lines.append(f"# tiers, {_what(group)}: {'; '.join(tiers)}")
+    return lines
+
+
+def _tier_of(link: dict) -> str:
+    """``cross-switch `` for a link judged within its tier, else nothing."""
+    return f"{link['tier']} " if link.get("tier") else ""
+
+
+def _uplink_line(uplink: dict) -> str:
+    """``leaf2's uplink: 8 of 8 cross-switch links slow, ...``: a slow uplink or global link."""
+    metric = uplink["metric"]
+    line = (
+        f"#   slow {uplink['name']}: {uplink['slow_links']} of {uplink['links']} {uplink['tier']} links slow, "
+        f"{_figure(uplink['value'], metric)} against the {uplink['tier']} median {_figure(uplink['median'], metric)} "
+        f"({uplink['ratio']:.2f}x; {_what(uplink)})"
+    )
+    if "switch" in uplink:
+        normal = uplink["intra_links"] - uplink["slow_intra_links"]
+        line += f"; {normal} of its {uplink['intra_links']} intra-switch links normal"
+    return line
+
+
 def summary_lines(found: dict) -> list[str]:
-    """The console's closing list: one line per slow link and per slow host, with its figure against the median."""
+    """The console's closing list: one line per slow link and per slow host (and with a topology, per slow uplink
+    after each tier's median), with its figure against the median."""
     if not found["groups"]:
         return []
+    tiered = "slow_uplinks" in found
     if found["ok"]:
         judged = sum(g["pairs"] for g in found["groups"])
         z = found["outlier_z"]
-        return [f"# all-pairs verdict: no slow link or host ({judged} pairs judged, --outlier-z {z:g})"]
-    lines = [f"# all-pairs verdict (--outlier-z {found['outlier_z']:g}):"]
+        what = "uplink, link or host" if tiered else "link or host"
+        return [*tier_lines(found), f"# all-pairs verdict: no slow {what} ({judged} pairs judged, --outlier-z {z:g})"]
+    lines = [*tier_lines(found), f"# all-pairs verdict (--outlier-z {found['outlier_z']:g}):"]
+    lines += [_uplink_line(uplink) for uplink in found.get("slow_uplinks", [])]
     for host in found["slow_hosts"]:
         # A rank that shares its host with other measured ranks is a slow rank, not (yet) a slow host.
         who = f"host {_name(host['rank'], host['host'])}"
@@ -339,12 +601,17 @@ def summary_lines(found: dict) -> list[str]:
             f"#   slow {who}: {host['slow_links']} of {host['links']} links slow, "
             f"{_figure(host['value'], host['metric'])} against the median {_figure(host['median'], host['metric'])} "
             f"({host['ratio']:.2f}x; {host['transport']} {host['kernel']} {host['size_B']} B)"
+            + (
+                f"; alone under {host['alone_under']}: a slow uplink of {host['alone_under']} would look the same"
+                if "alone_under" in host
+                else ""
+            )
         )
     for link in found["slow_links"]:
         ways = "both ways" if len(link["directions"]) == 2 else "{}->{}".format(*link["directions"][0])
         lines.append(
             f"#   slow link {_name(link['src_rank'], link['src_host'])} <-> {_name(link['dst_rank'], link['dst_host'])}"
-            f" ({ways}): {_figure(link['value'], link['metric'])} against the median "
+            f" ({ways}): {_figure(link['value'], link['metric'])} against the {_tier_of(link)}median "
             f"{_figure(link['median'], link['metric'])} ({link['ratio']:.2f}x; "
             f"{link['transport']} {link['kernel']} {link['size_B']} B)"
         )

@@ -16,6 +16,7 @@ from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import MAX_OUTLIER_FLOOR, MAX_OUTLIER_Z, AllPairsOptions, Plan, Step
 from fabricbench.measure.rows import Loop, Timing, timed_row
 from fabricbench.measure.stats import latency_stats
+from fabricbench.measure.topology import Topology
 from fabricbench.measure.verdict import SCHEDULES, per_node, phases
 from fabricbench.run.patterns.plain import Idle, Pattern, Phase, Timed
 from fabricbench.transports.base import Case, Transport
@@ -39,7 +40,7 @@ class AllPairs(Pattern):
     for the slowest pair, not for its own.
     """
 
-    columns = ("src_rank", "dst_rank", "src_host", "dst_host", "schedule")
+    columns = ("src_rank", "dst_rank", "src_host", "dst_host", "schedule", "tier", "hops")
     rearm_from_warmup = False
     capability = PairCases
 
@@ -104,7 +105,7 @@ class AllPairs(Pattern):
         from fabricbench.measure.verdict import VERDICT_NAME, summary_lines, verdict
 
         pairs = reporter.plan.pairs
-        found = verdict(rows, pairs.outlier_z, reporter.plan.run_id, pairs.outlier_floor)
+        found = verdict(rows, pairs.outlier_z, reporter.plan.run_id, pairs.outlier_floor, reporter.plan.fabric())
         try:
             write_json(reporter.out_dir / VERDICT_NAME, found)
         except ResultsError as exc:
@@ -175,6 +176,7 @@ class AllPairs(Pattern):
         plan, transport, kernel = self.plan, self.transport, self.kernel
         method = next((each.case.method for each in timed if each.phase.send_to is not None), "")
         loop = Loop(method or transport.name, pairs=1, window=plan.window if kernel.windowed else 0)
+        fabric = plan.fabric()
         rows = []
         for table in (each.gathered for each in timed):
             for src, vector in enumerate(table):
@@ -191,6 +193,22 @@ class AllPairs(Pattern):
                 )
                 ranks = len(self.ranks)
                 row = timed_row(plan, transport.name, kernel, self.size, ranks, transport.buffer, loop, warmup, timing)
-                row.update(zip(self.columns, (src, dst, self.hosts[src], self.hosts[dst], self.schedule), strict=True))
+                ends = (
+                    src,
+                    dst,
+                    self.hosts[src],
+                    self.hosts[dst],
+                    self.schedule,
+                    *place(fabric, self.hosts[src], self.hosts[dst]),
+                )
+                row.update(zip(self.columns, ends, strict=True))
                 rows.append(row)
         return sorted(rows, key=lambda row: (row["src_rank"], row["dst_rank"]))
+
+
+def place(fabric: Topology | None, src: str, dst: str) -> tuple[str, int | str]:
+    """A pair's (tier, hops) in the fabric; blank without a topology, and hops blank where no route joins them."""
+    if fabric is None:
+        return "", ""
+    hops = fabric.hops(src, dst)
+    return fabric.tier(src, dst), "" if hops is None else hops

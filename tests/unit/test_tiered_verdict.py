@@ -1,0 +1,179 @@
+"""The all-pairs verdict with a topology: each pair within its tier, slow uplinks and global links named before
+hosts and links, without a process."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from fabricbench.measure.topology import Topology, parse_slurm, parse_toml
+from fabricbench.measure.verdict import summary_lines, verdict
+
+
+def _leaf_spine(leaves: int, per_leaf: int) -> Topology:
+    lines = [f"SwitchName=leaf{k} Nodes=h[{(k - 1) * per_leaf + 1}-{k * per_leaf}]" for k in range(1, leaves + 1)]
+    lines.append(f"SwitchName=spine Switches=leaf[1-{leaves}]")
+    return parse_slurm("\n".join(lines), "topology.conf")
+
+
+def _rows(hosts: list[str], figure) -> list[dict]:
+    """A full matrix of pairs-bw rows, one rank per host; ``figure(src_host, dst_host)`` gives each pair's MB/s."""
+    return [
+        {
+            "transport": "tcp",
+            "kernel": "pairs-bw",
+            "schedule": "isolated",
+            "size_B": 65536,
+            "src_rank": s,
+            "dst_rank": d,
+            "src_host": hosts[s],
+            "dst_host": hosts[d],
+            "status": "ok",
+            "validation": "off",
+            "bw_MBps": figure(hosts[s], hosts[d]),
+        }
+        for s, d in itertools.permutations(range(len(hosts)), 2)
+    ]
+
+
+def _fabric(topology: Topology, slow=lambda a, b: False, slow_figure: float = 12.0):
+    """Healthy figures by tier (same switch 2000 MB/s, across switches 1200, across groups 800, each a few percent
+    apart), with the pairs ``slow`` says at ``slow_figure``."""
+    base = {"same-switch": 2000.0, "cross-switch": 1200.0, "cross-group": 800.0}
+
+    def figure(a: str, b: str) -> float:
+        if slow(a, b):
+            return slow_figure
+        jitter = 1 + 0.03 * ((int(a[-1]) * 7 + int(b[-1]) * 3) % 5 - 2) / 2
+        return base[topology.tier(a, b)] * jitter
+
+    return figure
+
+
+def _hosts(topology: Topology) -> list[str]:
+    return sorted(topology.switch, key=lambda h: int(h.lstrip("h")))
+
+
+def test_a_healthy_fabric_of_tiers_is_not_slow_for_its_slower_tiers():
+    topology = _leaf_spine(3, 2)
+    found = verdict(_rows(_hosts(topology), _fabric(topology)), topology=topology)
+    assert found["ok"], found
+    (group,) = found["groups"]
+    assert list(group["tiers"]) == ["same-switch", "cross-switch"]
+    assert group["tiers"]["same-switch"]["pairs"] == 6 and group["tiers"]["cross-switch"]["pairs"] == 24
+    assert 1150 < group["tiers"]["cross-switch"]["median"] < 1250
+    # Without the topology the cross-switch pairs are the whole matrix's majority: the same-switch ones look fast,
+    # not slow; what the tiers add is the medians apart.
+    assert summary_lines(found)[0].startswith(
+        "# tiers, tcp pairs-bw 65536 B: same-switch 2015.0 MB/s (p10 2000.0 MB/s, p90"
+    )
+
+
+def test_a_slow_uplink_is_named_and_not_its_hosts_or_links():
+    topology = _leaf_spine(3, 2)
+    under = {"h3", "h4"}  # leaf2
+    found = verdict(
+        _rows(_hosts(topology), _fabric(topology, lambda a, b: len({a, b} & under) == 1)), topology=topology
+    )
+    assert not found["ok"]
+    (uplink,) = found["slow_uplinks"]
+    assert uplink["name"] == "leaf2's uplink" and uplink["switch"] == "leaf2"
+    assert (uplink["slow_links"], uplink["links"], uplink["intra_links"], uplink["slow_intra_links"]) == (8, 8, 1, 0)
+    assert uplink["ratio"] < 0.02 and 1150 < uplink["median"] < 1250
+    assert found["slow_hosts"] == [] and found["slow_links"] == [], found
+    lines = summary_lines(found)
+    assert "#   slow leaf2's uplink: 8 of 8 cross-switch links slow, 12.0 MB/s against the cross-switch median" in (
+        "\n".join(lines)
+    )
+    assert lines[-1].endswith("; 1 of its 1 intra-switch links normal")
+    json.dumps(found, allow_nan=False)  # verdict.json holds no NaN
+
+
+def test_a_slow_host_under_a_switch_is_a_host_not_its_uplink():
+    topology = _leaf_spine(3, 2)
+    found = verdict(_rows(_hosts(topology), _fabric(topology, lambda a, b: "h3" in (a, b))), topology=topology)
+    assert found["slow_uplinks"] == []
+    assert [(h["host"], h["slow_links"], h["links"]) for h in found["slow_hosts"]] == [("h3", 5, 5)]
+    assert found["slow_links"] == [] and "alone_under" not in found["slow_hosts"][0]
+
+
+def test_a_host_alone_under_its_switch_is_a_host_that_says_its_uplink_looks_the_same():
+    text = "SwitchName=leaf1 Nodes=h[1-2]\nSwitchName=leaf2 Nodes=h[3-4]\nSwitchName=leaf3 Nodes=h5\n"
+    topology = parse_slurm(text + "SwitchName=spine Switches=leaf[1-3]", "t")
+    found = verdict(_rows(_hosts(topology), _fabric(topology, lambda a, b: "h5" in (a, b))), topology=topology)
+    assert found["slow_uplinks"] == []
+    (host,) = found["slow_hosts"]
+    assert host["host"] == "h5" and host["alone_under"] == "leaf3"
+    assert "alone under leaf3: a slow uplink of leaf3 would look the same" in summary_lines(found)[-1]
+
+
+def test_a_slow_pair_across_switches_is_a_link_against_the_cross_switch_median():
+    topology = _leaf_spine(3, 2)
+    found = verdict(
+        _rows(_hosts(topology), _fabric(topology, lambda a, b: {a, b} == {"h1", "h5"}, 500.0)), topology=topology
+    )
+    assert found["slow_uplinks"] == [] and found["slow_hosts"] == []
+    (link,) = found["slow_links"]
+    assert {link["src_host"], link["dst_host"]} == {"h1", "h5"} and link["tier"] == "cross-switch"
+    assert 0.38 < link["ratio"] < 0.45 and 1150 < link["median"] < 1250  # 500 against ~1200, not against ~2000
+    assert "against the cross-switch median" in summary_lines(found)[-1]
+
+
+def test_two_leaves_cannot_tell_whose_uplink_and_name_none():
+    """Every cross-switch pair crosses both uplinks: nothing to hold them against; the tiers show it."""
+    topology = _leaf_spine(2, 3)
+    found = verdict(
+        _rows(_hosts(topology), _fabric(topology, lambda a, b: len({a, b} & {"h4", "h5", "h6"}) == 1)),
+        topology=topology,
+    )
+    assert found["ok"] and found["slow_uplinks"] == []
+    assert found["groups"][0]["tiers"]["cross-switch"]["median"] == 12.0
+
+
+def test_without_a_topology_the_verdict_is_unchanged():
+    topology = _leaf_spine(3, 2)
+    rows = _rows(_hosts(topology), _fabric(topology, lambda a, b: "h3" in (a, b)))
+    plain = verdict(rows)
+    assert set(plain) == {"format", "version", "run_id", "outlier_z", "outlier_floor", "rule", "ok"} | {
+        "slow_links",
+        "slow_hosts",
+        "groups",
+    }
+    assert "tiers" not in plain["groups"][0] and "tier" not in plain["slow_hosts"][0]
+    # Rows that carry blank tier and hops columns (a run without --topology) judge the same.
+    assert verdict([dict(row, tier="", hops="") for row in rows]) == plain
+    assert not any("tiers" in line or "uplink" in line for line in summary_lines(plain))
+
+
+DRAGONFLY = """
+[switches.g1s1]
+hosts = "h[1-2]"
+group = "g1"
+[switches.g1s2]
+hosts = "h[3-4]"
+group = "g1"
+[switches.g2s1]
+hosts = "h5"
+group = "g2"
+[switches.g2s2]
+hosts = "h6"
+group = "g2"
+[switches.g3s1]
+hosts = "h7"
+group = "g3"
+[switches.g3s2]
+hosts = "h8"
+group = "g3"
+"""
+
+
+def test_a_slow_global_link_is_named_by_its_groups_and_not_as_an_uplink_or_hosts():
+    topology = parse_toml(DRAGONFLY, "df.toml")
+    groups = {h: topology.group_of(h) for h in topology.switch}
+    slow = lambda a, b: {groups[a], groups[b]} == {"g1", "g2"}  # noqa: E731
+    found = verdict(_rows(_hosts(topology), _fabric(topology, slow)), topology=topology)
+    assert [u["name"] for u in found["slow_uplinks"]] == ["global link g1-g2"], found["slow_uplinks"]
+    (link,) = found["slow_uplinks"]
+    assert (link["slow_links"], link["links"], link["tier"]) == (8, 8, "cross-group") and link["groups"] == ["g1", "g2"]
+    assert found["slow_hosts"] == [] and found["slow_links"] == []
+    assert list(found["groups"][0]["tiers"]) == ["same-switch", "cross-switch", "cross-group"]
