@@ -81,3 +81,42 @@ def test_canaries_crossing_the_shaped_uplink_the_incast_fills_slow_down_and_with
     assert factor["cross"] > 8, summary  # queued behind the incast in the trunk's 400 ms tbf queue
     assert factor["within"] < 4, summary  # the trunk the incast fills carries nothing of the canaries'
     assert factor["cross"] > 3 * factor["within"], summary
+
+
+def test_model_fits_each_tier_of_an_all_pairs_run_and_projects_the_hierarchical_allreduce(shaped_leaf_spine, tmp_path):
+    """fabricbench model on a finished all-pairs run of the same testbed: the cross-switch tier's beta is the
+    shaped uplink's (never above 100 Mbit/s, a wide floor: pairs share it), the oversubscription is measured
+    from it, and the fat-tree projection has the ring and the hierarchical allreduce for each host count."""
+    command = [TESTBED, "mpiexec", "--prefix", PREFIX, "-n", str(len(HOSTS)), "-hosts", ",".join(HOSTS)]
+    args = ["run", "-t", "mpi", "-k", "pairs-latency,pairs-bw", "-m", "1:65536", "-W", "4", "-i", "10", "-x", "1"]
+    args += ["--max-time", "0.1", "--topology", shaped_leaf_spine, "--out", str(tmp_path / "pairs"), "--format", "none"]
+    result = subprocess.run(
+        [*command, PYTHON, "-m", "fabricbench", *args], capture_output=True, text=True, timeout=240, env=clean_env()
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    model = subprocess.run(
+        [PYTHON, "-m", "fabricbench", "model", str(tmp_path / "pairs"), "--project-ranks", "6,96", "--size", "1M"]
+        + ["--out", str(tmp_path / "model")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    assert model.returncode == 0, model.stderr
+    print(model.stdout)
+    import pandas as pd
+
+    tiers = pd.read_csv(tmp_path / "model" / "tier_model.csv").set_index("tier")
+    assert list(tiers.index) == ["same-switch", "cross-switch"] and tiers.pairs.tolist() == [12, 18]
+    cross = tiers.beta_GBps["cross-switch"]
+    assert 0.002 < cross <= 100e6 / 8 / 1e9, model.stdout  # the shaped uplink, shared by the pairs crossing it
+    projection = pd.read_csv(tmp_path / "model" / "hierarchical_projection.csv")
+    assert [(r.algorithm, r.hosts, r.switches) for r in projection.itertuples()] == [
+        ("ring", 6, 2),
+        ("ring", 96, 32),
+        ("hierarchical", 6, 2),
+        ("hierarchical", 96, 32),
+    ]
+    assert (projection.hosts_per_switch == 3).all()  # from the run's topology
+    assert projection.oversubscription.iloc[0] == pytest.approx(tiers.beta_GBps["same-switch"] / cross)
+    assert projection.oversubscription.iloc[0] > 3, model.stdout  # veths within a leaf, 100 Mbit/s across

@@ -189,8 +189,11 @@ def test_the_tree_model_takes_the_measured_oversubscription_or_the_given_one_and
         ("hierarchical", 6, 2),
         ("hierarchical", 96, 32),
     ]
-    with pytest.raises(UsageError, match="needs same-switch and cross-switch alpha and beta; fitted: same-switch"):
+    with pytest.raises(UsageError, match="needs cross-switch pairs; the run has same-switch"):
         tree_model(tiers[:1], 3, "", None)
+    shaped = tiers[1].__class__(**(vars(tiers[1]) | {"alpha_us": -47.0}))  # a shaper's burst under the sizes
+    with pytest.raises(UsageError, match="needs cross-switch alpha and beta above 0: alpha -47 us"):
+        tree_model([tiers[0], shaped], 3, "", None)
     with pytest.raises(UsageError, match="give --hosts-per-switch"):
         tree_model(tiers, None, "", None)
     metadata = {"topology": {"hosts": {f"h{i}": {"switch": f"leaf{i // 3}", "group": "spine"} for i in range(7)}}}

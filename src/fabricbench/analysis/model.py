@@ -398,12 +398,17 @@ def tree_model(
     tiers: list[TierFit], per_switch: int | None, per_switch_from: str, oversubscription: float | None
 ) -> TreeModel:
     """The fat-tree model of a series' tiers; UsageError, one line, naming what is missing."""
-    by = {t.tier: t for t in tiers if t.alpha_us > 0 and 0 < t.beta_GBps < math.inf}
-    same = by.get(SAME_SWITCH)
-    cross = by.get(CROSS_SWITCH) or by.get(CROSS_GROUP)
-    if same is None or cross is None:
-        have = ", ".join(by) or "none"
-        raise UsageError(f"a fat-tree projection needs same-switch and cross-switch alpha and beta; fitted: {have}")
+    found = {t.tier: t for t in tiers}
+    same = found.get(SAME_SWITCH)
+    cross = found.get(CROSS_SWITCH) or found.get(CROSS_GROUP)
+    for tier, fit in ((SAME_SWITCH, same), (CROSS_SWITCH, cross)):
+        if fit is None:
+            raise UsageError(f"a fat-tree projection needs {tier} pairs; the run has {', '.join(found) or 'none'}")
+        if not (fit.alpha_us > 0 and 0 < fit.beta_GBps < math.inf):
+            raise UsageError(
+                f"a fat-tree projection needs {fit.tier} alpha and beta above 0: alpha {_g(fit.alpha_us)} us "
+                f"({fit.alpha_from}), beta {_g(fit.beta_GBps)} GB/s ({fit.beta_from}); measure from 1 B"
+            )
     if not per_switch:
         raise UsageError("no hosts per switch: the run's metadata has no topology; give --hosts-per-switch")
     if oversubscription is None:
