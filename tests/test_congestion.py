@@ -96,6 +96,7 @@ def test_mix_runs_the_four_patterns_at_once_on_quarters_of_the_congestors(tmp_pa
         (8, ["--congestors", "incast,mix"], "congestion needs at least 10 ranks"),
         (4, ["--canaries", "rr-lat"], "unknown canary 'rr-lat'; known: rr-latency, rr-bw, allreduce"),
         (4, ["--canary-fraction", "0"], "--canary-fraction"),
+        (4, ["--congestion-placement", "cross-switch"], "--congestion-placement cross-switch needs a topology"),
     ],
 )
 def test_a_run_that_cannot_place_its_ranks_stops_in_one_line_before_any_rank(tmp_path, ranks, extra, message):
@@ -103,6 +104,20 @@ def test_a_run_that_cannot_place_its_ranks_stops_in_one_line_before_any_rank(tmp
     assert result.returncode == 2
     one_error_line(result.stderr, message)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_placement_by_switch_on_hosts_under_one_switch_is_an_unsupported_row_naming_why(tmp_path):
+    topology = tmp_path / "topology.conf"
+    topology.write_text(f"SwitchName=leaf1 Nodes={socket.gethostname()}\nSwitchName=spine Switches=leaf1\n")
+    result = fabricbench(
+        "run", "-n", "4", "-k", "congestion", "--congestion-placement", "within-switch", "--topology", str(topology),
+        "--out", str(tmp_path / "r"), "--format", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows, meta = read_rows(tmp_path / "r")
+    assert rows.status.unique().tolist() == [
+        "unsupported: --congestion-placement within-switch needs units under at least 2 switches; all are under leaf1"
+    ]
 
 
 def test_tcp_runs_every_canary_beside_all_to_all_and_incast_and_says_why_not_the_one_sided_patterns(tmp_path):

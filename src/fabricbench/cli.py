@@ -16,6 +16,7 @@ from fabricbench import __version__, transports
 from fabricbench.argtypes import (
     MAX_COUNT,
     MIN_TIMEOUT,
+    bounded_decimal,
     byte_size,
     host_and_port,
     masked_text,
@@ -330,6 +331,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="typical",
         help="fit the typical figures (p50 latency, average bw; default) or the best (min latency, peak window)",
     )
+    model.add_argument(
+        "--hosts-per-switch",
+        type=whole_number("--hosts-per-switch", 1),
+        metavar="K",
+        help="hosts under a leaf of the projected fat-tree (default: the most under one switch in the run's topology)",
+    )
+    model.add_argument(
+        "--oversubscription",
+        type=bounded_decimal("--oversubscription", 0, 1e6, above=True),
+        metavar="S",
+        help="a leaf's host links over its uplinks, e.g. 3 for 3:1 (default: measured, same-switch beta over "
+        "cross-switch beta of an all-pairs run by tier)",
+    )
     model.add_argument("--out", help="directory for model.csv, projection.csv and the PNG plots")
     model.add_argument(
         "--seed", type=whole_number("--seed", 0), default=0, help="seed of the bootstrap resampling (default 0)"
@@ -415,7 +429,16 @@ def cmd_check(args, argv: list[str]) -> int:
 def cmd_model(args, argv: list[str]) -> int:
     from fabricbench.analysis.model import model
 
-    return model(args.runs, args.size, args.project_ranks, out=args.out, seed=args.seed, statistic=args.statistic)
+    return model(
+        args.runs,
+        args.size,
+        args.project_ranks,
+        out=args.out,
+        seed=args.seed,
+        statistic=args.statistic,
+        per_switch=args.hosts_per_switch,
+        oversubscription=args.oversubscription,
+    )
 
 
 def cmd_osu_shims(args, argv: list[str]) -> int:

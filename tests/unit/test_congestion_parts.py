@@ -40,6 +40,113 @@ def test_per_node_places_hosts_and_leaves_every_other_rank_idle():
     assert placement.idle == (1, 3, 5, 7, 9) and placement.units == "hosts"
 
 
+@pytest.mark.parametrize(
+    ("hosts", "per_node", "fraction", "seed", "canaries", "congestors", "idle"),
+    [
+        ([f"h{r % 4}" for r in range(12)], False, 0.2, 1, (7, 11), (0, 8, 5, 6, 3, 10, 4, 1, 9, 2), ()),
+        (["a", "a", "b", "c", "d", "e", "f"], False, 0.2, 9, (1, 6), (0, 5, 2, 4, 3), ()),
+        ([f"h{r // 2}" for r in range(16)], True, 0.25, 5, (12, 6), (2, 0, 14, 4, 10, 8), tuple(range(1, 16, 2))),
+    ],
+)
+def test_the_random_placement_is_the_one_before_placement_by_switch(
+    hosts, per_node, fraction, seed, canaries, congestors, idle
+):
+    """A snapshot of place() from before --congestion-placement: the default places every rank as it did."""
+    for placement in (
+        congestion.place(hosts, per_node, fraction, seed),
+        congestion.place(hosts, per_node, fraction, seed, congestion.RANDOM, [f"s{i % 2}" for i in range(16)]),
+    ):
+        assert (placement.canaries, placement.congestors, placement.idle) == (canaries, congestors, idle)
+        assert placement.placement == congestion.RANDOM
+
+
+# Leaf-spine: leaf1 holds h1-h3, leaf2 h4-h6, leaf3 h7-h9; one rank a host, rank r on h(r+1).
+LEAVES = {f"h{h}": f"leaf{(h - 1) // 3 + 1}" for h in range(1, 10)}
+
+
+def _placed(hosts: list[str], how: str, seed: int = 1, fraction: float = 0.2, per_node: bool = False):
+    switches = [LEAVES[host] for host in hosts]
+    return congestion.place(hosts, per_node, fraction, seed, how, switches), switches
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cross_switch_rings_the_canaries_across_switches_and_the_incast_crosses_the_first_canarys_uplink(seed):
+    hosts = [f"h{h}" for h in range(1, 7)]  # leaf-spine 2 x 3
+    placement, switch = _placed(hosts, congestion.CROSS_SWITCH, seed)
+    ring = placement.canaries
+    assert len(ring) == 2 and switch[ring[0]] != switch[ring[1]]
+    target, *senders = placement.congestors
+    assert switch[target] == switch[ring[0]]  # the incast lands under the first canary's switch
+    assert switch[senders[0]] != switch[target]  # from under the other
+    crossing = [switch[r] != switch[target] for r in senders]
+    assert crossing == sorted(crossing, reverse=True)  # the senders under other switches first
+    assert sorted(ring + placement.congestors) == list(range(6)) and placement.idle == ()
+    assert placement == _placed(hosts, congestion.CROSS_SWITCH, seed)[0]  # the same on every rank
+
+
+def test_cross_switch_keeps_every_ring_neighbour_under_another_switch_with_more_canaries():
+    hosts = [f"h{h}" for h in range(1, 10)] * 2  # three leaves, two ranks a host, 18 ranks: 4 canaries
+    placement, switch = _placed(hosts, congestion.CROSS_SWITCH, 3)
+    ring = placement.canaries
+    assert len(ring) == 4
+    assert all(switch[ring[i]] != switch[ring[i - 1]] for i in range(len(ring)))
+    odd, switch = _placed([f"h{h}" for h in range(1, 10)] * 3, congestion.CROSS_SWITCH, 3, 0.19)  # 5 canaries
+    assert len(odd.canaries) == 5
+    assert all(switch[odd.canaries[i]] != switch[odd.canaries[i - 1]] for i in range(5))
+
+
+def test_within_switch_puts_the_canaries_under_one_switch_and_the_incast_under_rank_0s():
+    hosts = [f"h{h}" for h in range(1, 7)]
+    placement, switch = _placed(hosts, congestion.WITHIN_SWITCH, 2)
+    assert {switch[r] for r in placement.canaries} == {"leaf2"}
+    assert switch[placement.congestors[0]] == "leaf1"
+    assert sorted(placement.canaries + placement.congestors) == list(range(6))
+    meta = placement.metadata(hosts, switch)
+    assert meta["placement"] == "within-switch" and meta["canary_switches"] == ["leaf2"]
+    assert meta["congestor_switches"] == ["leaf1", "leaf2"]
+    assert meta["ranks"][0] == {"rank": 0, "role": placement.role_of(0), "host": "h1", "switch": "leaf1"}
+    assert {entry["role"] for entry in meta["ranks"]} == {"canary", "congestor"}
+
+
+def test_per_node_placement_by_switch_places_hosts_and_leaves_the_other_ranks_idle():
+    hosts = [h for h in (f"h{h}" for h in range(1, 7)) for _ in range(2)]  # two ranks a host
+    placement, switch = _placed(hosts, congestion.CROSS_SWITCH, per_node=True)
+    assert placement.idle == tuple(range(1, 12, 2)) and placement.units == "hosts"
+    assert switch[placement.canaries[0]] != switch[placement.canaries[1]]
+
+
+@pytest.mark.parametrize(
+    ("hosts", "how", "fraction", "message"),
+    [
+        (
+            ["h1", "h2", "h3", "h1"],
+            congestion.CROSS_SWITCH,
+            0.2,
+            "needs units under at least 2 switches; all are under leaf1",
+        ),
+        (
+            ["h1", "h2", "h3", "h4"],
+            congestion.WITHIN_SWITCH,
+            0.5,
+            "needs 2 canaries under one switch other than leaf1 .* the most under one is 1",
+        ),
+        (
+            ["h1", "h4", "h5", "h6"],
+            congestion.CROSS_SWITCH,
+            0.2,
+            "needs congestors under leaf2 .* and under another switch",
+        ),
+        ([f"h{h}" for h in range(1, 7)], congestion.CROSS_SWITCH, 0.5, "cannot ring 3 canaries .* leaf1 3, leaf2 3"),
+    ],
+)
+def test_switches_that_cannot_hold_a_placement_are_refused_in_one_line_naming_why(hosts, how, fraction, message):
+    with pytest.raises(UsageError, match=message) as refused:
+        _placed(hosts, how, fraction=fraction)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(UsageError, match="needs a topology"):
+        congestion.place(hosts, False, fraction, 1, how)
+
+
 def test_too_few_ranks_for_the_canaries_and_a_pattern_is_refused_in_one_line():
     congestion.check_units(4, 0.2, [Named("incast", 4096)])
     with pytest.raises(UsageError) as refused:

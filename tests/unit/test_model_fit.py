@@ -14,9 +14,15 @@ from fabricbench.analysis.model import (
     busbw_GBps,
     fit_hockney,
     fit_line,
+    fit_tiers,
+    hosts_per_switch,
     project,
+    project_tree,
     segment_bounds,
+    tree_allreduce_us,
+    tree_model,
 )
+from fabricbench.errors import UsageError
 
 SIZES = np.array([2.0**k for k in range(0, 23)])  # 1 B .. 4 MiB, as a sweep doubles
 
@@ -109,3 +115,86 @@ def test_ring_bus_bandwidth_tends_to_beta_and_latency_dominates_at_scale():
     tree = {r["ranks"]: r for r in rows if r["algorithm"] == "double-binary-tree"}
     assert ring[2]["time_us"] < tree[2]["time_us"]  # few ranks: the ring's bandwidth term wins
     assert tree[100_000]["time_us"] < ring[100_000]["time_us"]  # 2(N-1)α grows linearly, the tree's log N
+
+
+# --- by tier: all-pairs rows fitted per tier, and the fat-tree projection --------------------------------------------
+
+TIER_SIZES = [2.0**k for k in range(0, 21, 2)]  # 1 B .. 1 MiB
+SAME, CROSS = (2.0, 10.0), (6.0, 2.5)  # (alpha us, beta GB/s): across the uplink 3x the latency, a quarter the rate
+
+
+def _pair_rows(tiers: dict[str, tuple[float, float]], hosts: int = 6) -> list[dict]:
+    """pairs-latency (one-way p50) and pairs-bw rows of every ordered pair of ``hosts`` hosts, three a leaf, from
+    Hockney's line of the pair's tier."""
+    rows = []
+    for a in range(hosts):
+        for b in range(hosts):
+            if a == b:
+                continue
+            tier = "same-switch" if a // 3 == b // 3 else "cross-switch"
+            alpha, beta = tiers[tier]
+            for size in TIER_SIZES:
+                time_us = float(hockney(size, alpha, beta))
+                base = {"src_host": f"h{a}", "dst_host": f"h{b}", "tier": tier, "size_B": size}
+                rows.append(base | {"kernel": "pairs-latency", "lat_p50_us": time_us, "bw_MBps": math.nan})
+                rows.append(base | {"kernel": "pairs-bw", "lat_p50_us": math.nan, "bw_MBps": size / time_us})
+    return rows
+
+
+def test_each_tier_gets_its_own_alpha_and_beta_from_the_pairs_of_that_tier():
+    import pandas as pd
+
+    tiers = fit_tiers(pd.DataFrame(_pair_rows({"same-switch": SAME, "cross-switch": CROSS})), seed=0)
+    assert [t.tier for t in tiers] == ["same-switch", "cross-switch"]
+    same, cross = tiers
+    assert (same.pairs, cross.pairs) == (12, 18)  # 2 leaves x 3 x 2 ordered pairs within; 2 x 3 x 3 across
+    assert same.alpha_us == pytest.approx(2.0, rel=1e-6) and same.beta_GBps == pytest.approx(10.0, rel=1e-6)
+    assert cross.alpha_us == pytest.approx(6.0, rel=1e-6) and cross.beta_GBps == pytest.approx(2.5, rel=1e-6)
+    assert same.beta_from == "bw, last segment" and set(same.fits) == {"latency", "bw"}
+
+
+def test_the_hierarchical_allreduce_is_the_three_rings_and_the_flat_ring_pays_the_uplink_alpha_every_step():
+    n, k, hosts, s = 2.0**30, 4, 64, 4.0
+    leaves = hosts // k
+    flat = tree_allreduce_us("ring", hosts, k, n, SAME, CROSS, s)
+    # one flow crosses each leaf's uplinks: the leaf's k host links over s, capped at a host link
+    assert flat == pytest.approx(2 * (hosts - 1) * 6.0 + 2 * (hosts - 1) / hosts * n / (min(10.0, k * 10.0 / s) * 1e3))
+    hier = tree_allreduce_us("hierarchical", hosts, k, n, SAME, CROSS, s)
+    within = 2 * (k - 1) * 2.0 + 2 * (k - 1) / k * n / 10e3
+    across = 2 * (leaves - 1) * 6.0 + 2 * (leaves - 1) / leaves * (n / k) / (10.0 / s * 1e3)
+    assert hier == pytest.approx(within + across)
+    # one leaf: both are the ring within it
+    assert tree_allreduce_us("hierarchical", 3, k, n, SAME, CROSS, s) == pytest.approx(
+        allreduce_time_us("ring", 3, n, *SAME)
+    )
+    assert tree_allreduce_us("ring", 3, k, n, SAME, CROSS, s) == pytest.approx(allreduce_time_us("ring", 3, n, *SAME))
+    # small messages at scale: alpha rules, and the hierarchy pays the uplink's alpha once a leaf, not once a host
+    small = [tree_allreduce_us(a, 100_000, 32, 8, SAME, CROSS, s) for a in ("ring", "hierarchical")]
+    assert small[0] / small[1] > 20
+    with pytest.raises(ValueError):
+        tree_allreduce_us("tree", hosts, k, n, SAME, CROSS, s)
+
+
+def test_the_tree_model_takes_the_measured_oversubscription_or_the_given_one_and_names_what_it_lacks():
+    import pandas as pd
+
+    tiers = fit_tiers(pd.DataFrame(_pair_rows({"same-switch": SAME, "cross-switch": CROSS})))
+    measured = tree_model(tiers, 3, "the run's topology", None)
+    assert measured.oversubscription == pytest.approx(4.0, rel=1e-6) and "measured" in measured.oversubscription_from
+    assert tree_model(tiers, 3, "", 2.0).oversubscription == 2.0
+    rows = project_tree(measured, 2**20, [6, 96])
+    assert [(r["algorithm"], r["hosts"], r["switches"]) for r in rows] == [
+        ("ring", 6, 2),
+        ("ring", 96, 32),
+        ("hierarchical", 6, 2),
+        ("hierarchical", 96, 32),
+    ]
+    with pytest.raises(UsageError, match="needs cross-switch pairs; the run has same-switch"):
+        tree_model(tiers[:1], 3, "", None)
+    shaped = tiers[1].__class__(**(vars(tiers[1]) | {"alpha_us": -47.0}))  # a shaper's burst under the sizes
+    with pytest.raises(UsageError, match="needs cross-switch alpha and beta above 0: alpha -47 us"):
+        tree_model([tiers[0], shaped], 3, "", None)
+    with pytest.raises(UsageError, match="give --hosts-per-switch"):
+        tree_model(tiers, None, "", None)
+    metadata = {"topology": {"hosts": {f"h{i}": {"switch": f"leaf{i // 3}", "group": "spine"} for i in range(7)}}}
+    assert hosts_per_switch(metadata) == 3 and hosts_per_switch({}) is None

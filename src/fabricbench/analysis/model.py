@@ -23,7 +23,8 @@ import numpy as np
 from fabricbench.collectives import allreduce as allreduce_op
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_size
-from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.kernels import Pairing, get_kernel
+from fabricbench.measure.topology import CROSS_GROUP, CROSS_SWITCH, SAME_SWITCH
 
 RESAMPLES = 1000  # bootstrap resamples per segment
 MAX_SEGMENTS = 3  # segments per fit: enough for an eager/rendezvous switch and one cache edge
@@ -40,9 +41,12 @@ DEFAULT_RANKS = [2**k for k in range(1, 17)] + [100_000]
 STATISTICS = {"typical": ("lat_p50_us", "bw_MBps"), "best": ("lat_min_us", "bw_peak_MBps")}
 # The one-pair kernels Hockney's model is fitted to: a ping-pong's one-way time, and a stream's time per message.
 FITTED = ("latency", "bw")
+PING_PONG, STREAM = FITTED
 ALGORITHMS = ("ring", "recursive-doubling", "double-binary-tree")
 MODEL_CSV, PROJECTION_CSV, MEASURED_CSV = "model.csv", "projection.csv", "allreduce_vs_model.csv"
 CONGESTION_CSV = "congestion_projection.csv"
+TIER_CSV, HIERARCHICAL_CSV = "tier_model.csv", "hierarchical_projection.csv"
+FLAT_RING, HIERARCHICAL = "ring", "hierarchical"  # the two allreduces projected on a fat-tree
 FIT_PNG, PROJECTION_PNG = "fit.png", "projection.png"
 
 
@@ -286,6 +290,174 @@ def _positive(value) -> float:
     return value if value > 0 and math.isfinite(value) else math.nan
 
 
+def alpha_beta(ping_pong: list[Segment] | None, stream: list[Segment] | None) -> tuple[float, str, float, str]:
+    """(α, where from, β, where from) of a series' fits: α from the latency fit's first segment, β from the stream's
+    last (the latency fit's last without a stream); NaN where the fit is missing."""
+    alpha, alpha_from = math.nan, "no latency fit"
+    if ping_pong:
+        alpha, alpha_from = ping_pong[0].alpha_us, "latency, first segment"
+    beta, beta_from = math.nan, "no bw or latency fit"
+    if stream:
+        beta, beta_from = stream[-1].beta_GBps, "bw, last segment"
+    elif ping_pong:
+        beta, beta_from = ping_pong[-1].beta_GBps, "latency, last segment"
+    return alpha, alpha_from, beta, beta_from
+
+
+@dataclass(frozen=True)
+class TierFit:
+    """α and β of one tier of an all-pairs run: every pair of the tier's points fitted together."""
+
+    tier: str
+    pairs: int
+    alpha_us: float
+    alpha_from: str
+    beta_GBps: float
+    beta_from: str
+    fits: dict[str, list[Segment]]
+
+
+def fit_tiers(rows, statistic: str = "typical", seed: int = 0) -> list[TierFit]:
+    """Each tier's fit (nearest tier first) from the measured all-pairs rows of one series (a DataFrame with
+    ``tier``): the latency kernel's one-way times and the bw kernel's times per message, every pair pooled."""
+    from fabricbench.measure.topology import TIERS
+
+    mesh = [k for k in rows["kernel"].unique() if get_kernel(k).pairing is Pairing.MESH]
+    out = []
+    for tier in TIERS:
+        chosen = rows[(rows["tier"] == tier) & rows["kernel"].isin(mesh)]
+        if chosen.empty:
+            continue
+        fits: dict[str, list[Segment]] = {}
+        for kernel in mesh:
+            segments = fit_hockney(*_points(chosen, kernel, statistic), seed=seed)
+            if segments:
+                fits[STREAM if get_kernel(kernel).windowed else PING_PONG] = segments
+        alpha, alpha_from, beta, beta_from = alpha_beta(fits.get(PING_PONG), fits.get(STREAM))
+        pairs = len(chosen[["src_host", "dst_host"]].drop_duplicates())
+        out.append(TierFit(tier, pairs, alpha, alpha_from, beta, beta_from, fits))
+    return out
+
+
+def tree_allreduce_us(
+    algorithm: str,
+    hosts: int,
+    per_switch: int,
+    size_B: float,
+    same: tuple[float, float],
+    cross: tuple[float, float],
+    oversubscription: float,
+) -> float:
+    """An allreduce of ``size_B`` bytes on ``hosts`` hosts of a two-level fat-tree, ``per_switch`` under each leaf,
+    from the same-switch (α µs, β GB/s) and the cross-switch α; a leaf's uplinks carry ``per_switch`` host links'
+    worth over ``oversubscription``, shared evenly by the flows crossing them.
+
+    With k = per_switch (or every host, when fewer), L = ⌈hosts / k⌉ leaves, s = oversubscription:
+
+    ring (flat, ranks in switch order, as NCCL orders its ring): 2(N−1) steps, each ending when its cross-switch
+    message lands: 2(N−1)·α_x + 2(N−1)/N · n/β_r, where one flow crosses each leaf's uplinks per direction, so
+    β_r = min(β_s, k·β_s/s).
+    hierarchical (reduce-scatter within the leaf, allreduce of each n/k shard across the leaves, allgather within
+    the leaf; Jia et al. 2018, "Highly Scalable Deep Learning Training System with Mixed-Precision", §3.3, and
+    Horovod's hierarchical allreduce), each phase a ring (Thakur, Rabenseifner and Gropp 2005: (p−1)·α +
+    (p−1)/p · n/β for a reduce-scatter or an allgather): 2(k−1)·α_s + 2(k−1)/k · n/β_s + 2(L−1)·α_x +
+    2(L−1)/L · (n/k)/β_x, where the k shards' rings cross the uplinks at once, β_x = min(β_s, β_s/s).
+    """
+    alpha_s, beta_s = same
+    alpha_x = cross[0]
+    k = min(per_switch, hosts)
+    leaves = math.ceil(hosts / k)
+    per_byte_s = 1.0 / (beta_s * 1e3)  # µs per byte
+    if leaves == 1:
+        return allreduce_time_us(FLAT_RING, hosts, size_B, alpha_s, beta_s)
+    if algorithm == FLAT_RING:
+        beta_ring = min(beta_s, k * beta_s / oversubscription)
+        return 2 * (hosts - 1) * alpha_x + 2 * (hosts - 1) / hosts * size_B / (beta_ring * 1e3)
+    if algorithm == HIERARCHICAL:
+        beta_x = min(beta_s, beta_s / oversubscription)
+        within = 2 * (k - 1) * alpha_s + 2 * (k - 1) / k * size_B * per_byte_s
+        across = 2 * (leaves - 1) * alpha_x + 2 * (leaves - 1) / leaves * size_B / k / (beta_x * 1e3)
+        return within + across
+    raise ValueError(f"unknown algorithm {algorithm!r}")
+
+
+@dataclass(frozen=True)
+class TreeModel:
+    """What the fat-tree projection uses: same-switch α and β, cross-switch α (and β where measured), the
+    oversubscription and the hosts under a leaf, each with where it came from."""
+
+    same: TierFit
+    cross: TierFit
+    oversubscription: float
+    oversubscription_from: str
+    per_switch: int
+    per_switch_from: str
+
+
+def tree_model(
+    tiers: list[TierFit], per_switch: int | None, per_switch_from: str, oversubscription: float | None
+) -> TreeModel:
+    """The fat-tree model of a series' tiers; UsageError, one line, naming what is missing."""
+    found = {t.tier: t for t in tiers}
+    same = found.get(SAME_SWITCH)
+    cross = found.get(CROSS_SWITCH) or found.get(CROSS_GROUP)
+    for tier, fit in ((SAME_SWITCH, same), (CROSS_SWITCH, cross)):
+        if fit is None:
+            raise UsageError(f"a fat-tree projection needs {tier} pairs; the run has {', '.join(found) or 'none'}")
+        if not (fit.alpha_us > 0 and 0 < fit.beta_GBps < math.inf):
+            raise UsageError(
+                f"a fat-tree projection needs {fit.tier} alpha and beta above 0: alpha {_g(fit.alpha_us)} us "
+                f"({fit.alpha_from}), beta {_g(fit.beta_GBps)} GB/s ({fit.beta_from}); measure from 1 B"
+            )
+    if not per_switch:
+        raise UsageError("no hosts per switch: the run's metadata has no topology; give --hosts-per-switch")
+    if oversubscription is None:
+        oversubscription, source = same.beta_GBps / cross.beta_GBps, f"measured: {same.tier} beta / {cross.tier} beta"
+    else:
+        source = "--oversubscription"
+    return TreeModel(same, cross, oversubscription, source, per_switch, per_switch_from)
+
+
+def project_tree(m: TreeModel, size_B: int, hosts: list[int]) -> list[dict]:
+    """One row per (algorithm, hosts) of the fat-tree projection: time in µs and bus bandwidth in GB/s."""
+    rows = []
+    for algorithm in (FLAT_RING, HIERARCHICAL):
+        for count in hosts:
+            time_us = tree_allreduce_us(
+                algorithm,
+                count,
+                m.per_switch,
+                size_B,
+                (m.same.alpha_us, m.same.beta_GBps),
+                (m.cross.alpha_us, m.cross.beta_GBps),
+                m.oversubscription,
+            )
+            rows.append(
+                {
+                    "algorithm": algorithm,
+                    "hosts": count,
+                    "hosts_per_switch": m.per_switch,
+                    "switches": math.ceil(count / min(m.per_switch, count)),
+                    "oversubscription": m.oversubscription,
+                    "size_B": size_B,
+                    "time_us": time_us,
+                    "busbw_GBps": busbw_GBps(count, size_B, time_us),
+                }
+            )
+    return rows
+
+
+def hosts_per_switch(metadata: dict) -> int | None:
+    """The most hosts under one switch among the run's hosts, from metadata.json's topology; None without one."""
+    placed = ((metadata.get("topology") or {}).get("hosts")) or {}
+    counts: dict[str, int] = {}
+    for where in placed.values():
+        switch = where.get("switch") if isinstance(where, dict) else None
+        if isinstance(switch, str):
+            counts[switch] = counts.get(switch, 0) + 1
+    return max(counts.values()) if counts else None
+
+
 # --- the command ---------------------------------------------------------------------------------------------------
 
 
@@ -303,6 +475,8 @@ class Model:
     allreduce: list[dict]
     points: dict[str, tuple[np.ndarray, np.ndarray]]
     congestion: list[dict] = ()  # congested_parameters of the series' congestion rows
+    tiers: list[TierFit] = ()  # fit_tiers of the series' all-pairs rows
+    per_switch: int | None = None  # hosts under a leaf, from the run's topology
 
     @property
     def usable(self) -> bool:
@@ -320,36 +494,47 @@ def _points(rows, kernel: str, statistic: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") -> list[Model]:
-    """Every (input, transport, buffer) of ``paths`` fitted; inputs are read and checked as compare reads them."""
+    """Every (input, transport, buffer) of ``paths`` fitted; inputs are read and checked as compare reads them.
+    The one-pair rows make the series' fits; the all-pairs rows with a tier make its per-tier fits."""
     from fabricbench.analysis import load
 
     models = []
     for path in paths:
         frame, metadata = load.read_run(path)
-        usable = frame[load.comparable(frame) & frame["size_B"].notna() & (frame["src_host"] == "")]
+        measured = frame[load.comparable(frame) & frame["size_B"].notna()]
+        one_pair = measured["src_host"] == ""
+        tiered = ~one_pair & (measured["tier"].fillna("") != "")
+        usable = measured[one_pair | tiered]
         label = metadata.get("label") or load.path_name(path)
-        for (transport, buffer), rows in usable.groupby(["transport", "buffer"], sort=False):
+        for (transport, buffer), both in usable.groupby(["transport", "buffer"], sort=False):
+            rows = both[both["src_host"] == ""]
             points = {k: _points(rows, k, statistic) for k in FITTED}
             fits = {k: fit_hockney(*points[k], seed=seed) for k in points}
             fits = {k: v for k, v in fits.items() if v}
-            ping_pong, stream = (fits.get(k) for k in FITTED)
-            alpha, alpha_from = math.nan, "no latency fit"
-            if ping_pong:
-                alpha, alpha_from = ping_pong[0].alpha_us, "latency, first segment"
-            beta, beta_from = math.nan, "no bw or latency fit"
-            if stream:
-                beta, beta_from = stream[-1].beta_GBps, "bw, last segment"
-            elif ping_pong:
-                beta, beta_from = ping_pong[-1].beta_GBps, "latency, last segment"
+            alpha, alpha_from, beta, beta_from = alpha_beta(*(fits.get(k) for k in FITTED))
             column = STATISTICS[statistic][0]  # allreduce's time per operation, as the latency rows are read
-            measured = rows[(rows["kernel"] == allreduce_op.SPEC.name) & (rows[column] > 0)]
+            measured_allreduce = rows[(rows["kernel"] == allreduce_op.SPEC.name) & (rows[column] > 0)]
             allreduce = [
                 {"ranks": int(r.ranks), "size_B": int(r.size_B), "measured_us": float(getattr(r, column))}
-                for r in measured.itertuples()
+                for r in measured_allreduce.itertuples()
             ]
             name = f"{label} {transport}" + (f" ({buffer} buffers)" if buffer != "host" else "")
             congested = congested_parameters(rows.to_dict("records"))
-            model = Model(name, transport, fits, alpha, beta, alpha_from, beta_from, allreduce, points, congested)
+            tiers = fit_tiers(both[both["src_host"] != ""], statistic, seed)
+            model = Model(
+                name,
+                transport,
+                fits,
+                alpha,
+                beta,
+                alpha_from,
+                beta_from,
+                allreduce,
+                points,
+                congested,
+                tiers,
+                hosts_per_switch(metadata),
+            )
             models.append(model)
     return models
 
@@ -385,11 +570,18 @@ def model(
     out: str | None,
     seed: int = 0,
     statistic: str = "typical",
+    per_switch: int | None = None,
+    oversubscription: float | None = None,
 ) -> int:
-    """Print each series' fits, the projection of allreduce at ``size`` and its error against measured rows."""
+    """Print each series' fits, the projection of allreduce at ``size`` and its error against measured rows, and
+    where the series has all-pairs rows by tier, each tier's fit and the fat-tree projection."""
     ranks = _parse_ranks(ranks_text)
     if size <= 0:
         raise UsageError("--size must be at least 1 byte")
+    if per_switch is not None and per_switch < 1:
+        raise UsageError("--hosts-per-switch must be at least 1")
+    if oversubscription is not None and not (math.isfinite(oversubscription) and oversubscription > 0):
+        raise UsageError("--oversubscription must be a ratio above 0, e.g. 3 for 3:1")
     models = build_models(paths, seed, statistic)
     print(
         f"model: T(n) = alpha + n/beta, least squares on relative error; 95 % intervals from {RESAMPLES} "
@@ -397,10 +589,17 @@ def model(
         f"{statistic} figures: latency {STATISTICS[statistic][0]}, bw {STATISTICS[statistic][1]}"
     )
     fit_rows, projection_rows, measured_rows, congestion_rows = [], [], [], []
+    tier_rows, tree_rows = [], []
     for m in models:
         print(f"\n{m.name}")
         if m.congestion:
             congestion_rows += _print_congestion(m, size, ranks)
+        if m.tiers:
+            found = _print_tiers(m, size, ranks, per_switch, oversubscription)
+            tier_rows += found[0]
+            tree_rows += found[1]
+            if not m.fits:
+                continue
         if not m.fits:
             print(f"  no fit: fewer than {MIN_FIT_SIZES} measured sizes of latency or bw")
         for kernel, segments in m.fits.items():
@@ -441,7 +640,9 @@ def model(
                     f"{_time(point['measured_us'])}; {', '.join(errors)}"
                 )
     if out:
-        written = _write(out, models, fit_rows, projection_rows, measured_rows, size, congestion_rows)
+        written = _write(
+            out, models, fit_rows, projection_rows, measured_rows, size, congestion_rows, tier_rows, tree_rows
+        )
         print(f"\nwritten: {', '.join(str(p) for p in written)}")
     return 0
 
@@ -472,6 +673,48 @@ def _print_congestion(m: Model, size: int, ranks: list[int]) -> list[dict]:
     return rows
 
 
+def _print_tiers(
+    m: Model, size: int, hosts: list[int], per_switch: int | None, oversubscription: float | None
+) -> tuple[list[dict], list[dict]]:
+    """Each tier's α and β, then the flat ring and the hierarchical allreduce on a fat-tree of each host count
+    (or the one line saying what the projection lacks). Returns the rows of the two CSVs."""
+    print("  by tier (all-pairs rows, every pair of a tier fitted together):")
+    tier_rows = []
+    for t in m.tiers:
+        print(
+            f"    {t.tier:<13} {t.pairs:>4} pairs  alpha {_g(t.alpha_us)} us ({t.alpha_from}), "
+            f"beta {_g(t.beta_GBps)} GB/s ({t.beta_from})"
+        )
+        tier_rows.append(
+            {"series": m.name, "tier": t.tier, "pairs": t.pairs, "alpha_us": t.alpha_us, "beta_GBps": t.beta_GBps}
+            | {"alpha_from": t.alpha_from, "beta_from": t.beta_from}
+        )
+    chosen = per_switch or m.per_switch
+    source = "--hosts-per-switch" if per_switch else "the run's topology"
+    try:
+        tree = tree_model(m.tiers, chosen, source, oversubscription)
+    except UsageError as exc:
+        print(f"  no fat-tree projection: {exc}")
+        return tier_rows, []
+    rows = project_tree(tree, size, hosts)
+    print(
+        f"  fat-tree: {tree.per_switch} hosts a leaf ({tree.per_switch_from}), oversubscription "
+        f"{tree.oversubscription:.3g}:1 ({tree.oversubscription_from}); alpha {_g(tree.same.alpha_us)} us and "
+        f"beta {_g(tree.same.beta_GBps)} GB/s within a leaf, alpha {_g(tree.cross.alpha_us)} us across"
+    )
+    print(f"  allreduce of {format_size(size)} on N hosts: time and bus bandwidth (GB/s); x: ring / hierarchical")
+    print(f"  {'hosts':>8}{'leaves':>8}" + "".join(f"{a:>28}" for a in (FLAT_RING, HIERARCHICAL)) + f"{'x':>9}")
+    by = {(r["algorithm"], r["hosts"]): r for r in rows}
+    for count in hosts:
+        flat, hier = by[FLAT_RING, count], by[HIERARCHICAL, count]
+        cells = "".join(f"{_time(r['time_us']):>16} {_g(r['busbw_GBps']):>10}  " for r in (flat, hier))
+        print(f"  {count:>8}{flat['switches']:>8}{cells}{flat['time_us'] / hier['time_us']:>8.3g}x")
+    same, cross = tree.same, tree.cross
+    extra = {"alpha_same_us": same.alpha_us, "beta_same_GBps": same.beta_GBps, "cross_tier": cross.tier}
+    extra |= {"alpha_cross_us": cross.alpha_us, "beta_cross_GBps": cross.beta_GBps}
+    return tier_rows, [{"series": m.name} | r | extra for r in rows]
+
+
 def _print_projection(rows: list[dict], size: int, ranks: list[int]) -> None:
     print(f"  allreduce of {format_size(size)}, projected: time and bus bandwidth (GB/s)")
     header = "".join(f"{a:>28}" for a in ALGORITHMS)
@@ -493,9 +736,12 @@ def _write(
     measured: list[dict],
     size: int,
     congestion: list[dict] = (),
+    tiers: list[dict] = (),
+    tree: list[dict] = (),
 ):
     """model.csv, projection.csv, allreduce_vs_model.csv (when there are measured rows), congestion_projection.csv
-    (when a congestion run was given), fit.png, projection.png."""
+    (when a congestion run was given), tier_model.csv and hierarchical_projection.csv (when an all-pairs run with
+    tiers was), fit.png, projection.png."""
     import pandas as pd
 
     from fabricbench.measure.results import prepare_out_dir
@@ -507,6 +753,8 @@ def _write(
         (PROJECTION_CSV, projection),
         (MEASURED_CSV, measured),
         (CONGESTION_CSV, congestion),
+        (TIER_CSV, tiers),
+        (HIERARCHICAL_CSV, tree),
     ):
         if rows:
             pd.DataFrame(rows).to_csv(folder / name, index=False)

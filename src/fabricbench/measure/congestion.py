@@ -50,6 +50,14 @@ MIN_GROUP = 2  # a congestor pattern needs a first rank and one other
 DEFAULT_FRACTION = 0.2
 DEFAULT_SEED = 1
 INT64 = 8  # allreduce's elements
+# Where the canaries and the congestors go (--congestion-placement). random: GPCNeT's seeded shuffle, blind to
+# the fabric. The other two need a topology: cross-switch puts each canary's ring neighbour under another switch
+# and the congestors' first rank (the incast target, the Get root) under the first canary's switch with the other
+# congestors under the other switches, so the canaries' messages and the incast cross the same uplinks;
+# within-switch, the control, puts every canary under one switch and the congestors under the others, sharing no
+# link with the canaries.
+RANDOM, CROSS_SWITCH, WITHIN_SWITCH = "random", "cross-switch", "within-switch"
+PLACEMENTS = (RANDOM, CROSS_SWITCH, WITHIN_SWITCH)
 
 
 @dataclass(frozen=True)
@@ -92,16 +100,28 @@ class Placement:
     idle: tuple[int, ...]
     units: str  # "ranks", or "hosts" under --per-node
     seed: int
+    placement: str = RANDOM  # how they were placed (PLACEMENTS)
 
-    def metadata(self, hosts: Sequence[str]) -> dict:
+    def role_of(self, rank: int) -> str:
+        return "canary" if rank in self.canaries else "congestor" if rank in self.congestors else "idle"
+
+    def metadata(self, hosts: Sequence[str], switches: Sequence[str] | None = None) -> dict:
+        """What metadata.json keeps: the roles, and each rank's role, host and switch ("" without a topology)."""
+        switch = list(switches) if switches is not None else [""] * len(hosts)
         return {
             "seed": self.seed,
+            "placement": self.placement,
             "placed_by": self.units,
             "canaries": list(self.canaries),
             "congestors": list(self.congestors),
             "idle": list(self.idle),
             "canary_hosts": sorted({hosts[r] for r in self.canaries}),
             "congestor_hosts": sorted({hosts[r] for r in self.congestors}),
+            "canary_switches": sorted({switch[r] for r in self.canaries} - {""}),
+            "congestor_switches": sorted({switch[r] for r in self.congestors} - {""}),
+            "ranks": [
+                {"rank": r, "role": self.role_of(r), "host": hosts[r], "switch": switch[r]} for r in range(len(hosts))
+            ],
         }
 
 
@@ -129,12 +149,21 @@ def check_units(units: int, fraction: float, congestors: Sequence[Test], what: s
     )
 
 
-def place(hosts: Sequence[str], per_node: bool, fraction: float, seed: int) -> Placement:
-    """The roles of the ranks on ``hosts`` (``hosts[r]`` is rank r's host).
+def place(
+    hosts: Sequence[str],
+    per_node: bool,
+    fraction: float,
+    seed: int,
+    placement: str = RANDOM,
+    switches: Sequence[str] | None = None,
+) -> Placement:
+    """The roles of the ranks on ``hosts`` (``hosts[r]`` is rank r's host, ``switches[r]`` its switch).
 
     Every rank takes part, or under ``per_node`` the lowest rank of each host. The units are shuffled with
-    ``seed`` (random.Random: the same on every rank and every Python), so canaries and congestors interleave
-    across hosts as GPCNeT places them; the first ``canary_count`` become the canaries, in that order the ring.
+    ``seed`` (random.Random: the same on every rank and every Python). ``random``: canaries and congestors
+    interleave across hosts as GPCNeT places them; the first ``canary_count`` become the canaries, in that order
+    the ring. ``cross-switch`` and ``within-switch`` (``switches`` needed) place by switch, as ``by_switch`` says;
+    UsageError, one line, where the switches cannot hold that placement.
     """
     first: dict[str, int] = {}
     for rank, host in enumerate(hosts):
@@ -144,7 +173,78 @@ def place(hosts: Sequence[str], per_node: bool, fraction: float, seed: int) -> P
     random.Random(seed).shuffle(order)
     count = canary_count(len(order), fraction)
     idle = tuple(sorted(set(range(len(hosts))) - set(units)))
-    return Placement(tuple(order[:count]), tuple(order[count:]), idle, "hosts" if per_node else "ranks", seed)
+    unit_name = "hosts" if per_node else "ranks"
+    if placement == RANDOM:
+        return Placement(tuple(order[:count]), tuple(order[count:]), idle, unit_name, seed)
+    if switches is None:
+        raise UsageError(f"--congestion-placement {placement} needs a topology (--topology FILE)")
+    canaries, congestors = by_switch(order, [switches[u] for u in order], count, placement)
+    return Placement(canaries, congestors, idle, unit_name, seed, placement)
+
+
+def by_switch(units: Sequence[int], switches: Sequence[str], count: int, placement: str) -> tuple[tuple, tuple]:
+    """(canaries in ring order, congestors) of ``units`` (shuffled; ``switches[i]`` is ``units[i]``'s switch).
+
+    The switches keep the order of their lowest unit, so the first is rank 0's. cross-switch: the canaries go
+    round the switches, each one's ring neighbours under other switches (at each step the switch with the most
+    units left that differs from the last canary's, and for the last canary from the first's too); the hot
+    switch is the first canary's. within-switch: the canaries are ``count`` units under the first switch after
+    rank 0's that holds enough; the hot switch is rank 0's. Either way the congestors' first (the incast target,
+    the Get root) is under the hot switch, then come the units under the other switches (the senders, whose
+    incast crosses the hot switch's uplink), then the hot switch's others (their incast stays inside it).
+    """
+    pools: dict[str, list[int]] = {}
+    for unit, switch in zip(units, switches, strict=True):
+        pools.setdefault(switch, []).append(unit)
+    names = sorted(pools, key=lambda name: min(pools[name]))
+    if len(names) < 2:
+        raise UsageError(
+            f"--congestion-placement {placement} needs units under at least 2 switches; all are under {names[0]}"
+        )
+    if placement == CROSS_SWITCH:
+        ring = _ring(pools, names, count)
+        hot = next(name for name in names if ring[0] in pools[name])
+    elif placement == WITHIN_SWITCH:
+        hot = names[0]
+        home = next((name for name in names[1:] if len(pools[name]) >= count), None)
+        if home is None:
+            raise UsageError(
+                f"--congestion-placement within-switch needs {count} canaries under one switch other than {hot} "
+                f"(the congestors' first's); the most under one is {max(len(pools[n]) for n in names[1:])}"
+            )
+        ring = pools[home][:count]
+    else:
+        raise UsageError(f"unknown congestion placement {placement!r}; known: {', '.join(PLACEMENTS)}")
+    left = {name: [unit for unit in pool if unit not in ring] for name, pool in pools.items()}
+    if not left[hot] or not any(left[name] for name in names if name != hot):
+        raise UsageError(
+            f"--congestion-placement {placement} needs congestors under {hot} (the incast target's switch) and "
+            "under another switch, beside the canaries"
+        )
+    target, *rest = left[hot]
+    senders = [unit for name in names if name != hot for unit in left[name]]
+    return tuple(ring), (target, *senders, *rest)
+
+
+def _ring(pools: dict[str, list[int]], names: list[str], count: int) -> list[int]:
+    """``count`` canaries round the switches, no two neighbours in the ring under one switch; UsageError where the
+    switches cannot (two switches and an odd count above 2, or one switch holding most of the units)."""
+    left = {name: list(pool) for name, pool in pools.items()}
+    ring: list[tuple[int, str]] = []
+    for index in range(count):
+        avoid = {ring[-1][1]} if ring else set()
+        if index == count - 1 and count > 2:
+            avoid.add(ring[0][1])
+        free = [name for name in names if left[name] and name not in avoid]
+        if not free:
+            held = ", ".join(f"{name} {len(pools[name])}" for name in names)
+            raise UsageError(
+                f"--congestion-placement cross-switch cannot ring {count} canaries with each neighbour under another "
+                f"switch (units per switch: {held})"
+            )
+        name = max(free, key=lambda n: len(left[n]))  # max keeps the first of the fullest
+        ring.append((left[name].pop(0), name))
+    return [unit for unit, _ in ring]
 
 
 @dataclass(frozen=True)

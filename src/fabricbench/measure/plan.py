@@ -140,6 +140,7 @@ class CongestionOptions:
     congestors: str = ",".join(congestion.CONGESTORS)
     canary_fraction: float = congestion.DEFAULT_FRACTION
     seed: int = congestion.DEFAULT_SEED
+    placement: str = congestion.RANDOM  # --congestion-placement: congestion.PLACEMENTS
 
     def canary_tests(self) -> tuple[congestion.Test, ...]:
         return congestion.parse_tests(self.canaries, congestion.CANARIES, "canary")
@@ -157,6 +158,10 @@ class CongestionOptions:
             f"bad --canary-fraction {_shown(self.canary_fraction)}: above 0 and below 1",
         )
         _require(_is_int(self.seed) and 0 <= self.seed <= MAX_COUNT, f"bad --congestion-seed {_shown(self.seed)}")
+        _require(
+            self.placement in congestion.PLACEMENTS,
+            f"bad --congestion-placement {_shown(self.placement)}: one of {', '.join(congestion.PLACEMENTS)}",
+        )
 
 
 # The plan's fields that hold a pattern's options (each pattern's ``plan_options`` fills its own from run's
@@ -271,6 +276,11 @@ class Plan:
         )
         if self.topology is not None:
             Topology.from_dict(self.topology)
+        _require(
+            self.topology is not None or self.congestion.placement == congestion.RANDOM,
+            f"--congestion-placement {self.congestion.placement} needs a topology: --topology FILE, or a Slurm job "
+            "whose cluster runs topology/tree",
+        )
 
     def fabric(self) -> Topology | None:
         """The topology the plan carries, or None for a flat fabric."""

@@ -125,12 +125,23 @@ class Congestion(Pattern):
             help="seed of the shuffle that places canaries and congestors, recorded in the metadata "
             f"(default {defaults.seed})",
         )
+        group.add_argument(
+            "--congestion-placement",
+            choices=congestion.PLACEMENTS,
+            default=defaults.placement,
+            help=f"{congestion.RANDOM}: GPCNeT's shuffle (default); {congestion.CROSS_SWITCH}: each canary's ring "
+            "neighbour under another switch and the incast crossing the same uplinks; "
+            f"{congestion.WITHIN_SWITCH}: the canaries under one switch, the congestors under others (the "
+            "control); both need --topology",
+        )
 
     @classmethod
     def plan_options(cls, args: argparse.Namespace, steps: list[Step], ranks: int) -> dict:
         """The congestion kernel's settings, checked, with the launched ranks enough for its canaries and every
         congestor pattern (hosts are counted at run time under --per-node); the defaults when it is not run."""
-        options = CongestionOptions(args.canaries, args.congestors, args.canary_fraction, args.congestion_seed)
+        options = CongestionOptions(
+            args.canaries, args.congestors, args.canary_fraction, args.congestion_seed, args.congestion_placement
+        )
         if not steps:
             return {"congestion": CongestionOptions()}
         options.check()
@@ -165,6 +176,7 @@ class Congestion(Pattern):
         self.congestor_tests = plan.congestion.congestor_tests()
         self.placement: Placement | None = None
         self.hosts: list[str] = []
+        self.switches: list[str] | None = None  # each rank's switch, where the plan carries a topology
         self.methods: dict[str, tuple[str, str]] = {}  # rank 0: each phase's (canary method, congestor method)
         self.unsupported: list[tuple[Test, str]] = []  # congestor patterns the transport cannot run, and why
 
@@ -174,8 +186,17 @@ class Congestion(Pattern):
         self.refuse_lacking()
         ctrl, options = self.ctrl, self.plan.congestion
         self.hosts = [str(r.get("host", "")) for r in allgather_json(ctrl, {"host": socket.gethostname()}, "hosts")]
-        placement = congestion.place(self.hosts, self.plan.pairs.per_node, options.canary_fraction, options.seed)
+        fabric = self.plan.fabric()
         try:
+            self.switches = [fabric.switch_of(host) for host in self.hosts] if fabric else None
+            placement = congestion.place(
+                self.hosts,
+                self.plan.pairs.per_node,
+                options.canary_fraction,
+                options.seed,
+                options.placement,
+                self.switches,
+            )
             units = len(placement.canaries) + len(placement.congestors)
             congestion.check_units(units, options.canary_fraction, self.congestor_tests, placement.units)
         except UsageError as exc:
@@ -234,7 +255,7 @@ class Congestion(Pattern):
                 row.update(canary=canary.name, congestor=congestor.name, sample=CANARY_SAMPLES[canary.name])
                 rows.append(row)
         if rows:
-            rows[0][METADATA] = {"congestion": self.placement.metadata(self.hosts)}
+            rows[0][METADATA] = {"congestion": self.placement.metadata(self.hosts, self.switches)}
         return rows
 
     def _row(self, timed: Timed, warmup: int, isolated: dict[str, dict]) -> dict:
