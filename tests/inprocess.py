@@ -395,7 +395,7 @@ class MemoryTransport(Transport):
 
     name = "memory"
     kernels = frozenset(
-        {"latency", "multi-latency", "bw", "bibw", "msgrate", "allreduce", "pairs-latency", "pairs-bw", "peer"}
+        {"latency", "multi-latency", "bw", "bibw", "msgrate", "allreduce", "pairs-latency", "pairs-bw", "bisection", "peer"}
     )
     sub_communicators = True
 

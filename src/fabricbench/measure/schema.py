@@ -18,6 +18,7 @@ COLUMNS = [
     "ranks",
     "pairs",
     "schedule",
+    "tier",
     "src_rank",
     "dst_rank",
     "src_host",
@@ -28,6 +29,7 @@ COLUMNS = [
     "congestor",
     "canaries",
     "congestors",
+    "tier_pairs",
     "window",
     "iterations",
     "warmup",
@@ -48,8 +50,10 @@ COLUMNS = [
     "msgrate_per_s",
     "algbw_GBps",
     "busbw_GBps",
+    "bw_p1_MBps",
     "bw_p50_MBps",
     "bw_p99_MBps",
+    "aggregate_MBps",
     "rank_spread",
     "congestor_MBps",
     "cif_mean",
@@ -64,14 +68,16 @@ UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")  # a measured column's name 
 RATIOS = {"cif_mean", "cif_p99", "rank_spread"}
 NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)} | RATIOS
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
-INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu", "canaries", "congestors"}
+INTEGER |= {"src_rank", "dst_rank", "src_gpu", "dst_gpu", "canaries", "congestors", "tier_pairs"}
 # The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
 # 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
 # 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
 # 4: a GPU pair's row (cuda-copy peer) carries its source and destination GPU;
 # 5: a congestion row carries its canary test and congestor pattern, their rank counts, the canary's bandwidth
-#    percentiles and per-rank spread, the congestors' throughput and the congestion impact factors.
-SCHEMA_VERSION = 5
+#    percentiles and per-rank spread, the congestors' throughput and the congestion impact factors;
+# 6: a row may carry its tier of the fabric (measure.topology's tiers, or ``all``), and a bisection row its pairs of
+#    that tier over every matching, its per-pair rate's 1st percentile and its aggregate over both directions.
+SCHEMA_VERSION = 6
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
@@ -82,7 +88,8 @@ MEASURED = "ok"  # a measured row's status; every other status says why its size
 PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier runs of an --append folder
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
 # schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
-# GPU-pair columns (no GPU pair rows then), schema 4 the congestion columns (no congestion rows then).
+# GPU-pair columns (no GPU pair rows then), schema 4 the congestion columns (no congestion rows then), schema 5 the
+# tier and bisection columns (no tier then).
 OPTIONAL = {
     "run_id": "",
     "label": "",
@@ -102,9 +109,13 @@ OPTIONAL = {
     "congestor": "",
     "canaries": "",
     "congestors": "",
+    "tier": "",
+    "tier_pairs": "",
 }
-# Measured columns an older table may lack (schema 4 and before: the congestion figures): NaN in its rows.
+# Measured columns an older table may lack (schema 4 and before: the congestion figures; schema 5 and before: the
+# bisection figures): NaN in its rows.
 OPTIONAL_NUMERIC = ("bw_p50_MBps", "bw_p99_MBps", "rank_spread", "congestor_MBps", "cif_mean", "cif_p99")
+OPTIONAL_NUMERIC += ("bw_p1_MBps", "aggregate_MBps")
 
 
 def is_measured(status: object) -> bool:
