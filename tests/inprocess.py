@@ -395,7 +395,8 @@ class MemoryTransport(Transport):
 
     name = "memory"
     kernels = frozenset(
-        {"latency", "multi-latency", "bw", "bibw", "msgrate", "allreduce", "pairs-latency", "pairs-bw", "bisection", "peer"}
+        {"latency", "multi-latency", "bw", "bibw", "msgrate", "allreduce", "pairs-latency", "pairs-bw", "peer"}
+        | {"bisection"}
     )
     sub_communicators = True
 
