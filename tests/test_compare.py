@@ -217,15 +217,15 @@ def test_compare_needs_no_mpi(finished_runs, tmp_path):
     assert (tmp_path / "comparison.csv").exists()
 
 
-def test_runs_record_schema_version_5_and_read_without_migration(finished_runs, compared):
+def test_runs_record_schema_version_6_and_read_without_migration(finished_runs, compared):
     result, _ = compared
     metadata = json.loads((finished_runs["a"] / "metadata.json").read_text())
-    assert metadata["schema_version"] == 5
+    assert metadata["schema_version"] == 7
     assert "os_release" in metadata and "kernel" not in metadata
     import pyarrow.parquet as pq
 
     schema = pq.read_schema(finished_runs["a"] / "results.parquet")
-    assert json.loads(schema.metadata[b"fabricbench"])["schema_version"] == 5
+    assert json.loads(schema.metadata[b"fabricbench"])["schema_version"] == 7
     assert "# note:" not in result.stdout
 
 
@@ -234,7 +234,7 @@ def test_the_shipped_example_written_before_schema_version_still_compares():
     result = fabricbench("compare", example, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith((REPO / "results/examples/default-sweep-compare/compare.txt").read_text())
-    assert result.stdout.endswith(f"# note: {example}: read as schema 1 (it has no schema_version); migrated to 5\n")
+    assert result.stdout.endswith(f"# note: {example}: read as schema 1 (it has no schema_version); migrated to 6\n")
 
 
 def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
@@ -247,7 +247,7 @@ def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
     (root / "no-results").mkdir()
     (root / "no-results" / "metadata.json").write_text((run_a / "metadata.json").read_text())
     metadata = json.loads((run_a / "metadata.json").read_text())
-    for name, changed in (("newer", {"schema_version": 6}), ("hosts", {"hosts": 5}), ("list", None)):
+    for name, changed in (("newer", {"schema_version": 7}), ("hosts", {"hosts": 5}), ("list", None)):
         (root / name).mkdir()
         (root / name / "results.csv").write_text((run_a / "results.csv").read_text())
         (root / name / "metadata.json").write_text(json.dumps(metadata | changed if changed else [metadata]))
@@ -262,7 +262,7 @@ def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
         "dir without results": ([str(root / "no-results"), good], "no results.csv or results.parquet in"),
         "newer schema": (
             [good, str(root / "newer")],
-            "was written by a newer fabricbench (schema 6); this one reads up to 5",
+            "was written by a newer fabricbench (schema 7); this one reads up to 6",
         ),
         "hosts not a list": ([str(root / "hosts"), good], "has metadata field 'hosts' = 5, not a list of strings"),
         "metadata not an object": ([str(root / "list"), good], "has metadata that is not a JSON object"),
