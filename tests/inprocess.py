@@ -396,6 +396,7 @@ class MemoryTransport(Transport):
     name = "memory"
     kernels = frozenset(
         {"latency", "multi-latency", "bw", "bibw", "msgrate", "allreduce", "pairs-latency", "pairs-bw", "peer"}
+        | {"bisection"}
     )
     sub_communicators = True
 

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from fabricbench.analysis.load import read_run
-from fabricbench.measure.plan import AllPairsOptions, Plan, Step
+from fabricbench.measure.plan import AllPairsOptions, BisectionOptions, Plan, Step
 from fabricbench.measure.results import CSV_NAME, META_NAME, PARQUET_NAME, prepare_out_dir
 from fabricbench.measure.schema import INTEGER, NUMERIC
 from inprocess import Aborted, RanksFailed, ThreadRanks
@@ -173,6 +173,42 @@ def test_per_node_on_one_host_leaves_one_rank_and_says_so_per_size(measure):
     rows = measure(2, [step("pairs-bw", [1, 64])], pairs=AllPairsOptions(per_node=True)).rows
     assert rows.size_B.tolist() == [1, 64]
     assert rows.status.str.startswith("unsupported: --per-node leaves one rank").all()
+
+
+@pytest.mark.parametrize("ranks", [4, 5])
+def test_the_bisection_kernel_gives_an_all_row_and_one_per_tier_with_its_matchings_recorded(measure, ranks):
+    """Every rank on this host: with a topology placing it, every pair is same-host; five ranks leave one out of
+    each matching, and every rank outside a matching only meets the barriers."""
+    host = socket.gethostname()
+    topology = {"source": "test", "switch": {host: "leaf1"}, "group": {"leaf1": "leaf1"}, "parent": {}}
+    options = BisectionOptions(rounds=3, seed=9)
+    done = measure(ranks, [step("bisection", [64, 4096])], bisection=options, topology=topology)
+    rows = done.rows
+    assert (rows.status == "ok").all() and (rows.validation == "pass").all()
+    assert list(zip(rows.size_B, rows.tier, strict=True)) == [(z, t) for z in (64, 4096) for t in ("all", "same-host")]
+    assert (rows.pairs == ranks // 2).all() and (rows.tier_pairs == 3 * (ranks // 2)).all()
+    assert (rows.ranks == ranks).all() and (rows.window == WINDOW).all() and (rows["sample"] == "window").all()
+    assert (rows.bw_p1_MBps <= rows.bw_p50_MBps).all() and (rows.bw_MBps > 0).all()
+    # Both directions of every pair: the aggregate is at least each pair's one-way rate, twice, at the low tail.
+    assert (rows.aggregate_MBps >= 2 * rows.pairs * rows.bw_p1_MBps * (1 - 1e-9)).all()
+    recorded = done.metadata["bisection"]
+    assert recorded["seed"] == 9 and recorded["rounds"] == 3 and recorded["ranks"] == list(range(ranks))
+    for matching in recorded["matchings"]:
+        ends = sorted(unit for pair in matching["pairs"] for unit in pair)
+        left = [] if matching["left_out"] is None else [matching["left_out"]]
+        assert sorted(ends + left) == list(range(ranks)) and len(left) == ranks % 2
+        assert all(pair == [host, host] for pair in matching["hosts"])
+    # Each rank took part in each matching of each size (warm-up, timed, check) but the one left out.
+    taking_part = sum(ranks - ranks % 2 for _ in recorded["matchings"]) * 2
+    assert sum(1 for _, kernel, _, count in done.runs if kernel == "bisection" and count == ITERATIONS) == taking_part
+
+
+def test_the_bisection_kernel_without_a_topology_gives_the_all_row_alone_and_refuses_what_no_link_carries(measure):
+    rows = measure(2, [step("bisection", [64])], bisection=BisectionOptions(rounds=2), memory={"link_MBps": 1e-9}).rows
+    assert rows.tier.tolist() == ["all"] and rows.status.tolist() == ["ok"]
+    row = rows.iloc[0]
+    assert math.isnan(row.bw_MBps) and math.isnan(row.aggregate_MBps) and math.isnan(row.bw_p1_MBps)
+    assert "bw_MBps" in row.note and "refused" in row.note
 
 
 @pytest.mark.parametrize("ranks", [1, 2])

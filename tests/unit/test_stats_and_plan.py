@@ -80,6 +80,7 @@ def test_a_pattern_means_one_pairing():
         "all-pairs": Pairing.MESH,
         "gpu-routes": Pairing.NONE,
         "congestion": Pairing.MESH,
+        "bisection": Pairing.MESH,
     }
 
 

@@ -77,8 +77,9 @@ class Kernel:
     pattern: which ranks take part, by name in fabricbench.run.patterns: ``one-pair`` is rank 0 and rank N/2;
     ``concurrent-pairs`` is every rank r < N/2 with r + N/2, all at once; ``all`` is every rank; ``all-pairs``
     meets every ordered pair of ranks in turn, phase by phase, one row per pair; ``gpu-routes`` is every ordered
-    pair of the GPUs on rank 0's host (cuda-copy peer), one row per route; ``congestion`` splits the ranks into
-    canaries and congestors (measure.congestion), one row per canary test and congestor pattern.
+    pair of the GPUs on rank 0's host (cuda-copy peer), one row per route; ``bisection`` pairs them in random
+    perfect matchings, every pair both ways at once, one row per tier (measure.bisection); ``congestion`` splits
+    the ranks into canaries and congestors (measure.congestion), one row per canary test and congestor pattern.
     sample: what one entry of the per-iteration time array is: ``rtt`` (a
     round trip, reported halved), ``window`` (W messages and the ack) or ``op``.
     pairing: what the pattern means for which ranks exchange (Pairing).
@@ -342,6 +343,20 @@ _ALL = [
         1,
         4 * MiB,
         "{lib} All-Pairs Bandwidth Test",
+        pairing=Pairing.MESH,
+    ),
+    # Netgauge's effective bisection bandwidth: random perfect matchings of the ranks (hosts, --per-node), every
+    # pair exchanging a window each way at once, one phase per matching; one row per tier with the per-pair rate
+    # distribution (measure.bisection). A sample is one end's window and its partner's ack: its bytes one way.
+    Kernel(
+        "bisection",
+        "bandwidth",
+        "bisection",
+        "window",
+        1,
+        4 * MiB,
+        "{lib} Effective Bisection Bandwidth Test (random matchings, both ways at once)",
+        opt_in=True,
         pairing=Pairing.MESH,
     ),
     # GPCNeT's question: canary ranks timed alone, then while congestor ranks flood the network, pattern by pattern;

@@ -15,7 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from fabricbench.argtypes import MAX_COUNT, MAX_SECONDS, MIN_TIMEOUT, byte_range, byte_size, names, whole_number
 from fabricbench.errors import UsageError
-from fabricbench.measure import congestion
+from fabricbench.measure import bisection, congestion
 from fabricbench.measure.kernels import KERNELS, Kernel, get_kernel
 from fabricbench.measure.stats import PERCENTILES
 from fabricbench.measure.topology import Topology
@@ -164,12 +164,31 @@ class CongestionOptions:
         )
 
 
+@dataclass
+class BisectionOptions:
+    """The bisection kernel's settings (Netgauge's ebb): how many random matchings per size, the seed of their
+    shuffles, and whether the units are hosts (one rank each, --per-node) or ranks."""
+
+    rounds: int = bisection.DEFAULT_ROUNDS
+    seed: int = bisection.DEFAULT_SEED
+    per_node: bool = False
+
+    def check(self) -> None:
+        _require(
+            _is_int(self.rounds) and 1 <= self.rounds <= bisection.MAX_ROUNDS,
+            f"bad --bisection-rounds {_shown(self.rounds)}: 1 to {bisection.MAX_ROUNDS}",
+        )
+        _require(_is_int(self.seed) and 0 <= self.seed <= MAX_COUNT, f"bad --bisection-seed {_shown(self.seed)}")
+        _require(isinstance(self.per_node, bool), f"bad --per-node flag {_shown(self.per_node)}")
+
+
 # The plan's fields that hold a pattern's options (each pattern's ``plan_options`` fills its own from run's
 # command line): {field: (its dataclass, its name in a refusal)}. The dataclasses live here, below the patterns,
 # so that a plan is plain data whose every value ``check`` validates, however it arrived.
 PATTERN_OPTIONS = {
     "pairs": (AllPairsOptions, "all-pairs options"),
     "congestion": (CongestionOptions, "congestion options"),
+    "bisection": (BisectionOptions, "bisection options"),
 }
 
 
@@ -200,6 +219,7 @@ class Plan:
     osu: OsuColumns = field(default_factory=OsuColumns)
     pairs: AllPairsOptions = field(default_factory=AllPairsOptions)
     congestion: CongestionOptions = field(default_factory=CongestionOptions)
+    bisection: BisectionOptions = field(default_factory=BisectionOptions)
     progress: bool = False
     transport_options: dict = field(default_factory=dict)  # {option group name: its settings}
     repeat: int = 1  # run --repeat: how many times the whole plan runs, interleaved (schedule)
@@ -255,9 +275,9 @@ class Plan:
             _require(isinstance(getattr(self, name), str), f"bad {name} {_shown(getattr(self, name))}")
         _require(self.output_format in OUTPUT_FORMATS, f"bad output format {_shown(self.output_format)}")
         self.osu.check()
-        self.pairs.check()
-        _require(isinstance(self.congestion, CongestionOptions), "bad congestion options")
-        self.congestion.check()
+        for name, (options, what) in PATTERN_OPTIONS.items():
+            _require(isinstance(getattr(self, name), options), f"bad {what}")
+            getattr(self, name).check()
         _require(isinstance(self.progress, bool), f"bad progress flag {_shown(self.progress)}")
         _require(
             isinstance(self.transport_options, dict)

@@ -30,6 +30,7 @@ COLUMNS = [
     "congestor",
     "canaries",
     "congestors",
+    "tier_pairs",
     "window",
     "iterations",
     "warmup",
@@ -50,8 +51,10 @@ COLUMNS = [
     "msgrate_per_s",
     "algbw_GBps",
     "busbw_GBps",
+    "bw_p1_MBps",
     "bw_p50_MBps",
     "bw_p99_MBps",
+    "aggregate_MBps",
     "rank_spread",
     "congestor_MBps",
     "cif_mean",
@@ -66,7 +69,7 @@ UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")  # a measured column's name 
 RATIOS = {"cif_mean", "cif_p99", "rank_spread"}
 NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)} | RATIOS
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
-INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "congestors"}
+INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "congestors", "tier_pairs"}
 # The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
 # 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
 # 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
@@ -75,7 +78,9 @@ INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "c
 #    percentiles and per-rank spread, the congestors' throughput and the congestion impact factors;
 # 6: an all-pairs row carries its pair's tier in the topology (measure.topology.TIERS) and the switch-to-switch
 #    links between its hosts (hops), both blank without a topology or where it has no route.
-SCHEMA_VERSION = 6
+# 7: a bisection row carries its tier (or ``all``), that tier's pairs over every matching, its per-pair rate's 1st
+#    percentile and its aggregate over both directions.
+SCHEMA_VERSION = 7
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
@@ -87,7 +92,7 @@ PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
 # schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
 # GPU-pair columns (no GPU pair rows then), schema 4 the congestion columns (no congestion rows then), schema 5 the
-# tier and hops of a pair (no topology then).
+# tier and hops of a pair (no topology then), schema 6 the bisection columns (no bisection rows then).
 OPTIONAL = {
     "run_id": "",
     "label": "",
@@ -109,9 +114,12 @@ OPTIONAL = {
     "congestor": "",
     "canaries": "",
     "congestors": "",
+    "tier_pairs": "",
 }
-# Measured columns an older table may lack (schema 4 and before: the congestion figures): NaN in its rows.
+# Measured columns an older table may lack (schema 4 and before: the congestion figures; schema 6 and before: the
+# bisection figures): NaN in its rows.
 OPTIONAL_NUMERIC = ("bw_p50_MBps", "bw_p99_MBps", "rank_spread", "congestor_MBps", "cif_mean", "cif_p99")
+OPTIONAL_NUMERIC += ("bw_p1_MBps", "aggregate_MBps")
 
 
 def is_measured(status: object) -> bool:

@@ -21,7 +21,8 @@ from fabricbench.transports.base import Case, Transport
 
 @runtime_checkable
 class PairCases(Protocol):
-    """The all-pairs kernels (``fabricbench.run.patterns.all_pairs``)."""
+    """The all-pairs kernels (``fabricbench.run.patterns.all_pairs``) and the bisection kernel
+    (``fabricbench.run.patterns.bisection``: ``send_to == recv_from``, one partner both ways at once)."""
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
         """An all-pairs kernel's case for one phase: this rank sends to ``send_to`` (its samples time that pair)

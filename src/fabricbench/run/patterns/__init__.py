@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fabricbench.measure.kernels import KERNELS, Kernel, get_kernel
 from fabricbench.run.patterns.all_pairs import AllPairs
+from fabricbench.run.patterns.bisection import Bisection
 from fabricbench.run.patterns.congestion import Congestion
 from fabricbench.run.patterns.gpu_routes import GpuRoutes
 from fabricbench.run.patterns.plain import METADATA, NAMES, Idle, Pattern, Phase, Timed
@@ -18,12 +19,14 @@ PATTERNS: dict[str, type[Pattern]] = {
     "all-pairs": AllPairs,
     "gpu-routes": GpuRoutes,
     "congestion": Congestion,
+    "bisection": Bisection,
 }
 
 __all__ = [
     "METADATA",
     "PATTERNS",
     "AllPairs",
+    "Bisection",
     "Congestion",
     "GpuRoutes",
     "Idle",

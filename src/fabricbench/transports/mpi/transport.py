@@ -306,7 +306,8 @@ class Window(_PointToPoint):
 
 
 class Shift(Case):
-    """mpiGraph's step for the all-pairs kernels: every rank sends to ``dst`` while receiving from ``src``.
+    """mpiGraph's step for the all-pairs kernels: every rank sends to ``dst`` while receiving from ``src``; with
+    ``dst == src``, a bisection pair's exchange, both ways at once (the acks have their own tag).
 
     bw: W Isends to dst and W Irecvs from src at once; once src's window is in,
     an ack goes back to it, and a sample ends when dst's ack arrives. latency:
@@ -528,6 +529,7 @@ class MPITransport(Transport):
             "barrier",
             "pairs-latency",
             "pairs-bw",
+            "bisection",
             "congestion",
         }
     )
@@ -610,7 +612,8 @@ class MPITransport(Transport):
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
         """One phase of an all-pairs kernel: latency's or bw's loop (C where it is built) with the phase's peer,
-        or mpiGraph's send-and-receive step when this rank is both a source and a destination (shift)."""
+        or mpiGraph's send-and-receive step when this rank is both a source and a destination (shift; bisection's
+        pairs, one partner both ways)."""
         if self.cuda is not None:
             raise Unsupported("--buffer cuda runs the point-to-point and collective kernels, not the all-pairs matrix")
         if send_to is not None and recv_from is not None:

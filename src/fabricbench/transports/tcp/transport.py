@@ -281,7 +281,8 @@ class Window(_PointToPoint):
 
 
 class Shift(_TCPCase):
-    """mpiGraph's step for the all-pairs kernels: send to ``dst`` while receiving from ``src``, every rank at once.
+    """mpiGraph's step for the all-pairs kernels: send to ``dst`` while receiving from ``src``, every rank at once;
+    with ``dst == src``, a bisection pair's exchange over one socket (the ack follows the window in its stream).
 
     bw: W messages out to dst while W come in from src (the duplex engine
     bibw uses), then a 1-byte ack back to src; a sample ends when dst's ack
@@ -502,7 +503,7 @@ class TCPTransport(Transport):
     name = "tcp"
     kernels = frozenset(
         {"latency", "bw", "bibw", "msgrate", "allreduce", "allgather", "reduce", "pairs-latency", "pairs-bw"}
-        | {"congestion"}  # all-to-all and incast congestors (tcp_congestion)
+        | {"bisection", "congestion"}  # all-to-all and incast congestors (tcp_congestion)
     )
     default_kernels = ("latency", "bw", "allreduce")
     option_groups = (TCP_OPTIONS,)
@@ -559,7 +560,9 @@ class TCPTransport(Transport):
             raise Unsupported("a TCP byte stream carries no zero-byte messages")
         ctrl = self.ctrl
         if send_to is not None and recv_from is not None:
-            return Shift(self.links, ctrl.rank, kernel, size, self.timeout, self.window, send_to, recv_from)
+            shift = Shift(self.links, ctrl.rank, kernel, size, self.timeout, self.window, send_to, recv_from)
+            shift.link_MBps, shift.link_label = self.link_rates.get(send_to, NO_RATE)  # its samples time this way
+            return shift
         if send_to is None and recv_from is None:
             return None
         role = (send_to, True) if send_to is not None else (recv_from, False)
