@@ -35,8 +35,8 @@ def _json(**changes) -> bytes:
     return json.dumps(raw).encode()
 
 
-def _built(*run_args: str) -> Plan:
-    return build_plan(build_parser().parse_args(["run", *run_args]), 2)
+def _built(*run_args: str, ranks: int = 2) -> Plan:
+    return build_plan(build_parser().parse_args(["run", *run_args]), ranks)
 
 
 def test_the_options_defaults_are_the_command_lines():
@@ -55,6 +55,14 @@ def test_run_fills_the_options_it_was_given():
     assert osu.osu == OsuColumns(True, (), "")
     osu = _built("-t", "mpi", "-k", "latency", "-m", "8", "--format", "osu", "--osu-percentiles", "99,50")
     assert osu.osu == OsuColumns(False, (99.0, 50.0), "")
+
+
+def test_per_node_reaches_every_pattern_that_places_hosts_whichever_kernels_run():
+    """--per-node with congestion alone (no all-pairs kernel) places hosts: it was kept only with the all-pairs
+    options, which fall back to their defaults when no all-pairs kernel runs."""
+    assert _built("-t", "mpi", "-k", "congestion", "--per-node", ranks=10).congestion.per_node is True
+    assert _built("-t", "mpi", "-k", "congestion", ranks=10).congestion.per_node is False
+    assert _built("-t", "tcp", "-k", "pairs-bw", "--per-node").pairs.per_node is True
 
 
 def test_a_plan_and_its_options_survive_json():

@@ -141,6 +141,7 @@ class CongestionOptions:
     canary_fraction: float = congestion.DEFAULT_FRACTION
     seed: int = congestion.DEFAULT_SEED
     placement: str = congestion.RANDOM  # --congestion-placement: congestion.PLACEMENTS
+    per_node: bool = False  # --per-node: the hosts (each one's lowest rank) are placed, not the ranks
 
     def canary_tests(self) -> tuple[congestion.Test, ...]:
         return congestion.parse_tests(self.canaries, congestion.CANARIES, "canary")
@@ -158,6 +159,7 @@ class CongestionOptions:
             f"bad --canary-fraction {_shown(self.canary_fraction)}: above 0 and below 1",
         )
         _require(_is_int(self.seed) and 0 <= self.seed <= MAX_COUNT, f"bad --congestion-seed {_shown(self.seed)}")
+        _require(isinstance(self.per_node, bool), f"bad --per-node flag {_shown(self.per_node)}")
         _require(
             self.placement in congestion.PLACEMENTS,
             f"bad --congestion-placement {_shown(self.placement)}: one of {', '.join(congestion.PLACEMENTS)}",

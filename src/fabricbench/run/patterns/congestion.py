@@ -140,7 +140,12 @@ class Congestion(Pattern):
         """The congestion kernel's settings, checked, with the launched ranks enough for its canaries and every
         congestor pattern (hosts are counted at run time under --per-node); the defaults when it is not run."""
         options = CongestionOptions(
-            args.canaries, args.congestors, args.canary_fraction, args.congestion_seed, args.congestion_placement
+            args.canaries,
+            args.congestors,
+            args.canary_fraction,
+            args.congestion_seed,
+            args.congestion_placement,
+            args.per_node,
         )
         if not steps:
             return {"congestion": CongestionOptions()}
@@ -191,7 +196,7 @@ class Congestion(Pattern):
             self.switches = [fabric.switch_of(host) for host in self.hosts] if fabric else None
             placement = congestion.place(
                 self.hosts,
-                self.plan.pairs.per_node,
+                self.plan.congestion.per_node,
                 options.canary_fraction,
                 options.seed,
                 options.placement,
