@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -19,9 +20,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fabricbench.control.mpi import find_mpiexec
+from fabricbench.errors import UsageError
 from fabricbench.launch import slurm
 
 # Variables that a launcher sets in every rank it starts.
@@ -51,6 +54,107 @@ JOB_GRACE_S = 20.0  # after passing a signal on: how long the job may take to en
 STOP_GRACE_S = 0.5  # a rank's main thread that has not begun to stop this soon after Ctrl-C is inside C
 LEADER_GRACE_S = 5.0  # how long other ranks leave the stop to rank 0, which closes the table and ends every rank
 EXIT_GRACE_S = 10.0  # a rank still alive this long after it began to stop (a wedged MPI_Abort) exits by itself
+
+
+# How many local ranks a self-launched run may start (check_ranks). Measured with MPICH's hydra here: its proxy
+# holds 4 descriptors a rank and about 10 of its own, a rank 2 a rank and about 30 of its own; a rank is 5 tasks
+# (threads), and the parent, mpiexec and the proxy 1 each.
+RANKS_PER_CORE = 8  # beyond it each spinning rank gets too small a share of a core for --timeout's watchdog
+FILES_PER_RANK = 4
+FILES_OF_ITS_OWN = 48
+TASKS_PER_RANK = 6
+TASKS_OF_ITS_OWN = 3
+
+
+@dataclass(frozen=True)
+class HostLimits:
+    """What bounds the local ranks this host can start; None where there is no limit."""
+
+    cores: int
+    files: int | None  # RLIMIT_NOFILE's hard limit: the soft one is raised to it as far as the job needs
+    tasks: int | None  # tasks (processes and threads) this user or cgroup may still start
+    tasks_from: str = ""  # where ``tasks`` comes from ("ulimit -u is 400"), for the one line
+
+
+def most_ranks(limits: HostLimits, oversubscribe: bool) -> tuple[int, str]:
+    """The most local ranks these limits allow, and the words for the tightest of them."""
+    bounds = []
+    if not oversubscribe:
+        bounds.append(
+            (
+                limits.cores * RANKS_PER_CORE,
+                f"{limits.cores} cores, {RANKS_PER_CORE} ranks a core; --oversubscribe lifts this",
+            )
+        )
+    if limits.files is not None:
+        bounds.append(
+            (
+                (limits.files - FILES_OF_ITS_OWN) // FILES_PER_RANK,
+                f"ulimit -n is {limits.files} open files a process; mpiexec's proxy needs {FILES_OF_ITS_OWN} "
+                f"and {FILES_PER_RANK} a rank",
+            )
+        )
+    if limits.tasks is not None:
+        bounds.append(
+            (
+                (limits.tasks - TASKS_OF_ITS_OWN) // TASKS_PER_RANK,
+                f"{limits.tasks_from} tasks; the job needs {TASKS_OF_ITS_OWN} and {TASKS_PER_RANK} a rank",
+            )
+        )
+    return min(bounds, default=(sys.maxsize, ""))
+
+
+def check_ranks(ranks: int, limits: HostLimits, oversubscribe: bool) -> None:
+    """Refuse, in one line, more local ranks than ``limits`` allow: mpiexec would fail with a line a rank or hang."""
+    most, why = most_ranks(limits, oversubscribe)
+    if ranks > most:
+        if most < 2:
+            raise UsageError(f"--np {ranks}: this host cannot start local ranks ({why})")
+        raise UsageError(f"--np {ranks} is more local ranks than this host can start: at most {most} ({why})")
+
+
+def host_limits() -> HostLimits:
+    """This host's cores, descriptors and tasks left, as check_ranks takes them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    tasks = []
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if nproc != resource.RLIM_INFINITY and os.geteuid() != 0:  # root is not held to RLIMIT_NPROC
+        tasks.append((nproc, f"ulimit -u is {nproc}"))
+    tasks += _cgroup_pids()
+    left, where = min(tasks, default=(None, ""))
+    return HostLimits(cores, None if files == resource.RLIM_INFINITY else files, left, where)
+
+
+def _cgroup_pids() -> list[tuple[int, str]]:
+    """(tasks left, the pids.max file) for this process's cgroup and each above it that sets a limit."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers not in ("", "pids"):  # "": cgroup v2; "pids": v1's pids hierarchy
+                continue
+            place = Path("/sys/fs/cgroup", *(["pids"] if controllers else []), *Path(path).parts[1:])
+            for folder in [place, *place.parents]:
+                with contextlib.suppress(OSError, ValueError):
+                    most = (folder / "pids.max").read_text().strip()
+                    if most != "max":
+                        now = int((folder / "pids.current").read_text())
+                        left = max(int(most) - now, 0)
+                        found.append((left, f"{folder / 'pids.max'} leaves {left}"))
+                if folder == Path("/sys/fs/cgroup"):
+                    break
+    return found
+
+
+def _files_for(ranks: int) -> None:
+    """Raise this process's soft descriptor limit (inherited by the job) to what ``ranks`` need, if it is lower."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = FILES_OF_ITS_OWN + FILES_PER_RANK * ranks
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
 
 
 def launcher() -> str | None:
@@ -94,6 +198,7 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     A SIGINT, SIGTERM or SIGHUP sent here ends the job and returns 130, 143 or 129 with one line.
     """
     mpiexec = find_mpiexec()
+    _files_for(ranks)
     env = slurm.without_wire_up(os.environ)  # an allocation's PMIx next to hydra's PMI aborts MPICH in MPI_Init
     env.update(LOCAL_HYDRA)
     env[CHILD_FLAG] = f"{Path(mpiexec).name} (started by fabricbench)"
