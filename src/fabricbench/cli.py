@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.refuse_unrecognized(args, extra)
         return args.func(args, argv)
     except FabricbenchError as exc:
-        if env_rank() == 0:  # every rank sees the same bad input; one says so, never quoting the token
+        if env_rank() == 0 and str(exc):  # every rank sees the same bad input; one says so, never quoting the token
             print(f"fabricbench: error: {masked_text(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # outside a run's own handling (runner.execute)

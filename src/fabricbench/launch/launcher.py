@@ -11,7 +11,9 @@ from the rank's start, ``runner.execute``'s own while it runs the plan).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import resource
 import signal
 import socket
@@ -212,6 +214,8 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
             # Only when needed: oversubscribed Open MPI yields when idle, which costs latency.
             command.append("--oversubscribe")
     command += ["-n", str(ranks), sys.executable, "-m", "fabricbench", *argv]
+    stdout_closed = _hold_fd(1)
+    _hold_fd(2)
     job = _Job(command, env)
     code = job.wait()
     if job.received:
@@ -219,10 +223,122 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     elif code == _PASSED_ON[signal.SIGINT][1]:  # a rank was sent SIGINT of its own, and ended the job
         word = _PASSED_ON[signal.SIGINT][2]
     else:
-        return code
+        return job.relay.finish(code, errno.EBADF if stdout_closed else job.relay.stdout_errno)
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
         print(f"fabricbench: {word}", file=sys.stderr, flush=True)
     return code
+
+
+def _hold_fd(fd: int) -> bool:
+    """/dev/null on ``fd`` where it is closed (``>&-``), so that no file this process opens takes its number and
+    the job gets a descriptor to write to; True when it was closed."""
+    try:
+        os.fstat(fd)
+        return False
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        return True
+
+
+# Lines of the launcher's own on a rank's failure (hydra's, MPICH's MPI_Abort, Open MPI's banners): held back,
+# and said in one line only when no rank said why.
+_LAUNCHER_LINES = ("[mpiexec@", "[proxy:", "Abort(", "=", "-----", "mpirun ", "prterun ", "\n")
+_SUMMARY = re.compile(r"# \d+ rows in ")  # rank 0's last line on stderr, folded into the line for a lost console
+RELAY_JOIN_S = 10.0  # how long after mpiexec ends its output may take to drain (a rank that outlived it holds it)
+
+
+class _Relay:
+    """The job's stdout and stderr, passed on by the self-launching parent.
+
+    stdout: the console table, a view of the table on disk. Where this
+    process's stdout fails (a reader gone, a full disk, a closed descriptor)
+    the job is kept from knowing: what it writes is read and dropped, so that
+    hydra and rank 0 run on and finish the table, Parquet and metadata.
+    stderr: passed on as it comes (a progress bar's ``\\r`` too), but of the
+    ``fabricbench: error:`` lines every rank of a failing job may write, only
+    the first; and the launcher's own lines are held back (_LAUNCHER_LINES).
+    """
+
+    def __init__(self, process: subprocess.Popen):
+        self.stdout_errno = 0
+        self._said = False  # a ``fabricbench: error:`` line was passed on
+        self._held: list[str] = []
+        self._summary = ""
+        self._threads = [
+            threading.Thread(target=self._pass_out, args=(process.stdout,), daemon=True),
+            threading.Thread(target=self._pass_err, args=(process.stderr,), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _pass_out(self, pipe) -> None:
+        while chunk := os.read(pipe.fileno(), 65536):
+            if not self.stdout_errno:
+                try:
+                    _write_all(1, chunk)
+                except OSError as exc:
+                    self.stdout_errno = exc.errno or errno.EIO
+
+    def _pass_err(self, pipe) -> None:
+        pending = b""
+        while chunk := os.read(pipe.fileno(), 65536):
+            *whole, pending = re.split(rb"(?<=[\r\n])", pending + chunk)
+            for piece in whole:
+                self._err_piece(piece)
+        if pending:
+            self._err_piece(pending)
+
+    def _err_piece(self, piece: bytes) -> None:
+        text = piece.decode(errors="replace")
+        if text.startswith("fabricbench: error:"):
+            if self._said:
+                return
+            self._said = True
+        elif _SUMMARY.match(text):
+            self._summary = text.strip()
+            return
+        elif text.startswith(_LAUNCHER_LINES):
+            self._held.append(text.strip("\n"))
+            return
+        with contextlib.suppress(OSError):
+            _write_all(2, piece)
+
+    def finish(self, code: int, stdout_errno: int) -> int:
+        """After the job: what was held back, said in one line at most; the run's exit code.
+
+        A console lost (``stdout_errno``) under a run that wrote its table: a reader gone (EPIPE) ends as a Unix
+        tool's 141, saying nothing more than the usual summary; any other failure says so in one line, exit 1.
+        """
+        for thread in self._threads:
+            thread.join(RELAY_JOIN_S)
+        if code == 0 and stdout_errno and stdout_errno != errno.EPIPE:
+            say = f"fabricbench: error: cannot write to stdout: {os.strerror(stdout_errno)}; the run finished"
+            say += f": {self._summary.removeprefix('# ')}" if self._summary else ""
+            _say(say)
+            return 1
+        if self._summary:
+            _say(self._summary)
+        held = [line for line in self._held if line.strip("=-\n ")]
+        if code and held and not self._said:
+            _say(f"fabricbench: error: the job ended with exit {code}: {held[0].strip('= ')}")
+        elif not code:
+            for line in held:
+                _say(line)
+        return 141 if code == 0 and stdout_errno == errno.EPIPE else code
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    rest = memoryview(data)
+    while rest:
+        rest = rest[os.write(fd, rest) :]
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
 
 
 class _Job:
@@ -244,11 +360,14 @@ class _Job:
         self._deadline: threading.Timer | None = None
         previous = {signum: signal.signal(signum, self._on_signal) for signum in _PASSED_ON}
         try:
-            self._process = subprocess.Popen(command, env=env, start_new_session=True)
+            self._process = subprocess.Popen(
+                command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
         except BaseException:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             raise
+        self.relay = _Relay(self._process)
         self._previous = previous
         self._pass_on()  # what arrived while it started
 
