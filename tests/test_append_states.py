@@ -138,11 +138,26 @@ REFUSED = {
         lambda d: [_edit_cell(d, "lat_p50_us", "inf"), (d / "results.parquet").unlink()],
         "has lat_p50_us = 'inf' (row 3): not a finite measurement, in a row measured ok",
     ),
+    "csv a symlink to a file outside": (
+        lambda d: _link_out(d, "results.csv"),
+        "--append: {d}/results.csv is a symlink; a run writes its table only into regular files",
+    ),
+    "metadata a symlink to a file outside": (
+        lambda d: _link_out(d, "metadata.json"),
+        "--append: {d}/metadata.json is a symlink",
+    ),
     "a kernel of 5": (
         lambda d: [_edit_cell(d, "kernel", "5"), (d / "results.parquet").unlink()],
         "has kernel = '5' (row 3): not a kernel fabricbench has",
     ),
 }
+
+
+def _link_out(folder: Path, name: str) -> None:
+    """NAME moved beside the folder and a symlink to it left in its place: --append must not write through it."""
+    outside = folder.parent / f"outside-{name}"
+    (folder / name).rename(outside)
+    (folder / name).symlink_to(outside)
 
 
 def _csv_line(folder: Path) -> bytes:

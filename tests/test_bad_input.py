@@ -7,15 +7,18 @@ tested in more variants, without a process, in tests/unit/test_input_limits.py.
 
 from __future__ import annotations
 
+import resource
 import shutil
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from support import fabricbench, mpiexec
+from support import clean_env, fabricbench, mpiexec
 
 MARK = "BAD_INPUT_TEST_MARK"
 EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "examples" / "default-sweep"
@@ -62,6 +65,12 @@ CASES = {
     "two ports in --peer": (["--peer", "127.0.0.1:18600:1"], "one ':' before the port"),
     "an emoji for the peer host": (["--peer", "\U0001f642:80"], "is not a host name or IPv4 address"),
     "a timeout below its floor": (["-k", "latency", "--timeout", "1e-9"], "--timeout must be at least 1 s, got 1e-9"),
+    # Were handed to mpiexec: a rank's line each, or hydra out of descriptors and still running a minute later.
+    "100000 ranks": (["-k", "latency", "--np", "100000"], "--np 100000 is more local ranks than this host can start"),
+    "ten million ranks oversubscribed": (
+        ["-k", "latency", "--np", "10000000", "--oversubscribe"],
+        "--np 10000000 is more local ranks than this host can start",
+    ),
 }
 
 
@@ -133,6 +142,21 @@ def test_bad_input_started_alone(name, out):
 )
 def test_bad_input_under_mpiexec_ends_every_rank(ranks, args, expected, out):
     refused_cleanly("run", *args, "--out", str(out), expected=expected, ranks=ranks, out=out, timeout=60)
+
+
+def test_too_few_descriptors_for_the_ranks_is_one_line_before_mpiexec(out):
+    """Under ``ulimit -n 12`` hydra printed five lines of its own and exited 255."""
+    result = subprocess.run(
+        [sys.executable, "-m", "fabricbench", "run", "-k", "latency", "-i", "5", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (12, 12)),
+    )
+    assert result.returncode == 2, result.stderr
+    _one_clean_line(result.stderr, "--np 2: this host cannot start local ranks (ulimit -n is 12 open files")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

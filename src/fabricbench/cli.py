@@ -183,7 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--np",
         type=whole_number("--np", 1),
         default=2,
-        help="local ranks to start when run outside a launcher (default 2)",
+        help="local ranks to start when run outside a launcher (default 2; at most 8 a core, and what the "
+        "descriptor and task limits allow)",
+    )
+    run.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="allow --np above 8 ranks a core (mpirun's word for more ranks than slots)",
     )
     run.add_argument(
         "--peer",
@@ -389,6 +395,7 @@ def cmd_run(args, argv: list[str]) -> int:
         raise UsageError("--token is for --peer runs (and serve)")
     who = launch.launcher()
     if who is None:
+        launch.check_ranks(args.np, launch.host_limits(), args.oversubscribe)  # first: the plan is sized by --np
         progress = sys.stderr.isatty() and args.progress is not False
         plan = build_plan(args, args.np)
         return orchestrate.self_launch(plan, argv, args.np, bool(args.out), progress, args.append)
@@ -471,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.refuse_unrecognized(args, extra)
         return args.func(args, argv)
     except FabricbenchError as exc:
-        if env_rank() == 0:  # every rank sees the same bad input; one says so, never quoting the token
+        if env_rank() == 0 and str(exc):  # every rank sees the same bad input; one says so, never quoting the token
             print(f"fabricbench: error: {masked_text(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # outside a run's own handling (runner.execute)

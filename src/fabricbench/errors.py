@@ -26,6 +26,14 @@ class PeerError(FabricbenchError):
 
 
 class ConsoleClosed(FabricbenchError):
-    """Whoever read the console table (head, less) went away: stop as a Unix tool does on SIGPIPE."""
+    """Whoever read the console table (head, less) went away: the run finished its table on disk, and ends as a
+    Unix tool does on SIGPIPE, saying nothing (raised with no words)."""
 
     exit_code = 141
+
+
+class ConsoleFailed(FabricbenchError):
+    """stdout could not be written (a full disk, a closed descriptor): the run finished its table on disk, and
+    ends as cat does on a write error."""
+
+    exit_code = 1

@@ -25,6 +25,11 @@ handshakes of varied kinds, built from the wire format of src/fabricbench/contro
 (nothing received is unpickled), while two slow drippers on 127.0.0.2 send a HELLO a byte every 0.5 s; then
 checks that serve is alive, its RSS before and after (VmRSS) and that a token holder's ``run --peer`` succeeds.
 
+Part 4 (``streams``): a small run whose stdout fails (``| head -1``, ``> /dev/full``, ``>&-``) keeps every row
+(metadata complete, one stderr line at most, the README's exit code); ``compare`` and ``model`` of a folder whose
+metadata.json label and mpi_vendor hold escape sequences and a newline print no ESC byte and no forged line; and
+``serve --address ::1`` listens there or refuses in one line naming IPv6.
+
 Part 3 (``silent``) holds N silent sockets open to serve (from 127.0.0.2 and up, four an address, reopening
 from a thread each that serve cuts) while M token-holding ``run --peer`` clients run one after another.
 
@@ -49,6 +54,7 @@ import json
 import os
 import random
 import re
+import resource
 import secrets
 import selectors
 import shlex
@@ -88,6 +94,8 @@ class Case:
     files: tuple[str, ...] = ()  # fixtures made in the working directory first (FIXTURES)
     timeout: float = 60.0
     why: str = ""  # why this exit code, or why the case counts as bad
+    says: str = ""  # a regex the one line must match (case-insensitive), where the words matter
+    nofile: int | None = None  # RLIMIT_NOFILE (soft and hard) to run it under: ulimit -n
 
     @property
     def id(self) -> str:
@@ -678,6 +686,17 @@ def build_corpus() -> list[Case]:
     unresolved = ["-t", "tcp", "--peer", "no-such-host.invalid:18600"]
     c.run("network", "--peer to a name that does not resolve", *unresolved, expect=3, why=net)
 
+    # Ranks this host cannot start, and a launch without the descriptors for any: one line before mpiexec.
+    c.run("ranks", "--np 100000", "--np", "100000", says="more local ranks than this host can start")
+    big = ["--np", "10000000", "--oversubscribe"]
+    c.run("ranks", "--np 10^7 oversubscribed", *big, says="more local ranks than this host can start")
+    c.run("ranks", "ulimit -n 12", nofile=12, says="ulimit -n is 12")
+    c.run("ranks", "--append through a symlinked results.csv", "--append", "--out", "linked-run", files=("linked-run",))
+    # The token as the value of another option parsed before it, and an inherited launcher environment.
+    c.run("secrets", "-m SECRET --token=SECRET", "-t", "tcp", "--peer", peer, "-m", SECRET, f"--token={SECRET}")
+    inherited = {"PMI_RANK": "7", "PMI_SIZE": "2"}
+    c.add("launcher", "an inherited PMI_RANK and PMI_SIZE", ["run", "-k", "latency"], env=inherited, says="PMI_RANK")
+
     c.serve("serve", "--address empty", "--address", "")
     c.serve("serve", "--address of another host", "--address", "192.0.2.1")
     c.serve("serve", "--port in use", "--port", "{held_port}")
@@ -760,6 +779,12 @@ def _csv_dir(where: Path, name: str) -> None:
     shutil.copy(EXAMPLE / "metadata.json", where / name / "metadata.json")
 
 
+def _linked(path: Path, outside: Path) -> None:
+    """PATH moved to OUTSIDE and a symlink left in its place: --append must not grow OUTSIDE."""
+    path.rename(outside)
+    path.symlink_to(outside)
+
+
 def _threshold(body: str) -> str:
     return f'[[threshold]]\ntransport = "mpi"\nkernel = "latency"\n{body}\n'
 
@@ -822,6 +847,7 @@ FIXTURES = {
     "fields-run": _extra_field,
     "short-run": _short,
     "latin1-run": _latin1,
+    "linked-run": lambda w, n: _linked(_run_copy(w, n) / "results.csv", w / "outside.csv"),
 } | {name: _file(text) for name, text in THRESHOLDS.items()}
 
 
@@ -966,6 +992,11 @@ def substitute(argv: list[str], values: dict[str, str]) -> list[str]:
     return out
 
 
+def _files_limit(nofile: int):
+    """What a case's child runs before exec: ``ulimit -n NOFILE``."""
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
 def run_case(case: Case, values: dict[str, str]) -> Outcome:
     argv = substitute(case.argv, values)
     with tempfile.TemporaryDirectory(prefix="fb-hostile-") as tmp:
@@ -984,6 +1015,7 @@ def run_case(case: Case, values: dict[str, str]) -> Outcome:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=_files_limit(case.nofile) if case.nofile else None,
         )
         problems = []
         try:
@@ -1010,6 +1042,8 @@ def run_case(case: Case, values: dict[str, str]) -> Outcome:
         problems.append(f"{len(lines)} lines on stderr")
     if "Traceback" in stderr:
         problems.append("a traceback")
+    if case.says and not (lines and re.search(case.says, lines[0], re.I)):
+        problems.append(f"the line does not say {case.says!r}")
     if SECRET in stderr:
         problems.append("the token's value quoted back")
     added = sorted({key.split(os.sep)[0] for key in after.keys() - before.keys()})
@@ -1637,9 +1671,99 @@ def part_silent(opts) -> bool:
 SUMMARY: list[str] = []
 
 
+# --- Part 4: what reaches the terminal, and a console that fails -------------------------------------------------
+
+HOSTILE_TEXT = "\x1b[2J\x1b[31mred\nfabricbench: error: forged"  # clears the screen, recolours, forges a line
+CONSOLE = {  # what the shell does to a small run's stdout, and the exit code the README gives it
+    "| head -1": 141,
+    "> /dev/full": 1,
+    ">&-": 1,
+}
+
+
+def _console_case(redirect: str, code: int, where: Path) -> list[str]:
+    out = where / "run"
+    command = shlex.join([PYTHON, "-m", "fabricbench", "run", "-k", "latency", "-m", "1:8", "-i", "20", "-x", "2"])
+    command += f" --format table --out {shlex.quote(str(out))} {redirect}"
+    script = f"{command}; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, env=clean_env())
+    problems = [f"exit {done.returncode}, expected {code}"] if done.returncode != code else []
+    lines = done.stderr.strip().splitlines()
+    if len(lines) > 1 or "Traceback" in done.stderr:
+        problems.append(f"{len(lines)} lines on stderr")
+    try:
+        meta = json.loads((out / "metadata.json").read_text())
+        rows = (out / "results.csv").read_text().count("\n") - 1
+    except (OSError, ValueError) as exc:
+        return [*problems, f"no table: {exc}"]
+    if not (meta.get("complete") and rows == meta.get("rows") == 4 and (out / "results.parquet").exists()):
+        problems.append(f"{rows} rows on disk, metadata {meta.get('complete')}, {meta.get('rows')}")
+    return problems
+
+
+def _escape_case(command: str, where: Path) -> list[str]:
+    run = _run_copy(where, "escapes-run")
+    meta = json.loads((run / "metadata.json").read_text())
+    meta.update(label=HOSTILE_TEXT, mpi_vendor=HOSTILE_TEXT)
+    (run / "metadata.json").write_text(json.dumps(meta))
+    argv = [command, str(run), str(EXAMPLE)] if command == "compare" else [command, str(run)]
+    done = subprocess.run([PYTHON, "-m", "fabricbench", *argv], capture_output=True, timeout=120, env=clean_env())
+    problems = [] if done.returncode == 0 else [f"exit {done.returncode}"]
+    if b"\x1b" in done.stdout + done.stderr:
+        problems.append("an ESC byte reached the terminal")
+    if any(line.startswith(b"fabricbench: error: forged") for line in done.stdout.splitlines()):
+        problems.append("a newline from the file made a line of its own")
+    return problems
+
+
+def _ipv6_case(where: Path) -> list[str]:
+    with socket.socket() as probe:  # a port free now, on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "serve", "--address", "::1", "--port", port],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=8)
+    except subprocess.TimeoutExpired:
+        try:
+            socket.create_connection(("::1", int(port)), timeout=5).close()
+            return []  # it listens on IPv6
+        except OSError as exc:
+            return [f"running, but ::1 port {port} refuses: {exc}"]
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = err.decode(errors="replace").strip().splitlines()
+    if len(lines) == 1 and "ipv6" in lines[0].lower() and proc.returncode == 2:
+        return []
+    return [f"exit {proc.returncode}: {lines!r}"[:200]]
+
+
+def part_streams(opts) -> bool:
+    cases = {f"run ... {r}": (lambda w, r=r, c=c: _console_case(r, c, w)) for r, c in CONSOLE.items()}
+    cases |= {f"{c} of a hostile label": (lambda w, c=c: _escape_case(c, w)) for c in ("compare", "model")}
+    cases["serve --address ::1"] = _ipv6_case
+    print(f"# part 4: {len(cases)} cases of what reaches the terminal and a console that fails")
+    failed = 0
+    for name, check in cases.items():
+        with tempfile.TemporaryDirectory(prefix="fb-hostile-") as tmp:
+            problems = check(Path(tmp))
+        failed += bool(problems)
+        print(f"{'ok  ' if not problems else 'FAIL'} [{name}] {'; '.join(problems)}", flush=True)
+    line = f"{len(cases) - failed} of {len(cases)} terminal and console cases: clean text, every row on disk"
+    print("\n" + line)
+    SUMMARY.append(line)
+    return not failed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["cli", "handshake", "silent", "all"], default="all")
+    parser.add_argument("--part", choices=["cli", "handshake", "silent", "streams", "all"], default="all")
     parser.add_argument("--only", metavar="PATTERN", help="part 1: only the cases whose id matches this regex")
     parser.add_argument("--list", action="store_true", help="part 1: list the cases and their commands, run none")
     parser.add_argument("--jobs", type=int, default=1, help="part 1: cases run at once (default 1: one by one)")
@@ -1655,12 +1779,12 @@ def main() -> int:
     opts = parser.parse_args()
     if not EXAMPLE.is_dir():
         raise SystemExit(f"the example run {EXAMPLE} is missing")
-    parts = ["cli", "handshake", "silent"] if opts.part == "all" else [opts.part]
+    parts = ["cli", "handshake", "silent", "streams"] if opts.part == "all" else [opts.part]
     if opts.list and parts != ["cli"]:
         parts = ["cli"]
     ok = True
     for part in parts:
-        ok &= {"cli": part_cli, "handshake": part_handshake, "silent": part_silent}[part](opts)
+        ok &= {"cli": part_cli, "handshake": part_handshake, "silent": part_silent, "streams": part_streams}[part](opts)
         print()
     if len(SUMMARY) > 1:
         print("# closing note figures")

@@ -11,7 +11,10 @@ from the rank's start, ``runner.execute``'s own while it runs the plan).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import resource
 import signal
 import socket
 import subprocess
@@ -19,9 +22,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fabricbench.control.mpi import find_mpiexec
+from fabricbench.errors import UsageError
 from fabricbench.launch import slurm
 
 # Variables that a launcher sets in every rank it starts.
@@ -51,6 +56,107 @@ JOB_GRACE_S = 20.0  # after passing a signal on: how long the job may take to en
 STOP_GRACE_S = 0.5  # a rank's main thread that has not begun to stop this soon after Ctrl-C is inside C
 LEADER_GRACE_S = 5.0  # how long other ranks leave the stop to rank 0, which closes the table and ends every rank
 EXIT_GRACE_S = 10.0  # a rank still alive this long after it began to stop (a wedged MPI_Abort) exits by itself
+
+
+# How many local ranks a self-launched run may start (check_ranks). Measured with MPICH's hydra here: its proxy
+# holds 4 descriptors a rank and about 10 of its own, a rank 2 a rank and about 30 of its own; a rank is 5 tasks
+# (threads), and the parent, mpiexec and the proxy 1 each.
+RANKS_PER_CORE = 8  # beyond it each spinning rank gets too small a share of a core for --timeout's watchdog
+FILES_PER_RANK = 4
+FILES_OF_ITS_OWN = 48
+TASKS_PER_RANK = 6
+TASKS_OF_ITS_OWN = 3
+
+
+@dataclass(frozen=True)
+class HostLimits:
+    """What bounds the local ranks this host can start; None where there is no limit."""
+
+    cores: int
+    files: int | None  # RLIMIT_NOFILE's hard limit: the soft one is raised to it as far as the job needs
+    tasks: int | None  # tasks (processes and threads) this user or cgroup may still start
+    tasks_from: str = ""  # where ``tasks`` comes from ("ulimit -u is 400"), for the one line
+
+
+def most_ranks(limits: HostLimits, oversubscribe: bool) -> tuple[int, str]:
+    """The most local ranks these limits allow, and the words for the tightest of them."""
+    bounds = []
+    if not oversubscribe:
+        bounds.append(
+            (
+                limits.cores * RANKS_PER_CORE,
+                f"{limits.cores} cores, {RANKS_PER_CORE} ranks a core; --oversubscribe lifts this",
+            )
+        )
+    if limits.files is not None:
+        bounds.append(
+            (
+                (limits.files - FILES_OF_ITS_OWN) // FILES_PER_RANK,
+                f"ulimit -n is {limits.files} open files a process; mpiexec's proxy needs {FILES_OF_ITS_OWN} "
+                f"and {FILES_PER_RANK} a rank",
+            )
+        )
+    if limits.tasks is not None:
+        bounds.append(
+            (
+                (limits.tasks - TASKS_OF_ITS_OWN) // TASKS_PER_RANK,
+                f"{limits.tasks_from} tasks; the job needs {TASKS_OF_ITS_OWN} and {TASKS_PER_RANK} a rank",
+            )
+        )
+    return min(bounds, default=(sys.maxsize, ""))
+
+
+def check_ranks(ranks: int, limits: HostLimits, oversubscribe: bool) -> None:
+    """Refuse, in one line, more local ranks than ``limits`` allow: mpiexec would fail with a line a rank or hang."""
+    most, why = most_ranks(limits, oversubscribe)
+    if ranks > most:
+        if most < 2:
+            raise UsageError(f"--np {ranks}: this host cannot start local ranks ({why})")
+        raise UsageError(f"--np {ranks} is more local ranks than this host can start: at most {most} ({why})")
+
+
+def host_limits() -> HostLimits:
+    """This host's cores, descriptors and tasks left, as check_ranks takes them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    tasks = []
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if nproc != resource.RLIM_INFINITY and os.geteuid() != 0:  # root is not held to RLIMIT_NPROC
+        tasks.append((nproc, f"ulimit -u is {nproc}"))
+    tasks += _cgroup_pids()
+    left, where = min(tasks, default=(None, ""))
+    return HostLimits(cores, None if files == resource.RLIM_INFINITY else files, left, where)
+
+
+def _cgroup_pids() -> list[tuple[int, str]]:
+    """(tasks left, the pids.max file) for this process's cgroup and each above it that sets a limit."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers not in ("", "pids"):  # "": cgroup v2; "pids": v1's pids hierarchy
+                continue
+            place = Path("/sys/fs/cgroup", *(["pids"] if controllers else []), *Path(path).parts[1:])
+            for folder in [place, *place.parents]:
+                with contextlib.suppress(OSError, ValueError):
+                    most = (folder / "pids.max").read_text().strip()
+                    if most != "max":
+                        now = int((folder / "pids.current").read_text())
+                        left = max(int(most) - now, 0)
+                        found.append((left, f"{folder / 'pids.max'} leaves {left}"))
+                if folder == Path("/sys/fs/cgroup"):
+                    break
+    return found
+
+
+def _files_for(ranks: int) -> None:
+    """Raise this process's soft descriptor limit (inherited by the job) to what ``ranks`` need, if it is lower."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = FILES_OF_ITS_OWN + FILES_PER_RANK * ranks
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
 
 
 def launcher() -> str | None:
@@ -94,6 +200,7 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     A SIGINT, SIGTERM or SIGHUP sent here ends the job and returns 130, 143 or 129 with one line.
     """
     mpiexec = find_mpiexec()
+    _files_for(ranks)
     env = slurm.without_wire_up(os.environ)  # an allocation's PMIx next to hydra's PMI aborts MPICH in MPI_Init
     env.update(LOCAL_HYDRA)
     env[CHILD_FLAG] = f"{Path(mpiexec).name} (started by fabricbench)"
@@ -107,6 +214,8 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
             # Only when needed: oversubscribed Open MPI yields when idle, which costs latency.
             command.append("--oversubscribe")
     command += ["-n", str(ranks), sys.executable, "-m", "fabricbench", *argv]
+    stdout_closed = _hold_fd(1)
+    _hold_fd(2)
     job = _Job(command, env)
     code = job.wait()
     if job.received:
@@ -114,10 +223,122 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     elif code == _PASSED_ON[signal.SIGINT][1]:  # a rank was sent SIGINT of its own, and ended the job
         word = _PASSED_ON[signal.SIGINT][2]
     else:
-        return code
+        return job.relay.finish(code, errno.EBADF if stdout_closed else job.relay.stdout_errno)
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
         print(f"fabricbench: {word}", file=sys.stderr, flush=True)
     return code
+
+
+def _hold_fd(fd: int) -> bool:
+    """/dev/null on ``fd`` where it is closed (``>&-``), so that no file this process opens takes its number and
+    the job gets a descriptor to write to; True when it was closed."""
+    try:
+        os.fstat(fd)
+        return False
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        return True
+
+
+# Lines of the launcher's own on a rank's failure (hydra's, MPICH's MPI_Abort, Open MPI's banners): held back,
+# and said in one line only when no rank said why.
+_LAUNCHER_LINES = ("[mpiexec@", "[proxy:", "Abort(", "=", "-----", "mpirun ", "prterun ", "\n")
+_SUMMARY = re.compile(r"# \d+ rows in ")  # rank 0's last line on stderr, folded into the line for a lost console
+RELAY_JOIN_S = 10.0  # how long after mpiexec ends its output may take to drain (a rank that outlived it holds it)
+
+
+class _Relay:
+    """The job's stdout and stderr, passed on by the self-launching parent.
+
+    stdout: the console table, a view of the table on disk. Where this
+    process's stdout fails (a reader gone, a full disk, a closed descriptor)
+    the job is kept from knowing: what it writes is read and dropped, so that
+    hydra and rank 0 run on and finish the table, Parquet and metadata.
+    stderr: passed on as it comes (a progress bar's ``\\r`` too), but of the
+    ``fabricbench: error:`` lines every rank of a failing job may write, only
+    the first; and the launcher's own lines are held back (_LAUNCHER_LINES).
+    """
+
+    def __init__(self, process: subprocess.Popen):
+        self.stdout_errno = 0
+        self._said = False  # a ``fabricbench: error:`` line was passed on
+        self._held: list[str] = []
+        self._summary = ""
+        self._threads = [
+            threading.Thread(target=self._pass_out, args=(process.stdout,), daemon=True),
+            threading.Thread(target=self._pass_err, args=(process.stderr,), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _pass_out(self, pipe) -> None:
+        while chunk := os.read(pipe.fileno(), 65536):
+            if not self.stdout_errno:
+                try:
+                    _write_all(1, chunk)
+                except OSError as exc:
+                    self.stdout_errno = exc.errno or errno.EIO
+
+    def _pass_err(self, pipe) -> None:
+        pending = b""
+        while chunk := os.read(pipe.fileno(), 65536):
+            *whole, pending = re.split(rb"(?<=[\r\n])", pending + chunk)
+            for piece in whole:
+                self._err_piece(piece)
+        if pending:
+            self._err_piece(pending)
+
+    def _err_piece(self, piece: bytes) -> None:
+        text = piece.decode(errors="replace")
+        if text.startswith("fabricbench: error:"):
+            if self._said:
+                return
+            self._said = True
+        elif _SUMMARY.match(text):
+            self._summary = text.strip()
+            return
+        elif text.startswith(_LAUNCHER_LINES):
+            self._held.append(text.strip("\n"))
+            return
+        with contextlib.suppress(OSError):
+            _write_all(2, piece)
+
+    def finish(self, code: int, stdout_errno: int) -> int:
+        """After the job: what was held back, said in one line at most; the run's exit code.
+
+        A console lost (``stdout_errno``) under a run that wrote its table: a reader gone (EPIPE) ends as a Unix
+        tool's 141, saying nothing more than the usual summary; any other failure says so in one line, exit 1.
+        """
+        for thread in self._threads:
+            thread.join(RELAY_JOIN_S)
+        if code == 0 and stdout_errno and stdout_errno != errno.EPIPE:
+            say = f"fabricbench: error: cannot write to stdout: {os.strerror(stdout_errno)}; the run finished"
+            say += f": {self._summary.removeprefix('# ')}" if self._summary else ""
+            _say(say)
+            return 1
+        if self._summary:
+            _say(self._summary)
+        held = [line for line in self._held if line.strip("=-\n ")]
+        if code and held and not self._said:
+            _say(f"fabricbench: error: the job ended with exit {code}: {held[0].strip('= ')}")
+        elif not code:
+            for line in held:
+                _say(line)
+        return 141 if code == 0 and stdout_errno == errno.EPIPE else code
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    rest = memoryview(data)
+    while rest:
+        rest = rest[os.write(fd, rest) :]
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
 
 
 class _Job:
@@ -139,11 +360,14 @@ class _Job:
         self._deadline: threading.Timer | None = None
         previous = {signum: signal.signal(signum, self._on_signal) for signum in _PASSED_ON}
         try:
-            self._process = subprocess.Popen(command, env=env, start_new_session=True)
+            self._process = subprocess.Popen(
+                command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
         except BaseException:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             raise
+        self.relay = _Relay(self._process)
         self._previous = previous
         self._pass_on()  # what arrived while it started
 

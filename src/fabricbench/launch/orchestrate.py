@@ -123,7 +123,7 @@ def execute_plan(
     try:
         if reporter:
             reporter.close()
-            failure = reporter.failure
+            failure = reporter.failure or reporter.console_failure()
     finally:
         if idle_wait:  # the others wait asleep while rank 0 writes the table: in MPI_Finalize they spin
             ctrl.idle_barrier()

@@ -18,6 +18,7 @@ import math
 import os
 import secrets
 import socket
+import stat
 import sys
 from collections.abc import Collection
 from pathlib import Path
@@ -81,7 +82,32 @@ def check_reuse(path: str, append: bool, transports: Collection[str]) -> None:
     if taken and not append:
         raise UsageError(f"output directory {path!r} is not empty: give a new --out, or --append to add to its table")
     if taken:
+        _refuse_links(out)
         _make_whole(out, transports)
+
+
+def _refuse_links(out: Path) -> None:
+    """Refuse an --append folder whose table, Parquet copy or metadata is a symlink or not a regular file: a run
+    would write through the link into a file outside the folder (the writers open with O_NOFOLLOW as well)."""
+    for name in (CSV_NAME, PARQUET_NAME, META_NAME):
+        path = out / name
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"--append: cannot read {path}: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(mode):
+            raise UsageError(f"--append: {path} is a symlink; a run writes its table only into regular files")
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"--append: {path} is not a regular file")
+
+
+def _create(path: Path):
+    """``path`` opened for writing as a new file (binary), never through a symlink: a stale file aside is removed
+    first, and O_EXCL refuses whatever a race puts there in between."""
+    _remove(path)
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666), "wb")
 
 
 def _check_header(csv_path: Path) -> None:
@@ -244,7 +270,7 @@ def _rebuild_csv(path: Path, cells) -> None:
 
     tmp = path.with_name(f"{CSV_NAME}.tmp")
     try:
-        with open(tmp, "wb") as table:
+        with _create(tmp) as table:
             table.write(HEADER)
             for row in cells.rows:
                 table.write(_line({c: cell(text, i) for i, (c, text) in enumerate(zip(COLUMNS, row, strict=True))}))
@@ -288,7 +314,8 @@ class TableWriter:
         self.rows = 0
         self._created = not self.csv_path.exists()
         try:
-            self._fd = os.open(self.csv_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask
+            # less the umask; never through a symlink put there after check_reuse looked
+            self._fd = os.open(self.csv_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:
             raise _results_error(exc, self.csv_path) from None
         self._length = os.fstat(self._fd).st_size
@@ -361,8 +388,9 @@ def write_json(path: Path, data: dict) -> None:
     """Replace a JSON file beside the table whole (written aside, then renamed); raises ResultsError."""
     tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-        tmp.replace(path)
+        with _create(tmp) as out:
+            out.write((json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
+        tmp.replace(path)  # a rename replaces a symlink at ``path`` itself, never the file it names
     except OSError as exc:
         _remove(tmp)
         raise _results_error(exc, path) from None
@@ -384,7 +412,8 @@ def write_parquet(out_dir: Path, metadata: dict) -> Path | None:
         table = pacsv.read_csv(out_dir / CSV_NAME, convert_options=convert)
         schema_meta = dict(table.schema.metadata or {})
         schema_meta[b"fabricbench"] = json.dumps(metadata, sort_keys=True, default=str).encode()
-        pq.write_table(table.replace_schema_metadata(schema_meta), tmp)
+        with _create(tmp) as out:
+            pq.write_table(table.replace_schema_metadata(schema_meta), out)
         tmp.replace(path)
     except OSError as exc:
         _remove(tmp)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import os
 import sys
 from pathlib import Path
 
-from fabricbench.errors import ConsoleClosed
+from fabricbench.errors import ConsoleClosed, ConsoleFailed, FabricbenchError
 from fabricbench.measure.results import (
     ResultsError,
     TableWriter,
@@ -37,6 +38,7 @@ class Reporter:
         self.ranks = ranks
         self.stream = stream or sys.stdout
         self.failure: ResultsError | None = None
+        self._console_errno = 0 if self.stream else errno.EBADF  # sys.stdout is None where fd 1 was closed
         previous = earlier_runs(out_dir)  # an --append folder keeps every run's metadata
         if previous:
             self.metadata[PREVIOUS_RUNS] = previous
@@ -58,18 +60,33 @@ class Reporter:
 
     def say(self, text: str) -> None:
         """A line on the console, unless the plan prints none."""
-        if self.plan.output_format == "none":
+        if self.plan.output_format == "none" or self._console_errno:
             return
         try:
             if self._progress:
                 self._progress.write(text, file=self.stream)
             else:
                 print(text, file=self.stream, flush=True)
-        except BrokenPipeError:
-            # Nothing more can be shown; the rows so far are on disk. Later writes go nowhere.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-            gone = f"the reader of the console table went away; the rows so far are in {self.out_dir}/"
-            raise ConsoleClosed(gone) from None
+        except OSError as exc:
+            # The console is only a view of the table: the run goes on, and console_failure says so at the end.
+            # What is left in the stream's buffer, and any later write, goes nowhere.
+            self._console_errno = exc.errno or errno.EIO
+            with contextlib.suppress(OSError, ValueError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self.stream.fileno())
+                os.close(null)
+
+    def console_failure(self) -> FabricbenchError | None:
+        """After close(): a console that could not be written, as the error the run ends with (None when it could).
+        A reader gone (EPIPE) ends silently, exit 141; a full disk or a closed stdout in one line, exit 1."""
+        if not self._console_errno:
+            return None
+        if self._console_errno == errno.EPIPE:
+            return ConsoleClosed("")
+        reason = os.strerror(self._console_errno)
+        return ConsoleFailed(
+            f"cannot write to stdout: {reason}; the run finished: {self.writer.rows} rows in {self.out_dir}/"
+        )
 
     def fail(self, exc: ResultsError) -> None:
         """Keep a failure to write: nothing more is written, and every rank stops at the next size."""

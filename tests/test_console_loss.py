@@ -1,0 +1,80 @@
+"""The console is a view of the table: stdout failing never costs a row.
+
+Each case runs a small self-launched sweep (4 rows) whose stdout fails one way; every row, the Parquet copy and
+metadata.json saying complete must be on disk, and stderr holds one line at most. A reader gone (``| head -1``)
+ends silently with 141, as a Unix tool killed by SIGPIPE; a full disk or a closed stdout says so in one line and
+exits 1, as cat does on a write error.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from support import PYTHON, clean_env, read_rows
+
+SWEEP = ["run", "-k", "latency", "-m", "1:8", "-i", "20", "-x", "2", "--format", "table"]
+
+# What the shell does to stdout, the exit code, and the words of the one stderr line that is an error (None: none).
+CASES = {
+    "a reader that goes away": ("| head -1", 141, None),
+    "a full disk": ("> /dev/full", 1, "cannot write to stdout: No space left on device; the run finished: 4 rows"),
+    "a closed stdout": (">&-", 1, "cannot write to stdout: Bad file descriptor; the run finished: 4 rows"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_stdout_failing_keeps_every_row(case, out):
+    redirect, code, words = CASES[case]
+    command = shlex.join([PYTHON, "-m", "fabricbench", *SWEEP, "--out", str(out)])
+    script = f"{command} {redirect}; exit ${{PIPESTATUS[0]}}" if redirect.startswith("|") else f"{command} {redirect}"
+    result = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=120, env=clean_env(), stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) <= 1 and "Traceback" not in result.stderr, result.stderr
+    if words:
+        assert lines[0].startswith("fabricbench: error: ") and words in lines[0], lines
+    else:
+        assert not lines or lines[0].startswith("# 4 rows in"), lines
+    table, meta = read_rows(out)
+    assert len(table) == 4
+    assert meta["complete"] is True and meta["rows"] == 4
+    assert (out / "results.parquet").exists()
+
+
+def test_a_failing_jobs_lines_are_one_line(capfd):
+    """Every rank's own error line and the launcher's (hydra's, MPI_Abort's) come out as the first rank's line:
+    --np 64 on 2 cores printed 34 lines, one a rank."""
+    from fabricbench.launch.launcher import _Relay
+
+    lines = [f"fabricbench: error: rank {rank}: latency at 8 B made no progress for 130 s\n" for rank in range(34)]
+    lines += ["Abort(3) on node 0 (rank 0 in comm 0): application called MPI_Abort\n", "=" * 80 + "\n"]
+    job = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.stderr.write({''.join(lines)!r}); sys.exit(3)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    relay = _Relay(job)
+    assert relay.finish(job.wait(), 0) == 3
+    assert capfd.readouterr().err == lines[0]
+
+
+def test_a_failing_job_with_only_the_launchers_lines_says_so_in_one(capfd):
+    from fabricbench.launch.launcher import _Relay
+
+    hydra = "[mpiexec@vm] HYDU_sock_write (sock.c:250): write error (No space left on device)\n" * 6
+    job = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.stderr.write({hydra!r}); sys.exit(255)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert _Relay(job).finish(job.wait(), 0) == 255
+    assert capfd.readouterr().err == (
+        "fabricbench: error: the job ended with exit 255: [mpiexec@vm] HYDU_sock_write (sock.c:250): "
+        "write error (No space left on device)\n"
+    )
