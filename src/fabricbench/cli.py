@@ -24,6 +24,7 @@ from fabricbench.argtypes import (
     port_number,
     seconds,
     secret,
+    secrets_given,
     whole_number,
 )
 from fabricbench.errors import FabricbenchError, UsageError
@@ -37,6 +38,7 @@ from fabricbench.measure.plan import (
     parse_size_range,
 )
 from fabricbench.run.patterns import every_pattern
+from fabricbench.terminal import LINE, printable
 from fabricbench.transports import TRANSPORTS
 
 DEFAULT_SERVE_PORT = 18600
@@ -432,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     from fabricbench.launch.launcher import env_rank, say_interrupted, watch_rank
 
     argv = sys.argv[1:] if argv is None else argv
+    secrets_given(argv)  # before any option is parsed: an earlier option's refusal may quote a --token's value
     rank_watch = watch_rank()
     try:
         if argv[:1] == ["osu"]:  # a shim: OSU's command line, translated to a run (osu_shims)
@@ -449,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args, argv)
     except FabricbenchError as exc:
         if env_rank() == 0:  # every rank sees the same bad input; one says so, never quoting the token
-            print(f"fabricbench: error: {masked_text(str(exc))}", file=sys.stderr)
+            # One line whatever the error quotes: a server's refusal, a file's contents (printable).
+            print(f"fabricbench: error: {printable(masked_text(str(exc)), LINE)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # outside a run's own handling (runner.execute)
         if rank_watch:

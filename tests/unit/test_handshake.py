@@ -25,6 +25,7 @@ from fabricbench.launch import peer
 from fabricbench.launch.peer import decode_hello, encode_hello
 from fabricbench.measure import kernels
 from fabricbench.measure.plan import Plan, Step
+from fabricbench.terminal import printable
 from fabricbench.transports.options import LOOP
 from fabricbench.transports.tcp.transport import TCP_OPTIONS
 from fabricbench.transports.verbs.rdma import RDMA_OPTIONS
@@ -340,8 +341,8 @@ def test_message_bytes_is_size_times_window_times_directions():
     ],
 )
 def test_what_a_client_sent_is_logged_printable_and_short(sent, logged):
-    assert peer.printable(sent) == logged
-    assert peer.printable(sent).isprintable()
+    assert printable(sent, 64) == logged
+    assert printable(sent, 64).isprintable()
 
 
 def test_the_token_comes_from_the_option_or_the_environment_and_is_never_empty(monkeypatch):

@@ -32,6 +32,7 @@ from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, NONE
 from fabricbench.measure.formatting import format_size
 from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.verdict import slow_host
+from fabricbench.terminal import printable_lines
 
 FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "optional", "name")
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
@@ -588,8 +589,7 @@ def check(thresholds_path: str, target: list[str], run_out: RunOut) -> int:
     verdict = judge(thresholds, rows)
     if run_code:
         verdict.add("FAIL", f"the run exited {run_code}")
-    print(f"check: {thresholds_path} against {run} ({len(rows)} rows)")
-    for line in verdict.lines:
-        print(line)
+    # The lines quote the thresholds file's names and the table's hosts and labels.
+    print(printable_lines([f"check: {thresholds_path} against {run} ({len(rows)} rows)", *verdict.lines]))
     print(summary(verdict, len(thresholds)))
     return 1 if verdict.failures or not verdict.rows_checked else 0

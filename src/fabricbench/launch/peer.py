@@ -63,6 +63,7 @@ from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step
 from fabricbench.run.patterns import pattern_of
 from fabricbench.run.runner import EXPECTED_SLACK
+from fabricbench.terminal import LINE, printable
 from fabricbench.transports import TRANSPORTS, handshake_sections, transport_class
 from fabricbench.transports.capabilities import SelfTimed
 
@@ -327,12 +328,6 @@ def admit(plan: Plan, caps: Caps) -> float:
     return budget
 
 
-def printable(text: str, limit: int = 64) -> str:
-    """What a client sent, fit for a log line: non-printable characters escaped (\\n, \\x1b), at most ``limit``."""
-    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return escaped if len(escaped) <= limit else escaped[: limit - 3] + "..."
-
-
 def token_from(given: str | None) -> bytes | None:
     """The shared secret: ``--token``, else $FABRICBENCH_TOKEN, else None (no token); an empty one is refused."""
     source, value = ("--token", given) if given is not None else (TOKEN_VAR, os.environ.get(TOKEN_VAR))
@@ -431,7 +426,7 @@ def run_client(plan: Plan, peer: tuple[str, int], hugepages: str | None, token: 
 
 
 def _log(line: str) -> None:
-    print(f"fabricbench serve: {printable(line, 1000)}", file=sys.stderr, flush=True)
+    print(f"fabricbench serve: {printable(line, LINE)}", file=sys.stderr, flush=True)
 
 
 def _interrupt(signum, frame) -> None:
@@ -664,7 +659,7 @@ class _Server:
         self.session = _Session(pid, hs.client, plan.run_id, time.monotonic(), hs.budget, hs.sock)
         kernels = ", ".join(f"{s.transport} {s.kernel}" for s in plan.steps)
         _log(
-            f"{hs.client}: running {kernels} for fabricbench {printable(hs.client_version)} "
+            f"{hs.client}: running {kernels} for fabricbench {printable(hs.client_version, 64)} "
             f"(run {plan.run_id}, pid {pid}, budget {hs.budget:.0f} s)"
         )
 
@@ -683,12 +678,14 @@ class _Server:
             plan = hs.plan
             code = execute_plan(plan, ConnectionControl(hs.sock, 1, plan.timeout), None, hs.hugepages)
         except FabricbenchError as exc:
-            print(f"fabricbench: error: rank 1: {exc}", file=sys.stderr)
+            print(f"fabricbench: error: rank 1: {printable(exc, LINE)}", file=sys.stderr)
             code = exc.exit_code
         except KeyboardInterrupt:
             code = 130
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the serve loop
-            print(f"fabricbench: error: rank 1: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(
+                f"fabricbench: error: rank 1: internal error: {type(exc).__name__}: {printable(exc)}", file=sys.stderr
+            )
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
