@@ -363,29 +363,34 @@ def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, tok
 
     A handshake that serve evicted for a newer one (strangers hold every slot, and ours was the oldest that had
     sent nothing yet, as when this process was not scheduled for a moment after connecting) is tried again, up
-    to EVICTED_TRIES times in all, with one notice each.
+    to EVICTED_TRIES times in all. Each outcome is one line: the error, which counts the evictions before it,
+    or, once admitted after an eviction, one notice.
     """
     host, port = where
     hello = encode_hello(plan, hugepages)  # before connecting: the HELLO follows the connect at once
     tries = 1
     while True:
+        evicted = f" (after serve evicted {tries - 1} of our handshakes for newer ones)" if tries > 1 else ""
         sock = connect(host, port, plan.timeout)
         try:
-            return (sock, *client_handshake(sock, hello, token))
+            accepted = (sock, *client_handshake(sock, hello, token))
         except Refused as exc:
             sock.close()
             if not exc.reason.startswith(EVICTED) or tries == EVICTED_TRIES:
-                raise PeerError(f"fabricbench serve at {host}:{port} refused the run: {exc.reason}") from None
+                raise PeerError(f"fabricbench serve at {host}:{port} refused the run: {exc.reason}{evicted}") from None
         except FabricbenchError as exc:
             sock.close()
-            raise PeerError(f"handshake with {host}:{port} failed: {exc}") from None
+            raise PeerError(f"handshake with {host}:{port} failed: {exc}{evicted}") from None
+        else:
+            if evicted:
+                print(
+                    f"fabricbench: notice: serve at {host}:{port} evicted our handshake for a newer one "
+                    f"{tries - 1} time(s); admitted at try {tries} of {EVICTED_TRIES}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return accepted
         tries += 1
-        print(
-            f"fabricbench: notice: serve at {host}:{port} evicted our handshake for a newer one; trying again "
-            f"({tries} of {EVICTED_TRIES})",
-            file=sys.stderr,
-            flush=True,
-        )
         time.sleep(EVICTED_PAUSE_S * tries)
 
 
