@@ -380,7 +380,9 @@ def cmd_run(args, argv: list[str]) -> int:
         progress = sys.stderr.isatty() and args.progress is not False
         plan = build_plan(args, args.np)
         return orchestrate.self_launch(plan, argv, args.np, bool(args.out), progress, args.append)
-    return orchestrate.run_ranks(lambda ranks: build_plan(args, ranks), who, args.hugepages, args.append)
+    launch.check_launched()
+    make_plan = launch.explain_world_of_one(lambda ranks: build_plan(args, ranks))
+    return orchestrate.run_ranks(make_plan, who, args.hugepages, args.append)
 
 
 def cmd_serve(args, argv: list[str]) -> int:
