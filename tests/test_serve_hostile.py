@@ -414,3 +414,40 @@ def test_a_client_evicted_then_told_busy_prints_one_line(tmp_path):
     assert run.returncode == 3
     one_error_line(run.stderr, "refused the run: busy: serving (after serve evicted 1 of our handshakes")
     assert run.stderr.count("\n") == 1, run.stderr
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 on loopback here (the refusal is tested instead)")
+def test_serve_listens_on_ipv6_and_a_peer_run_reaches_it(tmp_path):
+    server = Server("--address", "::1")
+    try:
+        assert f"listening on [::1]:{server.port} (" in server.lines[0]
+        run = fabricbench("run", "--peer", f"[::1]:{server.port}", "--out", str(tmp_path / "v6"), *QUICK, timeout=120)
+        assert run.returncode == 0, run.stderr
+        rows, meta = read_rows(tmp_path / "v6")
+        assert len(rows) == 4 and meta["peer"] == f"[::1]:{server.port}"
+        assert "[::1]:" in server.wait_for("session done")
+    finally:
+        server.stop()
+    both = Server("--address", "::")  # one dual-stack socket: IPv4 clients reach it too
+    try:
+        run = _peer_run(both.port, tmp_path / "v4", *QUICK)
+        assert run.returncode == 0, run.stderr
+        assert "::ffff:127.0.0.1]:" in both.wait_for("session done")
+    finally:
+        both.stop()
+
+
+@pytest.mark.skipif(_ipv6_loopback(), reason="IPv6 on loopback here (a real run over ::1 is tested instead)")
+def test_serve_on_ipv6_without_it_says_so():
+    refused = fabricbench("serve", "--address", "::1", "--port", str(free_port()), timeout=30)
+    assert refused.returncode == 2
+    one_error_line(refused.stderr, "IPv6")

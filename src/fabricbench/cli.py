@@ -210,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--address",
         default="127.0.0.1",
-        help="address to listen on: 127.0.0.1 (default: this host only), an interface's address, or 0.0.0.0 (all)",
+        help="address to listen on: 127.0.0.1 (default: this host only, IPv4), ::1 (this host, IPv6), an "
+        "interface's address, 0.0.0.0 (every IPv4 interface) or :: (every interface, IPv4 and IPv6 alike)",
     )
     serve.add_argument(
         "--port", type=port_number, default=DEFAULT_SERVE_PORT, help=f"port (default {DEFAULT_SERVE_PORT})"

@@ -371,3 +371,21 @@ def test_the_metadata_command_line_never_holds_the_token():
     argv = ["fabricbench", "run", "--peer", "h:1", "--token", "s3cret", "--token=other", "-k", "latency"]
     masked = peer.masked_command_line(argv)  # the spelling too, for a command line this process did not parse
     assert "s3cret" not in masked and "--token=other" not in masked and masked[-2:] == ["-k", "latency"]
+
+
+def test_listening_on_ipv6_where_the_kernel_has_none_says_ipv6_is_unavailable(monkeypatch):
+    import errno
+
+    from fabricbench.control import rendezvous
+
+    real = socket.socket
+
+    def no_ipv6(family=socket.AF_INET, *args, **kwargs):
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kwargs)
+
+    monkeypatch.setattr(rendezvous.socket, "socket", no_ipv6)
+    with pytest.raises(UsageError, match=r"cannot listen on \[::1\]:0: IPv6 is unavailable on this host"):
+        rendezvous.listen("::1", 0)
+    rendezvous.listen("127.0.0.1", 0).close()  # IPv4 is as it was

@@ -52,6 +52,7 @@ from fabricbench.control.rendezvous import (
     ProtocolError,
     Refused,
     connect,
+    host_port,
     listen,
     recv_message,
     refuse,
@@ -367,6 +368,7 @@ def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, tok
     or, once admitted after an eviction, one notice.
     """
     host, port = where
+    server = host_port(host, port)
     hello = encode_hello(plan, hugepages)  # before connecting: the HELLO follows the connect at once
     tries = 1
     while True:
@@ -377,14 +379,14 @@ def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, tok
         except Refused as exc:
             sock.close()
             if not exc.reason.startswith(EVICTED) or tries == EVICTED_TRIES:
-                raise PeerError(f"fabricbench serve at {host}:{port} refused the run: {exc.reason}{evicted}") from None
+                raise PeerError(f"fabricbench serve at {server} refused the run: {exc.reason}{evicted}") from None
         except FabricbenchError as exc:
             sock.close()
-            raise PeerError(f"handshake with {host}:{port} failed: {exc}{evicted}") from None
+            raise PeerError(f"handshake with {server} failed: {exc}{evicted}") from None
         else:
             if evicted:
                 print(
-                    f"fabricbench: notice: serve at {host}:{port} evicted our handshake for a newer one "
+                    f"fabricbench: notice: serve at {server} evicted our handshake for a newer one "
                     f"{tries - 1} time(s); admitted at try {tries} of {EVICTED_TRIES}",
                     file=sys.stderr,
                     flush=True,
@@ -417,7 +419,7 @@ def run_client(plan: Plan, peer: tuple[str, int], hugepages: str | None, token: 
     ctrl = ConnectionControl(sock, 0, plan.timeout)
     metadata = {
         "mode": "peer",
-        "peer": f"{host}:{port}",
+        "peer": host_port(host, port),
         "peer_host": server_host,
         "peer_fabricbench_version": server_version,
         "control_plane": f"fabricbench rendezvous protocol {VERSION} over TCP",
@@ -456,7 +458,8 @@ def serve(
     else:
         exposure = "no token: anyone who reaches this port may run sessions within the caps"
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    _log(f"listening on {address}:{bound[1]} (protocol {VERSION}; {exposure}); one session at a time, Ctrl-C stops")
+    listening = host_port(address, bound[1])
+    _log(f"listening on {listening} (protocol {VERSION}; {exposure}); one session at a time, Ctrl-C stops")
     try:
         server.run()
     except KeyboardInterrupt:
@@ -573,7 +576,7 @@ class _Server:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             now = time.monotonic()
-            hs = _Handshake(sock, f"{addr[0]}:{addr[1]}", addr[0], now, now + self.handshake_timeout, Inbox(sock))
+            hs = _Handshake(sock, host_port(addr[0], addr[1]), addr[0], now, now + self.handshake_timeout, Inbox(sock))
             self._make_room(hs.address)
             self.pending[sock.fileno()] = hs
             self.selector.register(sock, selectors.EVENT_READ, hs)
