@@ -239,8 +239,13 @@ NONCE_BYTES = 32
 MAX_PROOF = 64  # an HMAC-SHA256 is 32 bytes
 MAX_PENDING = 32  # handshakes in progress at once; a newer client evicts the oldest (_Server._make_room)
 MAX_PENDING_PER_ADDRESS = 4  # of them from one source address, so one stranger cannot hold every slot
-ACCEPT_BACKLOG = 4 * MAX_PENDING  # connections the kernel queues for serve, so a burst of strangers drops no SYN
-ACCEPT_BURST = 64  # connections taken per look at the listener, so a flood of them delays no deadline
+# Connections the kernel queues for serve (it caps this at net.core.somaxconn): a flood of strangers from many
+# addresses fills a short queue, and a client whose SYN is dropped waits for its retransmits, 1, 3, 7, 15 s on.
+ACCEPT_BACKLOG = 4096
+# Connections taken per look at the listener before the handshakes are read again: under a flood that reopens
+# each connection evicted, every accept evicts one, so a burst below half the slots never evicts a newcomer whose
+# PROOF is already on its way.
+ACCEPT_BURST = MAX_PENDING // 2
 REAP_POLL_S = 0.2  # how often serve looks whether its session child has ended, or its client has left
 EVICTED = "busy: evicted:"  # how serve's refusal of an evicted handshake begins
 EVICTED_TRIES = 5  # handshakes run --peer makes when serve evicts each one
@@ -565,6 +570,8 @@ class _Server:
         return max(0.0, min(deadlines)) if deadlines else None
 
     def _accept(self) -> None:
+        """Take the connections queued, until EAGAIN or ACCEPT_BURST of them; the loop comes back at once for
+        the rest, after reading the handshakes."""
         for _ in range(ACCEPT_BURST):
             try:
                 sock, addr = self.listener.accept()
