@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.launch.peer import MAX_PENDING
+from fabricbench.control.rendezvous import HEADER, HELLO, MAGIC, VERSION
+from fabricbench.launch.peer import MAX_PENDING, encode_hello
+from fabricbench.measure.plan import Plan, Step
 from support import PYTHON, Server, clean_env, fabricbench, process_gone, read_rows
 
 QUICK = ["-k", "latency", "-m", "8:64", "-i", "20", "-x", "2", "--format", "none", "--timeout", "30"]
@@ -62,11 +64,15 @@ class Stranger:
             sock.settimeout(10)
             sock.bind((source, 0))
             sock.connect(("127.0.0.1", self.port))
+            self._greet(sock)
         except OSError:
             sock.close()
             return  # a full accept queue: this one is tried again on the next round
         sock.setblocking(False)
         self.selector.register(sock, selectors.EVENT_READ, source)
+
+    def _greet(self, sock: socket.socket) -> None:
+        """What a connection sends once connected: nothing, for a silent stranger."""
 
     def _hold(self) -> None:
         while not self.stop.is_set():
@@ -172,3 +178,58 @@ def test_a_long_count_under_max_time_is_admitted_and_its_budget_follows_max_time
         assert refused.returncode == 3 and "(serve --max-session)" in refused.stderr
     finally:
         server.stop()
+
+
+class HelloStaller(Stranger):
+    """Connections that each send a valid HELLO, read serve's CHALLENGE and never answer it: one from each of
+    SOURCES, reopened as soon as serve ends it (an eviction or the deadline), for as long as the stalls run."""
+
+    def __init__(self, port: int, sources: list[str]):
+        super().__init__(port, sources, 1)
+        plan = Plan(steps=[Step("tcp", "latency", [8])], run_id="stall-1", timeout=20.0)
+        hello = encode_hello(plan, None)
+        self.hello = HEADER.pack(MAGIC, VERSION, HELLO, len(hello)) + hello
+
+    def _greet(self, sock: socket.socket) -> None:
+        sock.sendall(self.hello)
+
+    def _hold(self) -> None:
+        while not self.stop.is_set():
+            for key, _ in self.selector.select(0.05):
+                try:
+                    data = key.fileobj.recv(65536)  # the CHALLENGE, or the ERROR and end of an eviction
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    continue
+                self.selector.unregister(key.fileobj)
+                key.fileobj.close()
+                self.cut += 1
+                self._open(key.data)
+
+
+def test_a_token_holder_is_admitted_within_seconds_under_a_hello_flood_from_many_addresses(tmp_path):
+    server = Server(env={"FABRICBENCH_TOKEN": TOKEN})
+    waits = []
+    try:
+        with HelloStaller(server.port, [f"127.0.1.{i}" for i in range(1, 65)]) as flood:
+            deadline = time.monotonic() + 30
+            while flood.cut < 2 * MAX_PENDING:  # serve is evicting, and the flood reopening, over and over
+                assert time.monotonic() < deadline, "serve cut none of the flood's connections"
+                time.sleep(0.05)
+            for i in range(3):
+                started = time.monotonic()
+                run = _peer_run(server.port, tmp_path / f"good{i}", *QUICK, env={"FABRICBENCH_TOKEN": TOKEN})
+                waits.append(time.monotonic() - started)
+                assert run.returncode == 0, run.stderr
+            cut = flood.cut
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+        print(
+            f"\ntoken holders' whole runs under a flood of 64 stalled HELLOs: {[f'{w:.1f}' for w in waits]} s", end=" "
+        )
+    # A whole run (its start, the handshake, 4 sizes) under the flood: a dropped SYN alone would cost 3 s or more.
+    assert max(waits) < 8, (waits, cut)

@@ -23,6 +23,7 @@ import pytest
 from fabricbench import __version__
 from fabricbench.control.rendezvous import (
     CHALLENGE,
+    ERROR,
     HEADER,
     HELLO,
     MAGIC,
@@ -35,7 +36,7 @@ from fabricbench.control.rendezvous import (
     send_message,
 )
 from fabricbench.errors import PeerError
-from fabricbench.launch.peer import NONCE_BYTES, client_handshake, encode_hello
+from fabricbench.launch.peer import EVICTED, NONCE_BYTES, client_handshake, encode_hello
 from fabricbench.measure.plan import Plan, Step
 from support import PYTHON, Server, clean_env, fabricbench, free_port, one_error_line, process_gone, read_rows
 
@@ -375,3 +376,78 @@ def test_a_client_of_another_protocol_version_is_told_both_versions():
                 recv_message(sock, CHALLENGE)
     finally:
         server.stop()
+
+
+class FakeServer:
+    """A loopback listener speaking the rendezvous format: it reads each client's HELLO and answers the next of
+    REFUSALS in an ERROR message, as a hostile or busy serve would."""
+
+    def __init__(self, refusals: list[str]):
+        self.refusals = refusals
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(30)
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with self.listener:
+            for reason in self.refusals:
+                sock, _ = self.listener.accept()
+                with sock:
+                    sock.settimeout(30)
+                    recv_message(sock, HELLO)
+                    send_message(sock, ERROR, Fields().text(reason).payload())
+
+
+def test_a_servers_refusal_is_one_line_with_its_escapes_shown(tmp_path):
+    fake = FakeServer(["x\x1b[31m\nfabricbench: error: forged"])
+    run = _peer_run(fake.port, tmp_path / "refused", *QUICK)
+    assert run.returncode == 3
+    one_error_line(run.stderr, "refused the run: x\\x1b[31m\\nfabricbench: error: forged")
+    assert "\x1b" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
+
+
+def test_a_client_evicted_then_told_busy_prints_one_line(tmp_path):
+    fake = FakeServer([f"{EVICTED} 32 handshakes at once, and a newer client came; try again later", "busy: serving"])
+    run = _peer_run(fake.port, tmp_path / "busy", *QUICK)
+    assert run.returncode == 3
+    one_error_line(run.stderr, "refused the run: busy: serving (after serve evicted 1 of our handshakes")
+    assert run.stderr.count("\n") == 1, run.stderr
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 on loopback here (the refusal is tested instead)")
+def test_serve_listens_on_ipv6_and_a_peer_run_reaches_it(tmp_path):
+    server = Server("--address", "::1")
+    try:
+        assert f"listening on [::1]:{server.port} (" in server.lines[0]
+        run = fabricbench("run", "--peer", f"[::1]:{server.port}", "--out", str(tmp_path / "v6"), *QUICK, timeout=120)
+        assert run.returncode == 0, run.stderr
+        rows, meta = read_rows(tmp_path / "v6")
+        assert len(rows) == 4 and meta["peer"] == f"[::1]:{server.port}"
+        assert "[::1]:" in server.wait_for("session done")
+    finally:
+        server.stop()
+    both = Server("--address", "::")  # one dual-stack socket: IPv4 clients reach it too
+    try:
+        run = _peer_run(both.port, tmp_path / "v4", *QUICK)
+        assert run.returncode == 0, run.stderr
+        assert "::ffff:127.0.0.1]:" in both.wait_for("session done")
+    finally:
+        both.stop()
+
+
+@pytest.mark.skipif(_ipv6_loopback(), reason="IPv6 on loopback here (a real run over ::1 is tested instead)")
+def test_serve_on_ipv6_without_it_says_so():
+    refused = fabricbench("serve", "--address", "::1", "--port", str(free_port()), timeout=30)
+    assert refused.returncode == 2
+    one_error_line(refused.stderr, "IPv6")

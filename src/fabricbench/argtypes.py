@@ -224,6 +224,16 @@ def secret(text: str) -> str:
     return text
 
 
+def secrets_given(argv: list[str]) -> None:
+    """Remember every --token value on a command line before it is parsed: an option parsed before --token may
+    refuse the same text (``-m SECRET --token=SECRET``) and quote it, and that quote must be masked too."""
+    for arg, following in zip(argv, [*argv[1:], ""], strict=True):
+        if arg == "--token":
+            secret(following)
+        elif arg.startswith("--token="):
+            secret(arg.partition("=")[2])
+
+
 def known_secrets() -> list[str]:
     """The secrets this process must not write: every --token parsed, and $FABRICBENCH_TOKEN; longest first."""
     found = set(_secrets)

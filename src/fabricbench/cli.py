@@ -25,6 +25,7 @@ from fabricbench.argtypes import (
     port_number,
     seconds,
     secret,
+    secrets_given,
     whole_number,
 )
 from fabricbench.errors import FabricbenchError, UsageError
@@ -38,6 +39,7 @@ from fabricbench.measure.plan import (
     parse_size_range,
 )
 from fabricbench.run.patterns import every_pattern
+from fabricbench.terminal import LINE, printable
 from fabricbench.transports import TRANSPORTS
 
 DEFAULT_SERVE_PORT = 18600
@@ -215,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--address",
         default="127.0.0.1",
-        help="address to listen on: 127.0.0.1 (default: this host only), an interface's address, or 0.0.0.0 (all)",
+        help="address to listen on: 127.0.0.1 (default: this host only, IPv4), ::1 (this host, IPv6), an "
+        "interface's address, 0.0.0.0 (every IPv4 interface) or :: (every interface, IPv4 and IPv6 alike)",
     )
     serve.add_argument(
         "--port", type=port_number, default=DEFAULT_SERVE_PORT, help=f"port (default {DEFAULT_SERVE_PORT})"
@@ -399,7 +402,9 @@ def cmd_run(args, argv: list[str]) -> int:
         progress = sys.stderr.isatty() and args.progress is not False
         plan = build_plan(args, args.np)
         return orchestrate.self_launch(plan, argv, args.np, bool(args.out), progress, args.append)
-    return orchestrate.run_ranks(lambda ranks: build_plan(args, ranks), who, args.hugepages, args.append)
+    launch.check_launched()
+    make_plan = launch.explain_world_of_one(lambda ranks: build_plan(args, ranks))
+    return orchestrate.run_ranks(make_plan, who, args.hugepages, args.append)
 
 
 def cmd_serve(args, argv: list[str]) -> int:
@@ -462,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     from fabricbench.launch.launcher import env_rank, say_interrupted, watch_rank
 
     argv = sys.argv[1:] if argv is None else argv
+    secrets_given(argv)  # before any option is parsed: an earlier option's refusal may quote a --token's value
     rank_watch = watch_rank()
     try:
         if argv[:1] == ["osu"]:  # a shim: OSU's command line, translated to a run (osu_shims)
@@ -479,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args, argv)
     except FabricbenchError as exc:
         if env_rank() == 0 and str(exc):  # every rank sees the same bad input; one says so, never quoting the token
-            print(f"fabricbench: error: {masked_text(str(exc))}", file=sys.stderr)
+            # One line whatever the error quotes: a server's refusal, a file's contents (printable).
+            print(f"fabricbench: error: {printable(masked_text(str(exc)), LINE)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # outside a run's own handling (runner.execute)
         if rank_watch:

@@ -25,6 +25,7 @@ from fabricbench.launch import peer
 from fabricbench.launch.peer import decode_hello, encode_hello
 from fabricbench.measure import kernels
 from fabricbench.measure.plan import Plan, Step
+from fabricbench.terminal import printable
 from fabricbench.transports.options import LOOP
 from fabricbench.transports.tcp.transport import TCP_OPTIONS
 from fabricbench.transports.verbs.rdma import RDMA_OPTIONS
@@ -340,8 +341,8 @@ def test_message_bytes_is_size_times_window_times_directions():
     ],
 )
 def test_what_a_client_sent_is_logged_printable_and_short(sent, logged):
-    assert peer.printable(sent) == logged
-    assert peer.printable(sent).isprintable()
+    assert printable(sent, 64) == logged
+    assert printable(sent, 64).isprintable()
 
 
 def test_the_token_comes_from_the_option_or_the_environment_and_is_never_empty(monkeypatch):
@@ -370,3 +371,21 @@ def test_the_metadata_command_line_never_holds_the_token():
     argv = ["fabricbench", "run", "--peer", "h:1", "--token", "s3cret", "--token=other", "-k", "latency"]
     masked = peer.masked_command_line(argv)  # the spelling too, for a command line this process did not parse
     assert "s3cret" not in masked and "--token=other" not in masked and masked[-2:] == ["-k", "latency"]
+
+
+def test_listening_on_ipv6_where_the_kernel_has_none_says_ipv6_is_unavailable(monkeypatch):
+    import errno
+
+    from fabricbench.control import rendezvous
+
+    real = socket.socket
+
+    def no_ipv6(family=socket.AF_INET, *args, **kwargs):
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kwargs)
+
+    monkeypatch.setattr(rendezvous.socket, "socket", no_ipv6)
+    with pytest.raises(UsageError, match=r"cannot listen on \[::1\]:0: IPv6 is unavailable on this host"):
+        rendezvous.listen("::1", 0)
+    rendezvous.listen("127.0.0.1", 0).close()  # IPv4 is as it was

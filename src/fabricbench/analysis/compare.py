@@ -21,6 +21,7 @@ from fabricbench.measure.formatting import format_size, format_sizes, short_name
 from fabricbench.measure.results import prepare_out_dir
 from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.stats import CONFIDENCE, bootstrap_median, bootstrap_ratio, significant
+from fabricbench.terminal import printable_lines
 
 DEFAULT_METRICS = ["lat_p50_us", "bw_MBps", "busbw_GBps"]
 CONSOLE_UNITS = {"_us": " us", "_MBps": " MB/s", "_GBps": " GB/s", "_per_s": "/s"}
@@ -234,7 +235,7 @@ def report(series: list[Series], table: pd.DataFrame, chosen: dict[str, list[str
             lines.append("".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns, strict=True)))
     lines += _not_compared(series, table)
     lines += [f"# note: {note}" for note in notes]
-    return "\n".join(lines)
+    return printable_lines(lines)  # labels, vendors, hosts and statuses come from the inputs' files
 
 
 def _interval(by_size: pd.DataFrame, column: str, key: tuple, form) -> str:
@@ -326,9 +327,7 @@ def congestion_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
         return tidy, False
     for (letter, name), group in tidy[rows].groupby(["letter", "series"], sort=False):
         lines = key_results(group.to_dict("records"))
-        print(f"# {letter} ({name})" + ("" if lines else ": no congested row measured"), flush=True)
-        for line in lines:
-            print(line, flush=True)
+        print(printable_lines([f"# {letter} ({name})" + ("" if lines else ": no congested row measured"), *lines]))
     if out_dir:
         from fabricbench.analysis.plots import write_congestion_plot
 

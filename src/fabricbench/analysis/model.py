@@ -25,6 +25,7 @@ from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_size
 from fabricbench.measure.kernels import Pairing, get_kernel
 from fabricbench.measure.topology import CROSS_GROUP, CROSS_SWITCH, SAME_SWITCH
+from fabricbench.terminal import printable
 
 RESAMPLES = 1000  # bootstrap resamples per segment
 MAX_SEGMENTS = 3  # segments per fit: enough for an eager/rendezvous switch and one cache edge
@@ -591,7 +592,7 @@ def model(
     fit_rows, projection_rows, measured_rows, congestion_rows = [], [], [], []
     tier_rows, tree_rows = [], []
     for m in models:
-        print(f"\n{m.name}")
+        print(f"\n{printable(m.name)}")  # the run's label, from its metadata
         if m.congestion:
             congestion_rows += _print_congestion(m, size, ranks)
         if m.tiers:
@@ -652,7 +653,8 @@ def _print_congestion(m: Model, size: int, ranks: list[int]) -> list[dict]:
     congested ones: the ring's time per rank count, and congested / isolated. Returns the rows for the CSV."""
     print("  congestion: alpha from the canaries' rr-latency mean (one-way), beta from their rr-bw mean rate")
     for p in m.congestion:
-        print(f"    {p['congestor']:<12} alpha {_g(p['alpha_us'])} us, beta {_g(p['beta_GBps'])} GB/s ({p['from']})")
+        name, alpha, beta = printable(p["congestor"]), _g(p["alpha_us"]), _g(p["beta_GBps"])
+        print(f"    {name:<12} alpha {alpha} us, beta {beta} GB/s ({p['from']})")
     base = m.congestion[0]
     rows = []
     for p in m.congestion:
@@ -661,7 +663,7 @@ def _print_congestion(m: Model, size: int, ranks: list[int]) -> list[dict]:
             rows.append({"series": m.name, "congestor": p["congestor"], **r, "vs_isolated": r["time_us"] / isolated})
     congestors = [p["congestor"] for p in m.congestion]
     print(f"  ring allreduce of {format_size(size)}, projected with each phase's alpha and beta (x: / isolated)")
-    print(f"  {'ranks':>8}" + "".join(f"{('isolated' if c == 'none' else c):>24}" for c in congestors))
+    print(f"  {'ranks':>8}" + "".join(f"{('isolated' if c == 'none' else printable(c)):>24}" for c in congestors))
     ring = {(r["congestor"], r["ranks"]): r for r in rows if r["algorithm"] == "ring"}
     for count in ranks:
         cells = []

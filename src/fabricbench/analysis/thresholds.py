@@ -33,6 +33,7 @@ from fabricbench.measure.formatting import format_size
 from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.topology import TIERS, Topology
 from fabricbench.measure.verdict import slow_host
+from fabricbench.terminal import printable_lines
 
 FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "tier", "optional", "name")
 # Limits on what the all-pairs verdict (measure.verdict) finds in the covered pairs rather than on a column:
@@ -631,8 +632,7 @@ def check(thresholds_path: str, target: list[str], run_out: RunOut) -> int:
     verdict = judge(thresholds, rows, fabric)
     if run_code:
         verdict.add("FAIL", f"the run exited {run_code}")
-    print(f"check: {thresholds_path} against {run} ({len(rows)} rows)")
-    for line in verdict.lines:
-        print(line)
+    # The lines quote the thresholds file's names and the table's hosts and labels.
+    print(printable_lines([f"check: {thresholds_path} against {run} ({len(rows)} rows)", *verdict.lines]))
     print(summary(verdict, len(thresholds)))
     return 1 if verdict.failures or not verdict.rows_checked else 0

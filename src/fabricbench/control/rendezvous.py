@@ -267,24 +267,42 @@ def refuse(sock: socket.socket, message: str) -> None:
 
 def connect(host: str, port: int, timeout: float, source: str | None = None) -> socket.socket:
     """A TCP connection to host:port with TCP_NODELAY and ``timeout`` on every call."""
-    where = f"{host}:{port}"
+    target = host_port(host, port)
     try:
         sock = socket.create_connection((host, port), timeout, (source, 0) if source else None)
     except socket.gaierror as exc:
         raise PeerError(f"cannot resolve {host!r}: {exc.strerror}") from None
     except TimeoutError:
-        raise PeerError(f"cannot reach {where}: timed out after {timeout:g} s") from None
+        raise PeerError(f"cannot reach {target}: timed out after {timeout:g} s") from None
     except OSError as exc:
-        raise PeerError(f"cannot reach {where}: {(exc.strerror or str(exc)).lower()}") from None
+        raise PeerError(f"cannot reach {target}: {(exc.strerror or str(exc)).lower()}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 
+def host_port(address: str, port: int) -> str:
+    """HOST:PORT as a log line or an error names it: an IPv6 address in brackets, [::1]:PORT."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def listen(address: str, port: int, backlog: int = 16) -> socket.socket:
-    """A listening socket on address:port (port 0: any free port); a busy port is a UsageError."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening socket on address:port (port 0: any free port); a busy port is a UsageError.
+
+    An address with a ':' is IPv6: ``::`` listens on both families at once (a dual-stack socket, IPV6_V6ONLY
+    off), ``::1`` on IPv6 loopback; a host without IPv6 refuses it in words saying so.
+    """
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {host_port(address, port)}: IPv6 is unavailable on this host "
+            f"({(exc.strerror or str(exc)).lower()}); give an IPv4 address such as 127.0.0.1 or 0.0.0.0"
+        ) from None
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # allow restarts over TIME_WAIT, not sharing
     try:
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "::" takes IPv4 clients too
         sock.bind((address, port))
         sock.listen(backlog)
     except (OSError, OverflowError) as exc:
@@ -293,9 +311,11 @@ def listen(address: str, port: int, backlog: int = 16) -> socket.socket:
             reason = "no such port"
         elif exc.errno == errno.EADDRINUSE:
             reason = "address already in use"
+        elif family == socket.AF_INET6 and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            reason = "no interface here has that IPv6 address (is IPv6 enabled on it?)"
         else:
             reason = (exc.strerror or str(exc)).lower()
-        raise UsageError(f"cannot listen on {address}:{port}: {reason}") from None
+        raise UsageError(f"cannot listen on {host_port(address, port)}: {reason}") from None
     return sock
 
 
@@ -307,4 +327,4 @@ def accept(listener: socket.socket, timeout: float | None, waiting_for: str) -> 
     except TimeoutError:
         raise PeerError(f"timed out after {timeout:g} s waiting for {waiting_for}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock, f"{addr[0]}:{addr[1]}"
+    return sock, host_port(addr[0], addr[1])

@@ -15,6 +15,7 @@ import socket
 import sys
 
 from fabricbench import __version__
+from fabricbench.terminal import printable_lines
 from fabricbench.transports import TRANSPORTS, transport_class
 from fabricbench.transports.base import Diagnosis
 
@@ -82,7 +83,7 @@ def report(found: dict) -> str:
             continue
         shown[text] = name
         lines += _lines(verdict["details"], 3)
-    return "\n".join(lines)
+    return printable_lines(lines)  # what the libraries and /sys said, one line each
 
 
 def doctor(as_json: bool = False) -> int:

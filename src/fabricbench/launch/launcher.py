@@ -24,10 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from fabricbench.control.mpi import find_mpiexec
 from fabricbench.errors import UsageError
 from fabricbench.launch import slurm
+
+T = TypeVar("T")
 
 # Variables that a launcher sets in every rank it starts.
 _LAUNCHER_VARS = [
@@ -173,11 +176,77 @@ def launcher() -> str | None:
 
 
 def env_rank() -> int:
-    """This process's rank as the launcher announced it, before MPI starts (0 alone)."""
+    """This process's rank as the launcher announced it, before MPI starts (0 alone, and 0 where the rank is not
+    below the size given beside it: no launcher announced that, and this process must still say what is wrong)."""
+    if _contradiction():
+        return 0
     for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return 0
+
+
+# A launcher's rank variable and the world size it sets beside it.
+_RANK_AND_SIZE = [("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")]
+
+
+def _contradiction() -> tuple[str, str] | None:
+    """(rank variable, size variable) of a launcher's pair whose rank is not below its size, or None."""
+    for rank_var, size_var in _RANK_AND_SIZE:
+        rank, size = os.environ.get(rank_var, ""), os.environ.get(size_var, "")
+        if rank.isdigit() and size.isdigit() and int(rank) >= int(size):
+            return rank_var, size_var
+    return None
+
+
+def _launch_variables() -> list[str]:
+    """The variables that made launcher() take this process for a rank of a launched job (and the sizes beside
+    them), in the order it reads them."""
+    names = [CHILD_FLAG] if os.environ.get(CHILD_FLAG) else []
+    if slurm.started_by_srun(os.environ):
+        names += ["SLURM_PROCID", *slurm.STEP_VARS]
+    for var, _ in _LAUNCHER_VARS:
+        names += [var] if var in os.environ else []
+    names += [size for _, size in _RANK_AND_SIZE if size in os.environ]
+    return names
+
+
+def _unset_advice(why: str) -> str:
+    """Why run took itself for a launched rank, naming the variables it read and their values, and what to unset."""
+    names = _launch_variables()
+    shown = ", ".join(f"{name}={os.environ[name]!r}" for name in names)
+    return (
+        f"{why}: run took this process for a rank of a job a launcher started, since {shown} "
+        f"{'is' if len(names) == 1 else 'are'} set; if no launcher started it, "
+        f"{'it is' if len(names) == 1 else 'they are'} inherited: `unset {' '.join(names)}` and run starts its "
+        "own ranks"
+    )
+
+
+def check_launched() -> None:
+    """Under what launcher() takes for a launcher: refuse, before MPI starts, variables that contradict each
+    other (PMI_RANK=7 beside PMI_SIZE=2), which no launcher sets."""
+    found = _contradiction()
+    if found:
+        rank_var, size_var = found
+        raise UsageError(
+            _unset_advice(f"{rank_var}={os.environ[rank_var]} is not below {size_var}={os.environ[size_var]}")
+        )
+
+
+def explain_world_of_one(make_plan: Callable[[int], T]) -> Callable[[int], T]:
+    """``make_plan(ranks)``, its refusal of a world of one rank (a kernel that needs two) saying why run believed
+    it was launched: an inherited PMI_RANK or FABRICBENCH_LAUNCHED, with no launcher, gives MPI a world of 1."""
+
+    def make(ranks: int) -> T:
+        try:
+            return make_plan(ranks)
+        except UsageError as exc:
+            if ranks != 1:
+                raise
+            raise UsageError(_unset_advice(f"{exc}, as MPI gives a world of 1")) from None
+
+    return make
 
 
 def say_interrupted(rank: int) -> None:

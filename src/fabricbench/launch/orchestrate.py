@@ -13,10 +13,12 @@ import os
 import sys
 from collections.abc import Callable
 
+from fabricbench.argtypes import masked_text
 from fabricbench.control import ControlPlane
 from fabricbench.errors import FabricbenchError
 from fabricbench.measure.plan import Plan
 from fabricbench.measure.results import RUN_ID_VAR
+from fabricbench.terminal import LINE, printable
 from fabricbench.transports import TRANSPORTS
 
 
@@ -66,7 +68,7 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
     envelope = json.loads(ctrl.bcast_bytes(json.dumps(envelope).encode() if ctrl.rank == 0 else None))
     if "error" in envelope:
         if ctrl.rank == 0:
-            print(f"fabricbench: error: {envelope['error']}", file=sys.stderr)
+            print(f"fabricbench: error: {printable(masked_text(envelope['error']), LINE)}", file=sys.stderr)
         return int(envelope["code"])
     plan = Plan.from_json(json.dumps(envelope["plan"]).encode())
     extra = {**env.mpi_info(), **slurm.job_metadata(os.environ, srun)} if ctrl.rank == 0 else None

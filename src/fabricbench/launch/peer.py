@@ -52,6 +52,7 @@ from fabricbench.control.rendezvous import (
     ProtocolError,
     Refused,
     connect,
+    host_port,
     listen,
     recv_message,
     refuse,
@@ -63,6 +64,7 @@ from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step
 from fabricbench.run.patterns import pattern_of
 from fabricbench.run.runner import EXPECTED_SLACK
+from fabricbench.terminal import LINE, printable
 from fabricbench.transports import TRANSPORTS, handshake_sections, transport_class
 from fabricbench.transports.capabilities import SelfTimed
 
@@ -237,8 +239,13 @@ NONCE_BYTES = 32
 MAX_PROOF = 64  # an HMAC-SHA256 is 32 bytes
 MAX_PENDING = 32  # handshakes in progress at once; a newer client evicts the oldest (_Server._make_room)
 MAX_PENDING_PER_ADDRESS = 4  # of them from one source address, so one stranger cannot hold every slot
-ACCEPT_BACKLOG = 4 * MAX_PENDING  # connections the kernel queues for serve, so a burst of strangers drops no SYN
-ACCEPT_BURST = 64  # connections taken per look at the listener, so a flood of them delays no deadline
+# Connections the kernel queues for serve (it caps this at net.core.somaxconn): a flood of strangers from many
+# addresses fills a short queue, and a client whose SYN is dropped waits for its retransmits, 1, 3, 7, 15 s on.
+ACCEPT_BACKLOG = 4096
+# Connections taken per look at the listener before the handshakes are read again: under a flood that reopens
+# each connection evicted, every accept evicts one, so a burst below half the slots never evicts a newcomer whose
+# PROOF is already on its way.
+ACCEPT_BURST = MAX_PENDING // 2
 REAP_POLL_S = 0.2  # how often serve looks whether its session child has ended, or its client has left
 EVICTED = "busy: evicted:"  # how serve's refusal of an evicted handshake begins
 EVICTED_TRIES = 5  # handshakes run --peer makes when serve evicts each one
@@ -327,12 +334,6 @@ def admit(plan: Plan, caps: Caps) -> float:
     return budget
 
 
-def printable(text: str, limit: int = 64) -> str:
-    """What a client sent, fit for a log line: non-printable characters escaped (\\n, \\x1b), at most ``limit``."""
-    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return escaped if len(escaped) <= limit else escaped[: limit - 3] + "..."
-
-
 def token_from(given: str | None) -> bytes | None:
     """The shared secret: ``--token``, else $FABRICBENCH_TOKEN, else None (no token); an empty one is refused."""
     source, value = ("--token", given) if given is not None else (TOKEN_VAR, os.environ.get(TOKEN_VAR))
@@ -368,29 +369,35 @@ def _open_session(plan: Plan, where: tuple[str, int], hugepages: str | None, tok
 
     A handshake that serve evicted for a newer one (strangers hold every slot, and ours was the oldest that had
     sent nothing yet, as when this process was not scheduled for a moment after connecting) is tried again, up
-    to EVICTED_TRIES times in all, with one notice each.
+    to EVICTED_TRIES times in all. Each outcome is one line: the error, which counts the evictions before it,
+    or, once admitted after an eviction, one notice.
     """
     host, port = where
+    server = host_port(host, port)
     hello = encode_hello(plan, hugepages)  # before connecting: the HELLO follows the connect at once
     tries = 1
     while True:
+        evicted = f" (after serve evicted {tries - 1} of our handshakes for newer ones)" if tries > 1 else ""
         sock = connect(host, port, plan.timeout)
         try:
-            return (sock, *client_handshake(sock, hello, token))
+            accepted = (sock, *client_handshake(sock, hello, token))
         except Refused as exc:
             sock.close()
             if not exc.reason.startswith(EVICTED) or tries == EVICTED_TRIES:
-                raise PeerError(f"fabricbench serve at {host}:{port} refused the run: {exc.reason}") from None
+                raise PeerError(f"fabricbench serve at {server} refused the run: {exc.reason}{evicted}") from None
         except FabricbenchError as exc:
             sock.close()
-            raise PeerError(f"handshake with {host}:{port} failed: {exc}") from None
+            raise PeerError(f"handshake with {server} failed: {exc}{evicted}") from None
+        else:
+            if evicted:
+                print(
+                    f"fabricbench: notice: serve at {server} evicted our handshake for a newer one "
+                    f"{tries - 1} time(s); admitted at try {tries} of {EVICTED_TRIES}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return accepted
         tries += 1
-        print(
-            f"fabricbench: notice: serve at {host}:{port} evicted our handshake for a newer one; trying again "
-            f"({tries} of {EVICTED_TRIES})",
-            file=sys.stderr,
-            flush=True,
-        )
         time.sleep(EVICTED_PAUSE_S * tries)
 
 
@@ -417,7 +424,7 @@ def run_client(plan: Plan, peer: tuple[str, int], hugepages: str | None, token: 
     ctrl = ConnectionControl(sock, 0, plan.timeout)
     metadata = {
         "mode": "peer",
-        "peer": f"{host}:{port}",
+        "peer": host_port(host, port),
         "peer_host": server_host,
         "peer_fabricbench_version": server_version,
         "control_plane": f"fabricbench rendezvous protocol {VERSION} over TCP",
@@ -431,7 +438,7 @@ def run_client(plan: Plan, peer: tuple[str, int], hugepages: str | None, token: 
 
 
 def _log(line: str) -> None:
-    print(f"fabricbench serve: {printable(line, 1000)}", file=sys.stderr, flush=True)
+    print(f"fabricbench serve: {printable(line, LINE)}", file=sys.stderr, flush=True)
 
 
 def _interrupt(signum, frame) -> None:
@@ -456,7 +463,8 @@ def serve(
     else:
         exposure = "no token: anyone who reaches this port may run sessions within the caps"
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    _log(f"listening on {address}:{bound[1]} (protocol {VERSION}; {exposure}); one session at a time, Ctrl-C stops")
+    listening = host_port(address, bound[1])
+    _log(f"listening on {listening} (protocol {VERSION}; {exposure}); one session at a time, Ctrl-C stops")
     try:
         server.run()
     except KeyboardInterrupt:
@@ -562,6 +570,8 @@ class _Server:
         return max(0.0, min(deadlines)) if deadlines else None
 
     def _accept(self) -> None:
+        """Take the connections queued, until EAGAIN or ACCEPT_BURST of them; the loop comes back at once for
+        the rest, after reading the handshakes."""
         for _ in range(ACCEPT_BURST):
             try:
                 sock, addr = self.listener.accept()
@@ -573,7 +583,7 @@ class _Server:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             now = time.monotonic()
-            hs = _Handshake(sock, f"{addr[0]}:{addr[1]}", addr[0], now, now + self.handshake_timeout, Inbox(sock))
+            hs = _Handshake(sock, host_port(addr[0], addr[1]), addr[0], now, now + self.handshake_timeout, Inbox(sock))
             self._make_room(hs.address)
             self.pending[sock.fileno()] = hs
             self.selector.register(sock, selectors.EVENT_READ, hs)
@@ -664,7 +674,7 @@ class _Server:
         self.session = _Session(pid, hs.client, plan.run_id, time.monotonic(), hs.budget, hs.sock)
         kernels = ", ".join(f"{s.transport} {s.kernel}" for s in plan.steps)
         _log(
-            f"{hs.client}: running {kernels} for fabricbench {printable(hs.client_version)} "
+            f"{hs.client}: running {kernels} for fabricbench {printable(hs.client_version, 64)} "
             f"(run {plan.run_id}, pid {pid}, budget {hs.budget:.0f} s)"
         )
 
@@ -683,12 +693,14 @@ class _Server:
             plan = hs.plan
             code = execute_plan(plan, ConnectionControl(hs.sock, 1, plan.timeout), None, hs.hugepages)
         except FabricbenchError as exc:
-            print(f"fabricbench: error: rank 1: {exc}", file=sys.stderr)
+            print(f"fabricbench: error: rank 1: {printable(exc, LINE)}", file=sys.stderr)
             code = exc.exit_code
         except KeyboardInterrupt:
             code = 130
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the serve loop
-            print(f"fabricbench: error: rank 1: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(
+                f"fabricbench: error: rank 1: internal error: {type(exc).__name__}: {printable(exc)}", file=sys.stderr
+            )
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

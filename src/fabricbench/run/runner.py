@@ -22,6 +22,7 @@ from fabricbench.measure.kernels import SLOW_BYTES_PER_S, Kernel
 from fabricbench.measure.plan import Plan
 from fabricbench.measure.rows import unsupported_row
 from fabricbench.run.patterns import Pattern, Phase, Timed, pattern_of
+from fabricbench.terminal import LINE, printable
 from fabricbench.transports import open_transport
 from fabricbench.transports.capabilities import SelfTimed
 
@@ -313,7 +314,8 @@ def execute(plan: Plan, ctrl, reporter, watch_interrupts: Callable[[Tidy], Inter
             message, code = f"internal error: {type(exc).__name__}: {exc}", 1
             if os.environ.get("FABRICBENCH_DEBUG"):
                 traceback.print_exc()
-        sys.stderr.write(f"fabricbench: error: rank {ctrl.rank}: {message}\n")
+        # One line whatever it quotes: a peer's refusal carries the other side's words.
+        sys.stderr.write(f"fabricbench: error: rank {ctrl.rank}: {printable(message, LINE)}\n")
         sys.stderr.flush()
         for transport in transports.values():
             transport.release()  # the abort below ends the process without running finally
