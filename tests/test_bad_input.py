@@ -127,6 +127,22 @@ def test_bad_input_started_alone(name, out):
 
 
 @pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("SwitchName=leaf1 Nodes=fbx[1-\n", "line 1: bad host list 'fbx[1-'"),
+        ("SwitchName=a Switches=b\nSwitchName=b Switches=a\n", "line 1: switch 'a' is in a cycle of switches"),
+        ("SwitchName=leaf1 Nodes=elsewhere[1-2]\n", "does not place host(s)"),
+    ],
+)
+def test_a_bad_topology_file_is_one_line_before_any_rank(tmp_path, out, text, expected):
+    """Malformed, cyclic, or not placing this host (where every rank runs): refused while planning."""
+    topology = tmp_path / "topology.conf"
+    topology.write_text(text)
+    refused_cleanly("run", "-k", "latency", "-i", "5", "--topology", str(topology), "--out", str(out),
+                    expected=expected, out=out, timeout=60)  # fmt: skip
+
+
+@pytest.mark.parametrize(
     "ranks,args,expected",
     [
         (2, ["-k", "pingpong"], "unknown kernel"),

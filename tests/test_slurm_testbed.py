@@ -120,16 +120,23 @@ def test_sbatch_on_four_nodes_runs_pairs_across_every_host_placed_by_slurms_topo
 
 def test_srun_on_four_nodes_sends_each_hosts_bytes_over_its_veth(cluster, tmp_path):
     """``srun -N 4 --mpi=pmi2`` from the controller's host: every host receives, on its own veth, at least the
-    bytes the rows say its peers sent it."""
+    bytes the pair rows say its peers sent it; the bisection's matchings cross the hosts, by Slurm's tiers."""
     out = tmp_path / "run"
-    run = ["run", "-k", "pairs-bw", "--per-node", "-m", "64K:64K", "-W", "4", "-i", "10", "-x", "1"]
+    run = ["run", "-k", "pairs-bw,bisection", "--per-node", "-m", "64K:64K", "-W", "4", "-i", "10", "-x", "1"]
+    run += ["--bisection-rounds", "2"]
     before = {host: rx_bytes(host) for host in HOSTS}
     step = ["srun", "-N", "4", "-n", "4", "--mpi=pmi2", PYTHON, "-m", "fabricbench", *run, "--format", "none"]
     result = slurm_testbed("exec", *step, "--out", str(out), env=job_env(), timeout=JOB_S)
     assert result.returncode == 0, result.stderr
     received = {host: rx_bytes(host) - before[host] for host in HOSTS}
-    rows, meta = read_rows(out)
-    assert meta["hosts"] == HOSTS and len(rows) == 12 and (rows.status == "ok").all(), rows.to_dict("records")
+    table, meta = read_rows(out)
+    assert meta["hosts"] == HOSTS and (table.status == "ok").all(), table.to_dict("records")
+    bisection = table[table.kernel == "bisection"]
+    assert "all" in set(bisection.tier) and set(bisection.tier) <= {"all", "same-switch", "cross-switch"}
+    matched = {host for matching in meta["bisection"]["matchings"] for pair in matching["hosts"] for host in pair}
+    assert matched == set(HOSTS), meta["bisection"]
+    rows = table[table.kernel == "pairs-bw"]
+    assert len(rows) == 12
     for host in HOSTS:
         into = rows[rows.dst_host == host]
         sent = int((into.size_B * into.window * (into.iterations + into.warmup)).sum())

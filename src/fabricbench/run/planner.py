@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 
 from fabricbench import transports
 from fabricbench.errors import UsageError
@@ -21,10 +22,16 @@ from fabricbench.run.patterns import every_pattern, pattern_of
 DEFAULT_SUITE_MAX_TIME = 0.2  # seconds per size keep the default sweep (transports.default_suite) to about a minute
 
 
-def _topology(args: argparse.Namespace) -> dict | None:
-    """--topology's file read (one line naming the line where it is bad), else a Slurm job's tree, else None."""
+def _topology(args: argparse.Namespace, local: bool) -> dict | None:
+    """--topology's file read (one line naming the line where it is bad), else a Slurm job's tree, else None;
+    ``local``: every rank runs on this host, which the topology must then place (checked here, before any rank
+    starts; elsewhere rank 0 checks every rank's host)."""
     found = read_topology(args.topology) if args.topology else from_slurm_job()
-    return None if found is None else found.to_dict()
+    if found is None:
+        return None
+    if local:
+        found.check_hosts([socket.gethostname()])
+    return found.to_dict()
 
 
 def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
@@ -63,7 +70,7 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
         transport_options=options,
         repeat=args.repeat,
         ranks=args.ranks or [],
-        topology=_topology(args),
+        topology=_topology(args, local),
         **chosen,
     )
     plan.check()
