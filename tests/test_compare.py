@@ -10,6 +10,7 @@ import subprocess
 import pandas as pd
 import pytest
 
+from fabricbench.measure.schema import SCHEMA_VERSION
 from support import PYTHON, REPO, fabricbench, read_rows
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
@@ -234,7 +235,8 @@ def test_the_shipped_example_written_before_schema_version_still_compares():
     result = fabricbench("compare", example, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith((REPO / "results/examples/default-sweep-compare/compare.txt").read_text())
-    assert result.stdout.endswith(f"# note: {example}: read as schema 1 (it has no schema_version); migrated to 6\n")
+    note = f"# note: {example}: read as schema 1 (it has no schema_version); migrated to {SCHEMA_VERSION}\n"
+    assert result.stdout.endswith(note)
 
 
 def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
@@ -247,7 +249,7 @@ def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
     (root / "no-results").mkdir()
     (root / "no-results" / "metadata.json").write_text((run_a / "metadata.json").read_text())
     metadata = json.loads((run_a / "metadata.json").read_text())
-    for name, changed in (("newer", {"schema_version": 7}), ("hosts", {"hosts": 5}), ("list", None)):
+    for name, changed in (("newer", {"schema_version": SCHEMA_VERSION + 1}), ("hosts", {"hosts": 5}), ("list", None)):
         (root / name).mkdir()
         (root / name / "results.csv").write_text((run_a / "results.csv").read_text())
         (root / name / "metadata.json").write_text(json.dumps(metadata | changed if changed else [metadata]))
@@ -262,7 +264,7 @@ def _bad_inputs(root, run_a, run_b) -> dict[str, tuple[list[str], str]]:
         "dir without results": ([str(root / "no-results"), good], "no results.csv or results.parquet in"),
         "newer schema": (
             [good, str(root / "newer")],
-            "was written by a newer fabricbench (schema 7); this one reads up to 6",
+            f"was written by a newer fabricbench (schema {SCHEMA_VERSION + 1}); this one reads up to {SCHEMA_VERSION}",
         ),
         "hosts not a list": ([str(root / "hosts"), good], "has metadata field 'hosts' = 5, not a list of strings"),
         "metadata not an object": ([str(root / "list"), good], "has metadata that is not a JSON object"),

@@ -22,7 +22,7 @@ def test_8_gib_messages_are_refused_before_anything_is_allocated(out):
 
 def test_a_plan_no_host_holds_is_refused_naming_the_size_and_the_figure(out):
     # alltoall at 1 GiB on 64 ranks holds 64 GiB twice over (send and receive) on every rank.
-    args = ["-k", "alltoall", "-m", "1G:1G", "--np", "64", "--out", str(out), *QUICK]
+    args = ["-k", "alltoall", "-m", "1G:1G", "--np", "64", "--oversubscribe", "--out", str(out), *QUICK]
     words = "mpi alltoall at 1.0 GiB on 64 ranks needs about 128.0 GiB per rank, most of it buffers for alltoall"
     line = refused_cleanly("run", *args, expected=words, out=out)
     assert line.endswith("for each of 64 ranks (--max-memory sets another limit)"), line
