@@ -227,9 +227,9 @@ def secret(text: str) -> str:
 def secrets_given(argv: list[str]) -> None:
     """Remember every --token value on a command line before it is parsed: an option parsed before --token may
     refuse the same text (``-m SECRET --token=SECRET``) and quote it, and that quote must be masked too."""
-    for arg, following in zip(argv, [*argv[1:], ""], strict=True):
-        if arg == "--token":
-            secret(following)
+    for index, arg in enumerate(argv):
+        if arg == "--token" and index + 1 < len(argv):
+            secret(argv[index + 1])
         elif arg.startswith("--token="):
             secret(arg.partition("=")[2])
 

@@ -103,3 +103,12 @@ def test_a_token_quoted_by_an_option_parsed_before_it_is_masked(capsys, spelling
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "SECRET-V" not in err and err.startswith("fabricbench: error: bad message size '***'"), err
+
+
+@pytest.mark.parametrize("argv", [[], ["--token"], ["run", "--token"]])
+def test_a_command_line_with_no_word_or_a_bare_token_flag_is_parsed_not_crashed(capsys, argv):
+    """The --token scan runs before parsing: an empty command line, or --token with no value after it, is left to
+    argparse's one line (exit 2), never a traceback."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip(), err
