@@ -257,3 +257,24 @@ def test_closing_a_table_twice_leaves_other_files_alone(tmp_path):
     finally:
         os.close(other)
     assert writer.rows == 1
+
+
+@pytest.mark.parametrize("dropped", ["bw_MBps", "lat_p50_us"])
+def test_a_table_without_a_measured_column_reads_it_as_not_measured(tmp_path, capsys, dropped):
+    """A table trimmed by hand (a measured column left out) is read with that column blank: compare and model
+    answer from what is there instead of dying on the missing name."""
+    from fabricbench.cli import main
+
+    example = Path(__file__).resolve().parents[2] / "results" / "examples" / "default-sweep"
+    lines = (example / CSV_NAME).read_text().splitlines()
+    at = lines[0].split(",").index(dropped)
+    trimmed = tmp_path / "trimmed"
+    trimmed.mkdir()
+    (trimmed / CSV_NAME).write_text("".join(",".join(c for i, c in enumerate(line.split(",")) if i != at) + "\n"
+                                            for line in lines))  # fmt: skip
+    (trimmed / META_NAME).write_text((example / META_NAME).read_text())
+    frame, _ = load.read_run(trimmed)
+    assert frame[dropped].isna().all()
+    assert main(["model", str(trimmed)]) == 0
+    assert main(["compare", str(trimmed), str(example)]) == 0
+    assert "Traceback" not in capsys.readouterr().err

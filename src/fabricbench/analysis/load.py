@@ -26,6 +26,7 @@ from fabricbench.measure.schema import (
     CSV_NAME,
     INTEGER,
     META_NAME,
+    NUMERIC,
     OPTIONAL,
     OPTIONAL_NUMERIC,
     PARQUET_NAME,
@@ -189,6 +190,8 @@ def read_run(path: str | Path) -> tuple[pd.DataFrame, dict]:
     if meta_name:
         check_row_count(len(frame), metadata, meta_name, name)
     frame = frame.copy()
+    for column in sorted(NUMERIC - set(frame.columns)):  # a measured column left out of the table: not measured
+        frame[column] = math.nan
     for column, default in OPTIONAL.items():
         if column not in INTEGER:
             frame[column] = frame[column].fillna(default).astype(str)
