@@ -85,8 +85,7 @@ class AllPairs(Pattern):
             if args.json:
                 raise UsageError("--json prints the all-pairs verdict: add -k pairs-bw or pairs-latency")
             return {"pairs": AllPairsOptions()}
-        if args.output_format == "osu":
-            raise UsageError("the all-pairs kernels have no OSU text layout: use --format table or none")
+        cls.refuse_osu_text(args, "the all-pairs kernels have")
         if args.peer and (args.schedule != AllPairsOptions.schedule or args.per_node):
             raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
         options = AllPairsOptions(args.schedule, args.per_node, args.outlier_z, args.outlier_floor / 100, args.json)

@@ -83,8 +83,7 @@ class Bisection(Pattern):
         """The bisection settings (the defaults without a bisection kernel); UsageError where they cannot apply."""
         if not steps:
             return {"bisection": BisectionOptions()}
-        if args.output_format == "osu":
-            raise UsageError("the bisection kernel has no OSU text layout: use --format table or none")
+        cls.refuse_osu_text(args, "the bisection kernel has")
         if args.peer:
             raise UsageError("--peer runs two ranks, one pair: the bisection kernel needs a launcher")
         return {"bisection": BisectionOptions(args.bisection_rounds, args.bisection_seed, args.per_node)}

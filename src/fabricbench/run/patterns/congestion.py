@@ -150,8 +150,7 @@ class Congestion(Pattern):
         if not steps:
             return {"congestion": CongestionOptions()}
         options.check()
-        if args.output_format == "osu":
-            raise UsageError("the congestion kernel has no OSU text layout: use --format table or none")
+        cls.refuse_osu_text(args, "the congestion kernel has")
         if not args.per_node and any(s.kernel in transports.supported_kernels(s.transport) for s in steps):
             congestion.check_units(ranks, options.canary_fraction, options.congestor_tests())
         return {"congestion": options}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from fabricbench.errors import Unsupported
+from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.congestion import Test
 from fabricbench.measure.kernels import Kernel
@@ -101,6 +101,12 @@ class Pattern:
         """The Plan's fields its options set from run's ``args`` (``steps``: the run's steps of its kernels, maybe
         none; ``ranks``: those launched), checked (UsageError); none here."""
         return {}
+
+    @staticmethod
+    def refuse_osu_text(args: argparse.Namespace, kernels: str) -> None:
+        """For a pattern whose rows OSU has no text layout for: ``--format osu`` is refused, naming ``kernels``."""
+        if args.output_format == "osu":
+            raise UsageError(f"{kernels} no OSU text layout: use --format table or none")
 
     @classmethod
     def header(cls, transport: str, kernel_name: str, ranks: int, title: str) -> str:
