@@ -7,6 +7,8 @@ A page holds a marker line, ``<!-- generated: NAME -->``, and the build puts in 
   schema lacks, is a warning, which ``mkdocs build --strict`` turns into a failed build;
 - ``cli``: every command's ``--help``, as argparse prints it from ``fabricbench.cli.build_parser``;
 - ``kernels``: every kernel (``fabricbench.measure.kernels.KERNELS``), its pattern and the transports that run it;
+- ``osu``: the OSU programs ``fabricbench osu-shims`` writes (``fabricbench.launch.osu_shims.BENCHMARKS``), what
+  each runs and the OSU options it honours;
 - ``transports``: the transport registry (``fabricbench.transports.TRANSPORTS``) with each transport's kernels,
   capabilities, option groups and whether it needs a launcher;
 - ``patterns``: the pattern registry (``fabricbench.run.patterns.PATTERNS``) with the capability each asks for and
@@ -157,6 +159,17 @@ def _pattern_name(kernel: str) -> str:
     return get_kernel(kernel).pattern
 
 
+def osu_markdown() -> str:
+    _import_fabricbench()
+    from fabricbench.launch import osu_shims
+
+    lines = ["| OSU program | runs | OSU options it honours (besides -h, -v) |", "|---|---|---|"]
+    for name, bench in osu_shims.BENCHMARKS.items():
+        letters = " ".join(f"`-{c}`" for c in getattr(bench, "letters", "") if c not in "hv")
+        lines.append(f"| `{name}` | `-t {bench.transport} -k {bench.kernel}` | {letters} |")
+    return f"{len(osu_shims.BENCHMARKS)} programs of OSU {osu_shims.OSU_VERSION}:\n\n" + "\n".join(lines) + "\n"
+
+
 def kernels_markdown() -> str:
     _import_fabricbench()
     from fabricbench.measure.kernels import KERNELS
@@ -172,6 +185,7 @@ def kernels_markdown() -> str:
 
 GENERATORS = {
     "kernels": kernels_markdown,
+    "osu": osu_markdown,
     "columns": columns_markdown,
     "cli": cli_markdown,
     "transports": transports_markdown,
