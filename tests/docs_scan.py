@@ -24,7 +24,7 @@ PACKAGE = ("analysis/", "launch/", "run/", "report/", "transports/", "measure/",
 PACKAGE_ROOT = "src/fabricbench/"
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 # A path-like word: letters, digits and . _ - / * { } , (alternatives); it ends before punctuation that closes prose.
-_WORD = re.compile(r"(?<![\w/.$~-])((?:\.ci|[a-z_]+)/[\w.*{},/<>-]*)")
+_WORD = re.compile(r"(?<![\w/.$~-])((?:\.ci|[a-z_]+)/[\w.*{},/<>+-]*)")
 _PLACEHOLDER = re.compile(r"[<>]|\b[A-Z]{2,}\b")  # results/<run-id>/, tests/NAME: a placeholder, not a path
 
 
@@ -105,3 +105,25 @@ def resolves(word: str, repo: Path) -> bool:
 def missing(text: str, repo: Path) -> list[str]:
     """The paths a page names that are not in the tree."""
     return [w for w in paths(text) if not resolves(w, repo)]
+
+
+# A Markdown link or image: [text](target) or ![alt](target "title"); the target up to a space, ) or #.
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s#]*)(?:#[^)\s]*)?(?:\s+\"[^\"]*\")?\)")
+
+
+def links(text: str) -> list[str]:
+    """The relative link targets of a page (not URLs, not anchors on the page itself), outside code blocks."""
+    code = {n for b in blocks(text) for n in range(b.line, b.line + b.text.count("\n") + 2)}
+    prose = "\n".join(line for n, line in enumerate(text.splitlines(), 1) if n not in code)
+    prose = re.sub(r"`[^`\n]*`", "", prose)  # inline code spans
+    found = []
+    for m in _LINK.finditer(prose):
+        target = m.group(1)
+        if target and not re.match(r"^[a-z][a-z0-9+.-]*:", target) and not target.startswith("/"):
+            found.append(target)
+    return found
+
+
+def broken_links(text: str, page: Path) -> list[str]:
+    """The relative links of a page (at ``page`` in the tree) that point at nothing."""
+    return [t for t in links(text) if not (page.parent / t).exists()]

@@ -119,8 +119,7 @@ def cli_markdown() -> str:
 
 def transports_markdown() -> str:
     _import_fabricbench()
-    from fabricbench.transports import TRANSPORTS, transport_class, transport_groups
-    from fabricbench.transports import capabilities
+    from fabricbench.transports import TRANSPORTS, capabilities, transport_class, transport_groups
 
     protocols = [capabilities.PairCases, capabilities.Routes, capabilities.CongestionCases, capabilities.SelfTimed]
     lines = [

@@ -1,0 +1,95 @@
+"""The docs cannot drift: README.md's and docs/'s runnable blocks run, and every path and link they name exists.
+
+A block marked ``<!-- runnable -->`` runs as written (``bash -eo pipefail``), in a scratch folder with this venv's
+bin first on PATH and the repository's examples/ and scripts/ linked in, its own process group killed after it
+(a ``serve`` it left in the background too). The blocks keep their sizes small: all of them run in well under a
+minute. tests/docs_scan.py finds the blocks, the paths and the links (tested in tests/unit/test_docs_scan.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import docs_scan
+from support import BIN, REPO, clean_env
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+RUNNABLE = [
+    pytest.param(page, block, id=f"{page.relative_to(REPO)}:{block.line}")
+    for page in PAGES
+    for block in docs_scan.runnable_blocks(page.read_text(encoding="utf-8"))
+]
+IDS = [str(page.relative_to(REPO)) for page in PAGES]
+
+
+def test_there_are_runnable_blocks_in_the_readme_and_the_docs():
+    pages = {param.values[0] for param in RUNNABLE}
+    assert REPO / "README.md" in pages
+    assert any(page.is_relative_to(REPO / "docs") for page in pages)
+
+
+@pytest.mark.parametrize(("page", "block"), RUNNABLE)
+def test_runnable_block_exits_0(page, block, tmp_path):
+    for name in ("examples", "scripts"):
+        (tmp_path / name).symlink_to(REPO / name)
+    env = clean_env(
+        {
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "FABRICBENCH_OSU_RESULTS": str(tmp_path / "osu-results"),  # the shims' tables, not under $HOME
+        }
+    )
+    proc = subprocess.Popen(
+        ["bash", "-eo", "pipefail", "-c", block.text],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        out = "(timed out after 180 s)"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever the block left running (a serve in the background)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == 0, f"{page.relative_to(REPO)} line {block.line}: exit {proc.returncode}\n{out[-4000:]}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_every_path_a_page_names_is_in_the_tree(page):
+    missing = docs_scan.missing(page.read_text(encoding="utf-8"), REPO)
+    assert missing == [], f"{page.relative_to(REPO)} names paths that are not in the tree: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_every_relative_link_points_at_something(page):
+    broken = docs_scan.broken_links(page.read_text(encoding="utf-8"), page)
+    assert broken == [], f"{page.relative_to(REPO)} links what is not there: {broken}"
+
+
+def test_the_site_builds_in_strict_mode(tmp_path):
+    """What .ci/run does after installing the docs extra; skipped where MkDocs is not installed."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    mkdocs = shutil.which("mkdocs", path=str(BIN)) or shutil.which("mkdocs")
+    command = [mkdocs] if mkdocs else [sys.executable, "-m", "mkdocs"]
+    result = subprocess.run(
+        [*command, "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env({"NO_MKDOCS_2_WARNING": "1"}),
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (tmp_path / "site" / "table" / "index.html").exists()
