@@ -6,6 +6,7 @@ A page holds a marker line, ``<!-- generated: NAME -->``, and the build puts in 
   schema, meaning from docs/hooks/columns.toml); a column without a meaning there, or a meaning for a column the
   schema lacks, is a warning, which ``mkdocs build --strict`` turns into a failed build;
 - ``cli``: every command's ``--help``, as argparse prints it from ``fabricbench.cli.build_parser``;
+- ``cloops``: the C timed loops in the tree (``transports/*/_*.c``) and the headers beside each;
 - ``kernels``: every kernel (``fabricbench.measure.kernels.KERNELS``), its pattern and the transports that run it;
 - ``osu``: the OSU programs ``fabricbench osu-shims`` writes (``fabricbench.launch.osu_shims.BENCHMARKS``), what
   each runs and the OSU options it honours;
@@ -169,6 +170,15 @@ def osu_markdown() -> str:
     return f"{len(osu_shims.BENCHMARKS)} programs of OSU {osu_shims.OSU_VERSION}:\n\n" + "\n".join(lines) + "\n"
 
 
+def cloops_markdown() -> str:
+    loops = sorted((SRC / "fabricbench" / "transports").glob("*/_*.c"))
+    lines = ["| fabric | C loop | beside it |", "|---|---|---|"]
+    for loop in loops:
+        headers = " ".join(f"`{h.name}`" for h in sorted(loop.parent.glob("_*.h"))) or "—"
+        lines.append(f"| `{loop.parent.name}` | `{loop.relative_to(REPO).as_posix()}` | {headers} |")
+    return "\n".join(lines) + "\n"
+
+
 def kernels_markdown() -> str:
     _import_fabricbench()
     from fabricbench.measure.kernels import KERNELS
@@ -183,6 +193,7 @@ def kernels_markdown() -> str:
 
 
 GENERATORS = {
+    "cloops": cloops_markdown,
     "kernels": kernels_markdown,
     "osu": osu_markdown,
     "columns": columns_markdown,
