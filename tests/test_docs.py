@@ -77,19 +77,40 @@ def test_every_relative_link_points_at_something(page):
     assert broken == [], f"{page.relative_to(REPO)} links what is not there: {broken}"
 
 
-def test_the_site_builds_in_strict_mode(tmp_path):
-    """What .ci/run does after installing the docs extra; skipped where MkDocs is not installed."""
+def _build(root, site):
+    """``mkdocs build --strict`` of the site at ``root`` (not ``--quiet``: it hides the warnings strict counts)."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
     mkdocs = shutil.which("mkdocs", path=str(BIN)) or shutil.which("mkdocs")
     command = [mkdocs] if mkdocs else [sys.executable, "-m", "mkdocs"]
-    result = subprocess.run(
-        [*command, "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
-        cwd=REPO,
+    return subprocess.run(
+        [*command, "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
         capture_output=True,
         text=True,
         timeout=120,
         env=clean_env({"NO_MKDOCS_2_WARNING": "1"}),
     )
+
+
+def test_the_site_builds_in_strict_mode(tmp_path):
+    """What .ci/run does after installing the docs extra; skipped where MkDocs is not installed."""
+    result = _build(REPO, tmp_path / "site")
     assert result.returncode == 0, result.stderr[-4000:]
-    assert (tmp_path / "site" / "table" / "index.html").exists()
+    table = (tmp_path / "site" / "table" / "index.html").read_text(encoding="utf-8")
+    assert "<code>busbw_GBps</code>" in table  # the columns were written from the schema
+    assert (tmp_path / "site" / "benchmarks" / "runs").is_dir()  # the validation pages' runs came along
+
+
+def test_a_column_without_its_meaning_fails_the_build(tmp_path):
+    """The table's page cannot fall behind the schema: a copy of the site whose columns.toml lost a line."""
+    root = tmp_path / "tree"
+    shutil.copytree(REPO / "docs", root / "docs")
+    shutil.copy(REPO / "mkdocs.yml", root)
+    for name in ("src", "benchmarks", "results"):  # what the hook reads, and the files the pages link
+        (root / name).symlink_to(REPO / name)
+    columns = root / "docs" / "hooks" / "columns.toml"
+    columns.write_text("".join(line for line in columns.read_text().splitlines(True) if not line.startswith("hops ")))
+    result = _build(root, tmp_path / "site")
+    assert result.returncode != 0
+    assert "no meaning for the table's column 'hops'" in result.stderr
