@@ -165,8 +165,11 @@ def osu_markdown() -> str:
 
     lines = ["| OSU program | runs | OSU options it honours (besides -h, -v) |", "|---|---|---|"]
     for name, bench in osu_shims.BENCHMARKS.items():
+        transport, kernel = getattr(bench, "transport", None), getattr(bench, "kernel", None)
+        if not (transport and kernel):
+            log.warning("osu_shims.BENCHMARKS[%r] names no transport and kernel for docs/osu.md's table", name)
         letters = " ".join(f"`-{c}`" for c in getattr(bench, "letters", "") if c not in "hv")
-        lines.append(f"| `{name}` | `-t {bench.transport} -k {bench.kernel}` | {letters} |")
+        lines.append(f"| `{name}` | `-t {transport} -k {kernel}` | {letters} |")
     return f"{len(osu_shims.BENCHMARKS)} programs of OSU {osu_shims.OSU_VERSION}:\n\n" + "\n".join(lines) + "\n"
 
 
