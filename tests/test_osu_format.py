@@ -372,9 +372,10 @@ def test_shim_results_go_under_the_per_user_data_directory_and_stderr_says_where
             ["-m", "8", "-T", "mpi_double"],
             "allreduce sums MPI_CHAR, MPI_INT or MPI_FLOAT",  # refused by rank 0's plan
         ),
-        ("osu_latency", ["-m", "8", "-T", "mpi_int"], "latency moves MPI_CHAR only"),
-        ("osu_bw", ["-m", "8", "-z"], "tail columns (-z) for bw"),
-        ("osu_latency", ["-m", "8", "-G"], "cannot honour option -G"),
+        ("osu_latency", ["-m", "8", "-T", "mpi_double"], "-T mpi_double: OSU 7.4 knows mpi_char"),
+        ("osu_bw", ["-m", "8", "-z"], "osu_bw: -z: OSU's tail bandwidths"),
+        ("osu_latency", ["-m", "8", "-G", "tty"], "osu_latency: -G: graphs of per-iteration values"),
+        ("osu_latency", ["-m", "8", "-f"], "osu_latency: invalid option -f"),
     ],
 )
 def test_shim_refuses_what_it_cannot_honour_in_one_line(shims, tmp_path, name, args, problem):

@@ -167,7 +167,7 @@ def test_console_unsupported_row_is_a_comment_with_its_reason():
             1,
             [
                 "# OSU MPI Barrier Latency Test v7.4",
-                "# Size       Avg Latency(us)",
+                "# Avg Latency(us)",  # no size column: OSU's show_size 0
             ],
         ),
         (
@@ -231,16 +231,19 @@ def test_osu_lines_use_osus_field_widths():
         "1                       0.46"
     )
     assert osu.line(MSGRATE) == "1024                 1234.57        1205632.40"
-    assert osu.line(BARRIER) == "0                       3.50"  # a collective without -f: the average alone
+    assert osu.line(BARRIER) == "             3.50"  # no size column: OSU's average alone, 17 wide
     full = osu.Columns(full=True)
-    assert osu.line(BARRIER, full) == "0                       3.50              3.25              3.75        1000"
+    assert osu.line(BARRIER, full) == "             3.50              3.25              3.75        1000"
+    allreduce = BARRIER | {"kernel": "allreduce", "size_B": 4}
+    assert osu.line(allreduce) == "4                       3.50"  # a collective without -f: the average alone
     put = {"kernel": "put", "status": "ok", "size_B": 64, "lat_mean_us": 0.875}
     assert osu.line(put) == "64                      0.88"
 
 
 def test_osu_widths_hold_whatever_the_values():
     line = osu.line(
-        BARRIER | {"size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100}, osu.Columns(full=True)
+        BARRIER | {"kernel": "allreduce", "size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100},
+        osu.Columns(full=True),
     )
     assert [line[:10], line[10:28], line[28:46], line[46:64], line[64:]] == [
         "1048576   ",
@@ -324,8 +327,10 @@ def test_osu_columns_a_kernel_cannot_fill_are_refused():
 
     with pytest.raises(UsageError, match="-T.*allreduce sums MPI_CHAR, MPI_INT or MPI_FLOAT"):
         osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_double"), "mpi")
-    with pytest.raises(UsageError, match="-T.*latency moves MPI_CHAR only"):
-        osu.check_columns(get_kernel("latency"), osu.Columns(datatype="mpi_int"), "mpi")
+    with pytest.raises(UsageError, match="-T.*latency moves MPI_CHAR, MPI_INT or MPI_FLOAT"):
+        osu.check_columns(get_kernel("latency"), osu.Columns(datatype="mpi_double"), "mpi")
+    ints = get_kernel("latency").with_datatype("mpi_int")  # the bytes of ints, on any transport
+    osu.check_columns(ints, osu.Columns(datatype="mpi_int"), "tcp")
     summing_chars = get_kernel("allreduce").with_datatype("mpi_char")
     osu.check_columns(summing_chars, osu.Columns(datatype="mpi_char"), "mpi")  # mpi sums OSU's default type
     with pytest.raises(

@@ -14,7 +14,10 @@ Pass/Fail validation column with ``-c`` (``Columns.validate``), then tail
 latencies with ``-z`` (``Columns.percentiles``), as OSU's print_stats_validate
 and its point-to-point tests print them. ``-T`` names the datatype line
 (``Columns.datatype``); the kernel's own type otherwise. A reduction run with
-``-T`` sums that type (``Kernel.with_datatype``), on mpi only.
+``-T`` sums that type (``Kernel.with_datatype``), on mpi only; the other kernels
+move its bytes, on any transport. A kernel with no sizes (barrier) prints no
+size column (``shows_size``): OSU's ``# Avg Latency(us)`` header, then its
+average 17 wide.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ OSU_VERSION = "v7.4"
 FIELD = 18  # OSU's FIELD_WIDTH, as OSU's configure.ac defines it
 SIZE_FIELD = 10  # OSU's "%-*d" (and "%-*s" for "# Size") width of the size column
 ITERATIONS_FIELD = 12  # OSU prints the Iterations column narrower
+NO_SIZE_FIELD = 17  # OSU's "%*.*f" width of the average where it prints no size column (osu_barrier)
 PERCENTILE_COLUMNS = dict(zip(PERCENTILES, ("lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us"), strict=True))
 VALIDATION_WORDS = {"pass": "Pass", "fail": "Fail"}
 
@@ -86,17 +90,19 @@ def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
         own = kernel.osu_datatype
         if not own:
             raise UsageError(f"datatype {columns.datatype} (-T) for {kernel.name}: it moves no data")
+        reduction = bool(kernel.collective_spec and kernel.collective_spec.elements)
         if columns.datatype.upper() != own:
             if len(kernel.osu_datatypes) > 1:
                 raise UsageError(
-                    f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} sums "
-                    f"{_either(kernel.osu_datatypes)}"
+                    f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} "
+                    f"{'sums' if reduction else 'moves'} {_either(kernel.osu_datatypes)}"
                 )
             raise UsageError(
                 f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} moves {own} only"
             )
         default = get_kernel(kernel.name).osu_datatype
-        if own != default and not transport_class(transport).osu_sums_any_type:
+        # Bytes are bytes on every transport; a sum of another type is the transport's to do.
+        if reduction and own != default and not transport_class(transport).osu_sums_any_type:
             classes = {name: transport_class(name) for name in TRANSPORTS}
             summing = [name for name, cls in classes.items() if cls.osu_sums_any_type and kernel.name in cls.kernels]
             raise UsageError(
@@ -144,6 +150,11 @@ def _message_rate(kernel) -> bool:
 def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
     """OSU's column header: ``"%-*s%*s"`` of "# Size" (10) and the value's name (FIELD), then the optional columns."""
     kernel = get_kernel(kernel_name)
+    if not shows_size(kernel):  # print_only_header without show_size: "# Avg Latency(us)", then the options'
+        text = "# Avg Latency(us)"
+        if columns.full:
+            text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
+        return text + _tail_header(columns)
     text = f"{'# Size':<{SIZE_FIELD}}"
     if _message_rate(kernel):
         text += f"{'MB/s':>{FIELD}}{'Messages/s':>{FIELD}}"
@@ -157,9 +168,17 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
             text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
     if columns.validate:
         text += f"{'Validation':>{FIELD}}"
-    for percent in columns.percentiles:  # OSU: "%*sP%d Tail Lat(us)", padded to FIELD for a two-digit percentile
-        text += f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}"
-    return text
+    return text + _tail_header(columns)
+
+
+def _tail_header(columns: Columns) -> str:
+    """OSU's "%*sP%d Tail Lat(us)" per -z percentile, padded to FIELD for a two-digit percentile."""
+    return "".join(f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}" for percent in columns.percentiles)
+
+
+def shows_size(kernel: Kernel) -> bool:
+    """Whether OSU prints a size column for it: not for a kernel with no sizes (osu_barrier's show_size 0)."""
+    return kernel.moves_data
 
 
 def line(row: dict, columns: Columns = Columns()) -> str:
@@ -168,6 +187,14 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     if not is_measured(row.get("status", "")):
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
+    if not shows_size(kernel):  # print_stats without show_size: "%*.*f" 17 wide, no size
+        text = f"{row['lat_rank_avg_us']:{NO_SIZE_FIELD}.2f}"
+        if columns.full:
+            text += (
+                f"{row['lat_rank_min_us']:{FIELD}.2f}{row['lat_rank_max_us']:{FIELD}.2f}"
+                f"{row['iterations']:{ITERATIONS_FIELD}d}"
+            )
+        return text + "".join(f"{row[PERCENTILE_COLUMNS[p]]:{FIELD}.2f}" for p in columns.percentiles)
     text = f"{row['size_B']:<{SIZE_FIELD}d}"
     if _message_rate(kernel):
         text += f"{row['bw_MBps']:{FIELD}.2f}{row['msgrate_per_s']:{FIELD}.2f}"
