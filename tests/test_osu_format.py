@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import dataclass
 
 import pytest
 
+from fabricbench.errors import UsageError
+from fabricbench.launch import osu_shims
+from fabricbench.measure.kernels import get_kernel
 from fabricbench.report import osu as osu_text
 from support import MPIEXEC, clean_env, fabricbench, one_error_line, read_rows
 
@@ -175,6 +179,136 @@ def test_osu_text_is_osus_printf_layout_line_by_line(transport, kernel, row, col
     assert osu_text.line(row, columns) == expected
     assert masked(osu_text.line(row, columns)) == masked(expected)
     assert len(osu_text.line(row, columns)) == len(head)  # every column sits under its name
+
+
+# --- Every shim's layout, from OSU's printf formats -----------------------------------------------------------------
+# What OSU 7.4 prints for each program, read from its source and described here apart from report/osu.py: the
+# lines between the title and the column header (print_preamble, print_header_one_sided, osu_mbw_mr's own), the
+# value columns and the table's figure under each, whether a size column leads (show_size), whether -f adds Min/Max/
+# Iterations, and whether -z's tails are latencies or bandwidths. Every program in BENCHMARKS must name its layout
+# in LAYOUT_OF: one without FAILS test_every_shim_has_its_osu_layout_described, never skipped.
+
+
+@dataclass(frozen=True)
+class Layout:
+    before: tuple[str, ...]  # the lines after the title ({T}: the datatype, {pairs}, {W})
+    values: tuple[tuple[str, str], ...]  # (column name, the table's figure under it)
+    size: bool = True  # OSU's show_size: "%-10d" first, and "# Size" heading it
+    full: bool = False  # -f: Min/Max latency and Iterations (print_stats)
+    tails: str = "Lat"  # -z: "Tail Lat(us)" of lat_p* or "Tail BW(MB/s)" of bw_win_p*
+
+
+DATATYPE = "# Datatype: {T}."
+ONE_SIDED = ("# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush", DATATYPE)
+OSU_LAYOUTS = {
+    "pt2pt-latency": Layout((DATATYPE,), (("Avg Latency(us)", "lat_mean_us"),)),
+    "pt2pt-bandwidth": Layout((DATATYPE,), (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
+    "mbw-mr": Layout(
+        ("# [ pairs: {pairs} ] [ window size: {W} ]", DATATYPE),
+        (("MB/s", "bw_MBps"), ("Messages/s", "msgrate_per_s")),
+        tails="BW",
+    ),
+    "collective": Layout((DATATYPE,), (("Avg Latency(us)", "lat_rank_avg_us"),), full=True),
+    "collective-no-size": Layout((), (("Avg Latency(us)", "lat_rank_avg_us"),), size=False, full=True),
+    "one-sided-latency": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),)),
+    "one-sided-bandwidth": Layout(ONE_SIDED, (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
+}
+# Each program's layout and its BENCHMARK string (the title, "%s" standing for "-CUDA" and the like).
+LAYOUT_OF = {
+    "osu_latency": ("pt2pt-latency", "OSU MPI%s Latency Test"),
+    "osu_multi_lat": ("pt2pt-latency", "OSU MPI%s Multi Latency Test"),
+    "osu_bw": ("pt2pt-bandwidth", "OSU MPI%s Bandwidth Test"),
+    "osu_bibw": ("pt2pt-bandwidth", "OSU MPI%s Bi-Directional Bandwidth Test"),
+    "osu_mbw_mr": ("mbw-mr", "OSU MPI%s Multiple Bandwidth / Message Rate Test"),
+    "osu_allreduce": ("collective", "OSU MPI%s Allreduce Latency Test"),
+    "osu_allgather": ("collective", "OSU MPI%s Allgather Latency Test"),
+    "osu_alltoall": ("collective", "OSU MPI%s All-to-All Personalized Exchange Latency Test"),
+    "osu_bcast": ("collective", "OSU MPI%s Broadcast Latency Test"),
+    "osu_reduce": ("collective", "OSU MPI%s Reduce Latency Test"),
+    "osu_reduce_scatter": ("collective", "OSU MPI%s Reduce_scatter Latency Test"),
+    "osu_barrier": ("collective-no-size", "OSU MPI%s Barrier Latency Test"),
+    "osu_put_latency": ("one-sided-latency", "OSU MPI_Put%s Latency Test"),
+    "osu_get_latency": ("one-sided-latency", "OSU MPI_Get%s Latency Test"),
+    "osu_put_bw": ("one-sided-bandwidth", "OSU MPI_Put%s Bandwidth Test"),
+    "osu_get_bw": ("one-sided-bandwidth", "OSU MPI_Get%s Bandwidth Test"),
+}
+# The command lines each shim's layout is checked under: those its program takes and fabricbench honours.
+OPTION_SETS = ("", "-c", "-f", "-z", "-z50,99", "-z 50,99", "-f -c -z", "-T mpi_int", "-T mpi_float -c -z90", "-m 8")
+# One figure per column the table may hold, each its own, so that a column printed from another figure shows.
+FIGURES = {"lat_mean_us": 1.25, "lat_rank_avg_us": 2.5, "lat_rank_min_us": 2.25, "lat_rank_max_us": 2.75}
+FIGURES |= {"bw_MBps": 1234.5, "msgrate_per_s": 98765.25, "lat_p50_us": 3.5, "lat_p90_us": 4.5, "lat_p99_us": 5.5}
+FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_MBps": 1300.25}
+
+
+def _layout_cases() -> list[tuple[str, str]]:
+    """(program, command line) for every shim and every option set it takes (the refused ones are the unit tests')."""
+    cases = []
+    for name in sorted(osu_shims.BENCHMARKS):
+        for line in OPTION_SETS:
+            try:
+                osu_shims.parse(name, line.split())
+            except UsageError:
+                continue
+            cases.append((name, line))
+    return cases
+
+
+@pytest.mark.parametrize("name", sorted(osu_shims.BENCHMARKS))
+def test_every_shim_has_its_osu_layout_described(name):
+    assert name in LAYOUT_OF, f"{name} has a shim but no OSU layout here: describe it from OSU 7.4's printf formats"
+    assert LAYOUT_OF[name][0] in OSU_LAYOUTS, f"{name}'s layout {LAYOUT_OF[name][0]!r} is not described"
+    assert any(case[0] == name for case in _layout_cases())  # at least its plain command line is checked
+
+
+def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[str], str]:
+    """OSU's lines after the title and one data line of FIGURES, from its printf formats, for this command line."""
+    layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
+    head = printf("%-*s", 10, "# Size") if layout.size else ""
+    line = printf("%-*d", 10, 64) if layout.size else ""
+    for number, (heading, figure) in enumerate(layout.values):
+        if layout.size or number:
+            head += printf("%*s", FIELD_WIDTH, heading)
+            line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES[figure])
+        else:  # print_only_header's "# Avg Latency(us)" and print_stats' 17-wide average
+            head += "# " + heading
+            line += printf("%*.*f", 17, FLOAT_PRECISION, FIGURES[figure])
+    if "f" in values and layout.full:
+        head += printf("%*s", FIELD_WIDTH, "Min Latency(us)") + printf("%*s", FIELD_WIDTH, "Max Latency(us)")
+        head += printf("%*s", 12, "Iterations")
+        line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES["lat_rank_min_us"])
+        line += printf("%*.*f%*lu", FIELD_WIDTH, FLOAT_PRECISION, FIGURES["lat_rank_max_us"], 12, 1000)
+    if columns.validate:
+        head += printf("%*s", FIELD_WIDTH, "Validation")
+        line += printf("%*s", FIELD_WIDTH, "Pass")
+    for percent in columns.percentiles:
+        unit = "Tail BW(MB/s)" if layout.tails == "BW" else "Tail Lat(us)"
+        head += printf("%*sP%d " + unit, FIELD_WIDTH - len("Px " + unit) - (percent > 9), "", percent)
+        figure = f"bw_win_p{percent:g}_MBps" if layout.tails == "BW" else f"lat_p{percent:g}_us"
+        line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES[figure])
+    before = [text.format(T=datatype, pairs=1, W=64) for text in layout.before]
+    return [*before, head], line
+
+
+@pytest.mark.parametrize(("name", "line"), _layout_cases())
+def test_every_shims_layout_is_osus_printf_layout(name, line):
+    request = osu_shims.parse(name, line.split())
+    bench, argv = request.bench, osu_shims.run_argv(request, "OUT")
+
+    def after(flag):
+        return argv[argv.index(flag) + 1] if flag in argv else ""
+
+    percentiles = tuple(float(p) for p in after("--osu-percentiles").split(",") if p)
+    columns = osu_text.Columns("-c" in argv, "--osu-full" in argv, percentiles, after("--osu-datatype"))
+    kernel = get_kernel(bench.kernel).with_datatype(columns.datatype)
+    osu_text.check_columns(kernel, columns, bench.transport)  # what the run's plan checks: nothing refused
+    lines = osu_text.header(bench.transport, bench.kernel, 64, 1, columns).splitlines()
+    expected_head, expected_line = _osu_prints(name, request.values, columns, kernel.osu_datatype)
+    assert lines[0].startswith("# fabricbench ")  # the one line that names fabricbench
+    assert lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
+    assert lines[2:] == expected_head
+    row = {"kernel": bench.kernel, "status": "ok", "size_B": 64 if kernel.moves_data else 0, "iterations": 1000}
+    row |= FIGURES | {"validation": "pass"}
+    assert osu_text.line(row, columns) == expected_line
 
 
 def _blocks(text: str) -> dict[str, list[str]]:
@@ -373,7 +507,7 @@ def test_shim_results_go_under_the_per_user_data_directory_and_stderr_says_where
             "-T mpi_double: OSU 7.4 knows mpi_char, mpi_int, mpi_float and all",
         ),
         ("osu_latency", ["-m", "8", "-T", "mpi_double"], "-T mpi_double: OSU 7.4 knows mpi_char"),
-        ("osu_bw", ["-m", "8", "-z"], "osu_bw: -z: OSU's tail bandwidths"),
+        ("osu_bibw", ["-m", "8", "-z"], "osu_bibw: -z: tail bandwidths: rank 0's window of both directions"),
         ("osu_latency", ["-m", "8", "-G", "tty"], "osu_latency: -G: graphs of per-iteration values"),
         ("osu_latency", ["-m", "8", "-f"], "osu_latency: invalid option -f"),
     ],
@@ -394,3 +528,19 @@ def test_shim_help_and_version_once_under_mpiexec(shims, tmp_path):
     assert (
         run.returncode == 0 and run.stdout.startswith("# OSU MPI Bandwidth Test v7.4") and run.stdout.count("\n") == 1
     )
+
+
+def test_shim_bw_tail_bandwidths_are_its_windows_rates(shims, tmp_path):
+    # OSU's osu_bw -z: "P50 Tail BW(MB/s)" columns, each window's bytes over its time, smallest first.
+    run, folder = osu(shims, tmp_path, "osu_bw", "-m", "4096:8192", "-x", "1", "-i", "20", "-W", "8", "-z")
+    assert run.returncode == 0, run.stderr
+    head = [line for line in run.stdout.splitlines() if line.startswith("# Size")]
+    assert head == ["# Size      Bandwidth (MB/s) P50 Tail BW(MB/s) P90 Tail BW(MB/s) P99 Tail BW(MB/s)"]
+    table = read_rows(folder)[0].set_index("size_B")
+    for size, bw, p50, p90, p99 in _data(run.stdout):
+        row = table.loc[int(size)]
+        assert _printed(bw, row.bw_MBps) and _printed(p50, row.bw_win_p50_MBps)
+        assert _printed(p90, row.bw_win_p90_MBps) and _printed(p99, row.bw_win_p99_MBps)
+        assert float(p50) <= float(p90) <= float(p99) <= row.bw_peak_MBps * 1.000001  # no window beats the fastest
+    for line in _data_lines(run.stdout):
+        assert masked(line) == masked(as_osu_prints_it(line, 1, tails=3))

@@ -63,7 +63,9 @@ def test_reframes_collective_line():
         ("osu_alltoall", "-f", ["--osu-full"]),
         ("osu_alltoall", "-z", ["--osu-percentiles", "50,90,99"]),  # OSU's default list
         ("osu_alltoall", "-z50,99", ["--osu-percentiles", "50,99"]),  # getopt's attached optional value
-        ("osu_alltoall", "-z 50,99", ["--osu-percentiles", "50,90,99"]),  # "-z 50,99": -z, then OSU stops
+        ("osu_alltoall", "-z 50,99", ["--osu-percentiles", "50,90,99"]),
+        ("osu_bw", "-z50", ["--osu-percentiles", "50"]),  # its windows' bandwidths
+        ("osu_put_bw", "-z", ["--osu-percentiles", "50,90,99"]),  # "-z 50,99": -z, then OSU stops
         ("osu_alltoall", "--tail-lat=99.9", ["--osu-percentiles", "99"]),  # OSU's atoi: P99
         ("osu_alltoall", "--tail=90", ["--osu-percentiles", "90"]),  # getopt_long: an unambiguous prefix
         ("osu_allreduce", "", ["--osu-datatype", "MPI_CHAR"]),  # OSU 7.4's default: a reduction sums MPI_CHAR
@@ -209,7 +211,8 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_bw", "-b multiple", "-b multiple: fabricbench's loops reuse one buffer"),
         ("osu_reduce", "-k rotate", "-k rotate: fabricbench's root is rank 0"),
         ("osu_reduce", "-k fixed:1", "-k fixed:1: fabricbench's root is rank 0"),
-        ("osu_bw", "-z", "-z: OSU's tail bandwidths are per-window figures"),
+        ("osu_bibw", "-z", "-z: tail bandwidths: rank 0's window of both directions"),
+        ("osu_mbw_mr", "-z", "-z: tail bandwidths: OSU multiplies rank 0's window rate by the pairs"),
         ("osu_latency", "-z75", "-z75: fabricbench's rows keep P50, P90, P99 only"),
         ("osu_latency", "-z101", "-z101: OSU's percentiles are 0 to 100"),
         ("osu_latency", "-T all", "OSU runs each in turn; fabricbench runs one datatype per run"),

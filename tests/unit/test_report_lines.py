@@ -341,8 +341,11 @@ def test_osu_columns_a_kernel_cannot_fill_are_refused():
     osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_float"), "tcp")  # its own type
     with pytest.raises(UsageError, match="barrier: it moves no data"):
         osu.check_columns(get_kernel("barrier"), osu.Columns(datatype="MPI_CHAR"), "mpi")
-    with pytest.raises(UsageError, match="tail columns.*bw"):
-        osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)), "mpi")
+    with pytest.raises(UsageError, match="tail bandwidths.*bibw: rank 0's window of both directions"):
+        osu.check_columns(get_kernel("bibw"), osu.Columns(percentiles=(50.0,)), "mpi")
+    with pytest.raises(UsageError, match="tail bandwidths.*msgrate: OSU multiplies rank 0's window rate"):
+        osu.check_columns(get_kernel("msgrate"), osu.Columns(percentiles=(50.0,)), "mpi")
+    osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)), "mpi")  # one pair's windows, one way
     osu.check_columns(get_kernel("latency"), osu.Columns(True, False, (50.0,), "mpi_char"), "mpi")  # all fine
 
 
@@ -360,3 +363,32 @@ def test_osu_percentile_lists_refused(text, problem):
 
     with pytest.raises(UsageError, match=problem):
         osu.parse_percentiles(text)
+
+
+def test_osu_tail_bandwidths_are_the_windows_rates_smallest_first():
+    from fabricbench.lazy import np
+    from fabricbench.measure.stats import window_bandwidths
+
+    # 100 windows of 1 MB: 1 ms to 100 ms, so 1000 MB/s down to 10 MB/s; OSU sorts the rates up and takes
+    # sorted[round(N p / 100) - 1]: P50 is the 50th smallest rate, P99 the 99th.
+    samples = np.arange(1, 101, dtype=np.int64) * 1_000_000
+    rates = sorted(1_000_000 / (samples / 1e9) / 1e6)
+    assert window_bandwidths(samples, 1_000_000) == {
+        "bw_win_p50_MBps": rates[49],
+        "bw_win_p90_MBps": rates[89],
+        "bw_win_p99_MBps": rates[98],
+    }
+    assert window_bandwidths(np.array([0, 5], dtype=np.int64), 8) == {}  # a window timed at 0 ns has no rate
+    columns = osu.Columns(percentiles=(50.0, 99.0))
+    assert osu.column_header("bw", columns) == "# Size      Bandwidth (MB/s) P50 Tail BW(MB/s) P99 Tail BW(MB/s)"
+    row = {"kernel": "bw", "status": "ok", "size_B": 8, "bw_MBps": 1.5, "bw_win_p50_MBps": 1.0}
+    assert osu.line(row | {"bw_win_p99_MBps": 3.0}, columns) == f"{8:<10}{1.5:18.2f}{1.0:18.2f}{3.0:18.2f}"
+
+
+def test_a_window_bandwidth_above_the_link_is_refused_with_the_peak():
+    from fabricbench.measure.rows import refuse_impossible
+
+    row = {"bw_MBps": 900.0, "bw_peak_MBps": 1500.0, "bw_win_p50_MBps": 950.0, "bw_win_p99_MBps": 1400.0}
+    refuse_impossible(row, 1, 1, 1000.0)
+    assert math.isnan(row["bw_peak_MBps"]) and math.isnan(row["bw_win_p99_MBps"])
+    assert row["bw_win_p50_MBps"] == 950.0 and row["bw_MBps"] == 900.0 and "bw_win_p99_MBps 1400" in row["note"]

@@ -12,7 +12,8 @@ The optional columns are OSU's, in OSU's order after the value(s): Min/Max
 latency and Iterations for a collective with ``-f`` (``Columns.full``), the
 Pass/Fail validation column with ``-c`` (``Columns.validate``), then tail
 latencies with ``-z`` (``Columns.percentiles``), as OSU's print_stats_validate
-and its point-to-point tests print them. ``-T`` names the datatype line
+and its point-to-point tests print them; a bandwidth test's tails are its
+windows' bandwidths (``bw_win_p*_MBps``, one pair one way only). ``-T`` names the datatype line
 (``Columns.datatype``); the kernel's own type otherwise. A reduction run with
 ``-T`` sums that type (``Kernel.with_datatype``), on mpi only; the other kernels
 move its bytes, on any transport. A kernel with no sizes (barrier) prints no
@@ -28,8 +29,9 @@ from fabricbench import __version__
 from fabricbench.argtypes import decimal
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import Kernel, Pairing, get_kernel
+from fabricbench.measure.rows import has_window_bandwidths
 from fabricbench.measure.schema import is_measured
-from fabricbench.measure.stats import PERCENTILES
+from fabricbench.measure.stats import PERCENTILES, WINDOW_PERCENTILES
 from fabricbench.transports import TRANSPORTS, transport_class
 
 OSU_VERSION = "v7.4"
@@ -81,11 +83,13 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
     """Refuse, in one line, a column this kernel's rows cannot fill on ``transport`` (never print something else
     under its name). ``kernel`` is the one the run moves: ``with_datatype`` of -T's type where it can move it."""
-    if columns.percentiles and kernel.windowed:
-        raise UsageError(
-            f"tail columns (-z) for {kernel.name}: fabricbench keeps percentiles of window times, "
-            "not OSU's per-window bandwidths"
+    if columns.percentiles and kernel.windowed and not has_window_bandwidths(kernel):
+        why = (
+            "rank 0's window of both directions does not hold its bytes' transit"
+            if kernel.directions > 1
+            else "OSU multiplies rank 0's window rate by the pairs; fabricbench keeps no window of every pair at once"
         )
+        raise UsageError(f"tail bandwidths (-z) for {kernel.name}: {why}")
     if columns.datatype:
         own = kernel.osu_datatype
         if not own:
@@ -168,12 +172,14 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
             text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
     if columns.validate:
         text += f"{'Validation':>{FIELD}}"
-    return text + _tail_header(columns)
+    return text + _tail_header(columns, kernel.windowed)
 
 
-def _tail_header(columns: Columns) -> str:
-    """OSU's "%*sP%d Tail Lat(us)" per -z percentile, padded to FIELD for a two-digit percentile."""
-    return "".join(f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}" for percent in columns.percentiles)
+def _tail_header(columns: Columns, bandwidth: bool = False) -> str:
+    """OSU's "%*sP%d Tail Lat(us)" (a bandwidth test's "Tail BW(MB/s)") per -z percentile, padded to FIELD for a
+    two-digit percentile."""
+    unit = "Tail BW(MB/s)" if bandwidth else "Tail Lat(us)"
+    return "".join(f"{f'P{percent:g} {unit}':>{FIELD}}" for percent in columns.percentiles)
 
 
 def shows_size(kernel: Kernel) -> bool:
@@ -211,6 +217,7 @@ def line(row: dict, columns: Columns = Columns()) -> str:
         text += f"{row['lat_mean_us']:{FIELD}.2f}"
     if columns.validate:
         text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
+    tails = WINDOW_PERCENTILES if kernel.windowed else PERCENTILE_COLUMNS
     for percent in columns.percentiles:
-        text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
+        text += f"{row[tails[percent]]:{FIELD}.2f}"
     return text
