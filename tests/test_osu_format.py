@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -234,6 +234,7 @@ LAYOUT_OF = {
 }
 # The command lines each shim's layout is checked under: those its program takes and fabricbench honours.
 OPTION_SETS = ("", "-c", "-f", "-z", "-z50,99", "-z 50,99", "-f -c -z", "-T mpi_int", "-T mpi_float -c -z90", "-m 8")
+OPTION_SETS += ("-R 0", "-R 0 -c")
 # One figure per column the table may hold, each its own, so that a column printed from another figure shows.
 FIGURES = {"lat_mean_us": 1.25, "lat_rank_avg_us": 2.5, "lat_rank_min_us": 2.25, "lat_rank_max_us": 2.75}
 FIGURES |= {"bw_MBps": 1234.5, "msgrate_per_s": 98765.25, "lat_p50_us": 3.5, "lat_p90_us": 4.5, "lat_p99_us": 5.5}
@@ -265,7 +266,8 @@ def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[s
     layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
     head = printf("%-*s", 10, "# Size") if layout.size else ""
     line = printf("%-*d", 10, 64) if layout.size else ""
-    for number, (heading, figure) in enumerate(layout.values):
+    shown = layout.values[:1] if values.get("R") == "0" else layout.values  # osu_mbw_mr's -R 0: MB/s alone
+    for number, (heading, figure) in enumerate(shown):
         if layout.size or number:
             head += printf("%*s", FIELD_WIDTH, heading)
             line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES[figure])
@@ -299,6 +301,7 @@ def test_every_shims_layout_is_osus_printf_layout(name, line):
 
     percentiles = tuple(float(p) for p in after("--osu-percentiles").split(",") if p)
     columns = osu_text.Columns("-c" in argv, "--osu-full" in argv, percentiles, after("--osu-datatype"))
+    columns = replace(columns, rate="--osu-no-rate" not in argv)
     kernel = get_kernel(bench.kernel).with_datatype(columns.datatype)
     osu_text.check_columns(kernel, columns, bench.transport)  # what the run's plan checks: nothing refused
     lines = osu_text.header(bench.transport, bench.kernel, 64, 1, columns).splitlines()
@@ -369,7 +372,7 @@ def shims(tmp_path_factory):
     return folder
 
 
-def osu(shims, tmp_path, name: str, *args: str, env: dict | None = None):
+def osu(shims, tmp_path, name: str, *args: str, env: dict | None = None, ranks: int = 2):
     """``mpiexec -n 2 NAME ARGS`` with the shims on PATH, in an empty working directory that must stay empty (OSU
     leaves it as it was), the results root $FABRICBENCH_OSU_RESULTS = tmp_path/results unless ``env`` says
     otherwise; returns the run and its results folder (or None)."""
@@ -379,7 +382,7 @@ def osu(shims, tmp_path, name: str, *args: str, env: dict | None = None):
     run_env = clean_env({"PATH": f"{shims}:{MPIEXEC.rsplit('/', 1)[0]}:/usr/bin:/bin"})
     run_env.update({"FABRICBENCH_OSU_RESULTS": str(tmp_path / "results")} if env is None else env)
     run = subprocess.run(
-        [MPIEXEC, "-n", "2", name, *args], capture_output=True, text=True, timeout=120, env=run_env, cwd=cwd
+        [MPIEXEC, "-n", str(ranks), name, *args], capture_output=True, text=True, timeout=120, env=run_env, cwd=cwd
     )
     assert sorted(cwd.iterdir()) == before, "a shim left something in the working directory"
     found = RESULTS_LINE.search(run.stderr)
@@ -525,9 +528,7 @@ def test_shim_help_and_version_once_under_mpiexec(shims, tmp_path):
     assert run.returncode == 0 and run.stdout.count("Usage: osu_bw") == 1
     assert "the working directory is left as it was" in run.stdout
     run, _ = osu(shims, tmp_path, "osu_bw", "-v")
-    assert (
-        run.returncode == 0 and run.stdout.startswith("# OSU MPI Bandwidth Test v7.4") and run.stdout.count("\n") == 1
-    )
+    assert run.returncode == 0 and run.stdout == "# OSU MPI Bandwidth Test v7.4\n"  # OSU's line, and nothing else
 
 
 def test_shim_bw_tail_bandwidths_are_its_windows_rates(shims, tmp_path):
@@ -544,3 +545,45 @@ def test_shim_bw_tail_bandwidths_are_its_windows_rates(shims, tmp_path):
         assert float(p50) <= float(p90) <= float(p99) <= row.bw_peak_MBps * 1.000001  # no window beats the fastest
     for line in _data_lines(run.stdout):
         assert masked(line) == masked(as_osu_prints_it(line, 1, tails=3))
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_shim_barrier_prints_no_size_column_as_osu(shims, tmp_path, full):
+    # osu_barrier on 4 ranks: OSU's "# Avg Latency(us)" header and its average alone, 17 wide (print_stats without
+    # show_size), with -f its Min/Max/Iterations; -m is read and ignored, as OSU does.
+    args = ["-m", "8", "-x", "2", "-i", "30", *(["-f"] if full else [])]
+    run, folder = osu(shims, tmp_path, "osu_barrier", *args, ranks=4)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    head = "# Avg Latency(us)" + ("   Min Latency(us)   Max Latency(us)  Iterations" if full else "")
+    assert lines[1:3] == ["# OSU MPI Barrier Latency Test v7.4", head]
+    data = _data_lines(run.stdout)
+    row = read_rows(folder)[0].iloc[0]
+    assert len(data) == 1 and row.ranks == 4 and row.size_B == 0
+    expected = printf("%*.*f", 17, FLOAT_PRECISION, row.lat_rank_avg_us)
+    if full:
+        expected += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, row.lat_rank_min_us)
+        expected += printf("%*.*f%*lu", FIELD_WIDTH, FLOAT_PRECISION, row.lat_rank_max_us, 12, 30)
+    assert data == [expected]
+
+
+def test_shim_mbw_mr_without_rate_prints_mb_per_s_alone(shims, tmp_path):
+    # osu_mbw_mr -R 0 on 4 ranks (2 pairs); its option string has no "+", so -R after the buffer places is read too.
+    run, folder = osu(shims, tmp_path, "osu_mbw_mr", "-m", "64:128", "-x", "1", "-i", "5", "D", "D", "-R", "0", ranks=4)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[2:4] == ["# [ pairs: 2 ] [ window size: 64 ]", "# Datatype: MPI_CHAR."]
+    assert lines[4] == printf("%-*s%*s", 10, "# Size", FIELD_WIDTH, "MB/s")
+    table = read_rows(folder)[0].set_index("size_B")
+    for size, mbps in _data(run.stdout):
+        assert _printed(mbps, table.bw_MBps[int(size)])
+    assert [int(d[0]) for d in _data(run.stdout)] == [64, 128]
+
+
+def test_shim_latency_of_ints_moves_whole_ints_from_4_bytes(shims, tmp_path):
+    run, folder = osu(shims, tmp_path, "osu_latency", "-m", "16", "-x", "1", "-i", "20", "-T", "mpi_int", "-c")
+    assert run.returncode == 0, run.stderr
+    assert "# Datatype: MPI_INT." in run.stdout.splitlines()
+    rows, meta = read_rows(folder)
+    assert [int(d[0]) for d in _data(run.stdout)] == [4, 8, 16] == sorted(rows.size_B)  # 1 and 2 B hold no int
+    assert set(rows.validation) == {"pass"} and [s["datatype"] for s in meta["steps"]] == ["MPI_INT"]

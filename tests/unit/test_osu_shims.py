@@ -90,6 +90,7 @@ def test_reframes_collective_line():
         ("osu_alltoall", "-a 8", []),
         ("osu_reduce", "-k fixed:0", ["--osu-datatype", "MPI_CHAR"]),
         ("osu_mbw_mr", "-R 1", []),
+        ("osu_mbw_mr", "-R 0", ["--osu-no-rate"]),  # MB/s alone
         ("osu_barrier", "-m 8 -f", ["--osu-full"]),  # OSU reads -m here and ignores it
         ("osu_bibw", "D D", []),
         ("osu_bibw", "-d cuda D D", ["--buffer", "cuda"]),
@@ -206,7 +207,7 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_latency", "-I", "-I: MPI sessions"),
         ("osu_allreduce", "-l", "-l: MPI_IN_PLACE"),
         ("osu_mbw_mr", "-V", "-V: a sweep of window sizes"),
-        ("osu_mbw_mr", "-R 0", "-R 0: fabricbench prints OSU's message rate column"),
+        ("osu_mbw_mr", "-R 2", "-R 2: OSU takes 0 or 1"),
         ("osu_mbw_mr", "-p 3", "-p 3: fabricbench pairs every rank"),
         ("osu_bw", "-b multiple", "-b multiple: fabricbench's loops reuse one buffer"),
         ("osu_reduce", "-k rotate", "-k rotate: fabricbench's root is rank 0"),

@@ -87,7 +87,7 @@ TREATMENTS = {
     "M": Treatment(HONOURED, "SIZE: the largest size is one whose buffers fit SIZE bytes on a rank"),
     "b": Treatment(HONOURED, "single: one buffer per side, OSU's default (multiple refused)"),
     "k": Treatment(HONOURED, "fixed:0: rank 0 is the root, OSU's default (rotate and other roots refused)"),
-    "R": Treatment(HONOURED, "1: the message rate column, OSU's default (0 refused)"),
+    "R": Treatment(HONOURED, "1: MB/s and Messages/s columns, OSU's default; 0: MB/s alone"),
     "p": Treatment(HONOURED, "PAIRS: N/2 on N ranks, every rank paired (another count refused)"),
     "t": Treatment(NO_EFFECT, "OSU 7.4 reads -t only in its multi-threaded, multi-process and non-blocking tests"),
     "a": Treatment(NO_EFFECT, "the GPU arrays of OSU's non-blocking dummy compute, which a blocking test has none of"),
@@ -354,8 +354,8 @@ def _check_value(bench: Benchmark, letter: str, value: str | None) -> None:
         kind, _, root = value.partition(":")
         if kind.lower() != "fixed" or not root or _atoi(root) != 0:
             raise UsageError(f"{name}: -k {value}: fabricbench's root is rank 0 (-k fixed:0)")
-    elif letter == "R" and value != "1":
-        raise UsageError(f"{name}: -R {value}: fabricbench prints OSU's message rate column (-R 1)")
+    elif letter == "R" and _atoi(value) not in (0, 1):
+        raise UsageError(f"{name}: -R {value}: OSU takes 0 or 1")
     elif letter == "p":
         ranks = _world_size()
         if ranks is None or _atoi(value) * 2 != ranks:
@@ -508,6 +508,8 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
         argv.append("-c")
     if "f" in values:
         argv.append("--osu-full")
+    if "R" in values and _atoi(values["R"]) == 0:
+        argv.append("--osu-no-rate")
     if request.percentiles:
         argv += ["--osu-percentiles", ",".join(str(p) for p in request.percentiles)]
     datatype = osu_datatype(bench, values)

@@ -51,6 +51,7 @@ class Columns:
     full: bool = False
     percentiles: tuple[float, ...] = ()
     datatype: str = ""
+    rate: bool = True  # a message-rate kernel's Messages/s column (osu_mbw_mr's -R 1; -R 0 leaves it out)
     # The run's Plan.transport_options: each transport's declared buffer place in them gives OSU's -d title
     # ("MPI-CUDA") and buffer lines.
     transport_options: dict = field(default_factory=dict)
@@ -62,6 +63,7 @@ class Columns:
             full=plan.osu.full,
             percentiles=plan.osu.percentiles,
             datatype=plan.osu.datatype,
+            rate=plan.osu.rate,
             transport_options=plan.transport_options,
         )
 
@@ -90,6 +92,8 @@ def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
             else "OSU multiplies rank 0's window rate by the pairs; fabricbench keeps no window of every pair at once"
         )
         raise UsageError(f"tail bandwidths (-z) for {kernel.name}: {why}")
+    if not columns.rate and not _message_rate(kernel):
+        raise UsageError(f"--osu-no-rate (-R 0) for {kernel.name}: it prints no message rate column")
     if columns.datatype:
         own = kernel.osu_datatype
         if not own:
@@ -161,7 +165,7 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
         return text + _tail_header(columns)
     text = f"{'# Size':<{SIZE_FIELD}}"
     if _message_rate(kernel):
-        text += f"{'MB/s':>{FIELD}}{'Messages/s':>{FIELD}}"
+        text += f"{'MB/s':>{FIELD}}" + (f"{'Messages/s':>{FIELD}}" if columns.rate else "")
     elif kernel.windowed:
         text += f"{'Bandwidth (MB/s)':>{FIELD}}"
     elif kernel.sample == "op" and not kernel.collective:  # one one-sided operation: osu_put_latency's header
@@ -203,7 +207,7 @@ def line(row: dict, columns: Columns = Columns()) -> str:
         return text + "".join(f"{row[PERCENTILE_COLUMNS[p]]:{FIELD}.2f}" for p in columns.percentiles)
     text = f"{row['size_B']:<{SIZE_FIELD}d}"
     if _message_rate(kernel):
-        text += f"{row['bw_MBps']:{FIELD}.2f}{row['msgrate_per_s']:{FIELD}.2f}"
+        text += f"{row['bw_MBps']:{FIELD}.2f}" + (f"{row['msgrate_per_s']:{FIELD}.2f}" if columns.rate else "")
     elif kernel.windowed:
         text += f"{row['bw_MBps']:{FIELD}.2f}"
     elif kernel.collective:
