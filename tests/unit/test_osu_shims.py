@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import stat
 
 import pytest
 
 from fabricbench.errors import UsageError
+from fabricbench.launch.osu_programs import LONG_OPTIONS
 from fabricbench.launch.osu_shims import (
     BENCHMARKS,
     HONOURED,
@@ -22,7 +24,9 @@ from fabricbench.launch.osu_shims import (
     results_root,
     run_argv,
     script,
+    translate,
     usage,
+    version_text,
     write_shims,
 )
 from fabricbench.measure.kernels import get_kernel
@@ -63,9 +67,10 @@ def test_reframes_collective_line():
         ("osu_alltoall", "-f", ["--osu-full"]),
         ("osu_alltoall", "-z", ["--osu-percentiles", "50,90,99"]),  # OSU's default list
         ("osu_alltoall", "-z50,99", ["--osu-percentiles", "50,99"]),  # getopt's attached optional value
-        ("osu_alltoall", "-z 50,99", ["--osu-percentiles", "50,90,99"]),
+        ("osu_alltoall", "-z 50,99", ["--osu-percentiles", "50,90,99"]),  # "-z 50,99": -z, then OSU stops
+        ("osu_alltoall", "-z 50,99 -c -f", ["--osu-percentiles", "50,90,99"]),  # -c and -f left unread, as OSU
         ("osu_bw", "-z50", ["--osu-percentiles", "50"]),  # its windows' bandwidths
-        ("osu_put_bw", "-z", ["--osu-percentiles", "50,90,99"]),  # "-z 50,99": -z, then OSU stops
+        ("osu_put_bw", "-z", ["--osu-percentiles", "50,90,99"]),
         ("osu_alltoall", "--tail-lat=99.9", ["--osu-percentiles", "99"]),  # OSU's atoi: P99
         ("osu_alltoall", "--tail=90", ["--osu-percentiles", "90"]),  # getopt_long: an unambiguous prefix
         ("osu_allreduce", "", ["--osu-datatype", "MPI_CHAR"]),  # OSU 7.4's default: a reduction sums MPI_CHAR
@@ -214,7 +219,7 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_reduce", "-k fixed:1", "-k fixed:1: fabricbench's root is rank 0"),
         ("osu_bibw", "-z", "-z: tail bandwidths: rank 0's window of both directions"),
         ("osu_mbw_mr", "-z", "-z: tail bandwidths: OSU multiplies rank 0's window rate by the pairs"),
-        ("osu_latency", "-z75", "-z75: fabricbench's rows keep P50, P90, P99 only"),
+        ("osu_latency", "-z75", "-z75: fabricbench's table keeps the P50, P90, P99 columns only"),
         ("osu_latency", "-z101", "-z101: OSU's percentiles are 0 to 100"),
         ("osu_latency", "-T all", "OSU runs each in turn; fabricbench runs one datatype per run"),
         ("osu_latency", "-T mpi_int -T mpi_float", "fabricbench runs one datatype per run"),
@@ -360,3 +365,42 @@ def test_write_shims_makes_executables_and_keeps_a_real_osu_binary(tmp_path):
         write_shims(str(tmp_path / "osu"))
     assert (tmp_path / "osu" / "osu_bw").read_bytes() == b"\x7fELF real OSU"
     assert not (tmp_path / "osu" / "osu_latency").exists()  # nothing written when one is refused
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_minus_v_is_osus_version_line_alone(name, capsys, monkeypatch):
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    bench = BENCHMARKS[name]
+    assert translate([name, "-v"]) is None
+    printed = capsys.readouterr().out
+    assert printed == version_text(bench) + "\n" and re.fullmatch(r"# OSU MPI[ _]\S.* Test v7\.4\n", printed)
+    assert "fabricbench" not in printed
+    assert translate([name, "--vers"]) is None and capsys.readouterr().out == printed  # getopt_long's prefix
+    if bench.gpu_buffers:  # OSU's print_version_message after -d cuda: "-CUDA" after the library's name
+        translate([name, "-d", "cuda", "-v"])
+        assert capsys.readouterr().out == printed.replace("# OSU MPI", "# OSU MPI-CUDA", 1)
+
+
+def test_help_lists_each_option_of_the_program_with_what_it_becomes():
+    text = usage(BENCHMARKS["osu_barrier"])
+    assert "  -m, --message-size        no effect: there are no sizes to sweep" in text
+    assert "  -G, --graph               refused: graphs" in text
+    assert "-c, --validation" not in text and "-T, --type" not in text  # osu_barrier's string has neither
+    assert [line.split(",")[0].strip() for line in text.splitlines() if line.startswith("  -")] == [
+        f"-{letter}" for letter in BENCHMARKS["osu_barrier"].letters
+    ]
+
+
+def test_the_manifest_holds_osus_77_programs_by_family():
+    from fabricbench.launch.osu_programs import FAMILY_SIZES, PROGRAMS
+
+    counts = {}
+    for program in PROGRAMS.values():
+        counts[program.family] = counts.get(program.family, 0) + 1
+        assert program.optstring == "" or set(program.letters) <= {letter for letter, _ in LONG_OPTIONS.values()}
+    assert counts == FAMILY_SIZES and len(PROGRAMS) == 77
+    assert set(BENCHMARKS) <= set(PROGRAMS)  # every shim is one of OSU's programs
+    assert PROGRAMS["osu_latency"].takes("z") == "optional" and PROGRAMS["osu_latency"].takes("m") == "required"
+    assert PROGRAMS["osu_latency"].takes("h") == "" and PROGRAMS["osu_latency"].takes("f") is None
+    assert PROGRAMS["osu_mbw_mr"].permutes and not PROGRAMS["osu_bw"].permutes

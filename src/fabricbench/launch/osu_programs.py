@@ -13,6 +13,12 @@ A string that starts with ``+`` stops at the first argument that is not an optio
 (``-z50,99``). The long names are OSU's ``OMBOP_LONG_OPTIONS_ALL``: getopt_long knows the ones whose letter is in
 the string. ``osu_hello`` parses nothing.
 
+Checked one by one in the source: ``osu_allgatherv`` (GATHER), ``osu_igather`` (NBC_GATHER), ``osu_ialltoallw``
+(NBC_ALLTOALL), ``osu_ibarrier`` (NBC_BARRIER), the acc/cas/fop latency tests' ``show_validation`` and
+``osu_get_acc_latency``'s lack of it, ``osu_bw``, ``osu_mbw_mr``, ``osu_latency_mt`` and the Makefiles' lists of
+programs. The other vector, non-blocking and neighbourhood programs take their operation's subtype (as those
+checked do); whoever adds a program's shim reads its ``main`` first.
+
 ``fabricbench.launch.osu_shims`` refers to this table: a shim exists for a program where its BENCHMARKS has an
 entry of the same name.
 """

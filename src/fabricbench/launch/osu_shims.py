@@ -300,8 +300,8 @@ def parse(name: str, argv: list[str]) -> Request:
         values[letter] = value or ""
     if len(datatypes) > 1:
         raise UsageError(
-            f"{name}: -T {' '.join(datatypes)}: OSU runs each in turn; fabricbench runs one datatype per run "
-            "(give one -T)"
+            f"{name}: -T {' '.join(datatypes)}: OSU runs each in turn; fabricbench runs one datatype per run, "
+            "since its rows carry no datatype column (give one -T)"
         )
     if datatypes:
         values["T"] = datatypes[0]
@@ -382,7 +382,9 @@ def _percentiles(bench: Benchmark, value: str | None) -> tuple[int, ...]:
             raise UsageError(f"{bench.name}: -z{value}: OSU's percentiles are 0 to 100")
         if percent not in KEPT_PERCENTILES:
             kept = ", ".join(f"{p}" for p in KEPT_PERCENTILES)
-            raise UsageError(f"{bench.name}: -z{value}: fabricbench's rows keep P{kept.replace(', ', ', P')} only")
+            raise UsageError(
+                f"{bench.name}: -z{value}: fabricbench's table keeps the P{kept.replace(', ', ', P')} columns only"
+            )
     return chosen or DEFAULT_PERCENTILES
 
 
