@@ -404,3 +404,19 @@ def test_the_manifest_holds_osus_77_programs_by_family():
     assert PROGRAMS["osu_latency"].takes("z") == "optional" and PROGRAMS["osu_latency"].takes("m") == "required"
     assert PROGRAMS["osu_latency"].takes("h") == "" and PROGRAMS["osu_latency"].takes("f") is None
     assert PROGRAMS["osu_mbw_mr"].permutes and not PROGRAMS["osu_bw"].permutes
+
+
+@pytest.mark.parametrize("limit", [1_000_000, 65_536, 4096])
+def test_minus_M_keeps_the_sizes_whose_buffers_fit_on_a_rank(monkeypatch, limit):
+    monkeypatch.setenv("PMI_SIZE", "4")
+    argv = _run("osu_alltoall", f"-M {limit} -m 1:1048576")
+    lo, hi = parse_size_range(argv[argv.index("-m") + 1])
+    kernel = get_kernel("alltoall")
+    assert lo == 1 and kernel.held_bytes(hi, 4, False) <= limit < kernel.held_bytes(2 * hi, 4, False)
+
+
+def test_minus_p_is_honoured_when_it_pairs_every_rank(monkeypatch):
+    monkeypatch.setenv("PMI_SIZE", "4")
+    assert parse("osu_mbw_mr", ["-p", "2"]).action == "run"
+    with pytest.raises(UsageError, match="-p 1: fabricbench pairs every rank r with r \\+ N/2.*4 ranks here"):
+        parse("osu_mbw_mr", ["-p", "1"])
