@@ -587,3 +587,37 @@ def test_shim_latency_of_ints_moves_whole_ints_from_4_bytes(shims, tmp_path):
     rows, meta = read_rows(folder)
     assert [int(d[0]) for d in _data(run.stdout)] == [4, 8, 16] == sorted(rows.size_B)  # 1 and 2 B hold no int
     assert set(rows.validation) == {"pass"} and [s["datatype"] for s in meta["steps"]] == ["MPI_INT"]
+
+
+@pytest.mark.parametrize("name", sorted(osu_shims.BENCHMARKS))
+def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, name):
+    # Each stand-in as a harness runs it: 2 ranks for a point-to-point or one-sided test, 4 for a collective; small
+    # sizes, few iterations. Its lines are OSU's (the layout described above) and its figures the table's.
+    bench = osu_shims.BENCHMARKS[name]
+    kernel = get_kernel(bench.kernel)
+    ranks = 4 if kernel.collective else 2
+    run, folder = osu(shims, tmp_path, name, "-m", "1:8", "-x", "1", "-i", "5", ranks=ranks)
+    assert run.returncode == 0, run.stderr
+    layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
+    columns = osu_text.Columns(datatype=osu_shims.osu_datatype(bench, {}) or "")
+    expected_head, _ = _osu_prints(name, {}, columns, kernel.with_datatype(columns.datatype).osu_datatype)
+    expected_head = [line.replace("pairs: 1 ]", f"pairs: {ranks // 2} ]") for line in expected_head]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("# fabricbench ") and lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
+    assert lines[2 : 2 + len(expected_head)] == expected_head
+    table = read_rows(folder)[0]
+    data = _data_lines(run.stdout)
+    assert len(data) == len(table) == (1 if not kernel.moves_data else len(set(table.size_B)))
+    for line, (_, row) in zip(data, table.sort_values("size_B").iterrows(), strict=True):
+        fields = line.split()
+        if layout.size:
+            rebuilt = printf("%-*d", 10, int(fields[0]))
+            rebuilt += "".join(printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, float(f)) for f in fields[1:])
+            assert int(fields[0]) == row.size_B
+        else:
+            rebuilt = printf("%*.*f", 17, FLOAT_PRECISION, float(fields[0]))
+        assert line == rebuilt  # OSU's widths, whatever the figures
+        figures = fields[1:] if layout.size else fields
+        assert len(figures) == len(layout.values)
+        for value, (_, column) in zip(figures, layout.values, strict=True):
+            assert _printed(value, row[column]), (column, value, row[column])
