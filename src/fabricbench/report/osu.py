@@ -23,6 +23,7 @@ average 17 wide.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fabricbench import __version__
@@ -222,6 +223,6 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     if columns.validate:
         text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
     tails = WINDOW_PERCENTILES if kernel.windowed else PERCENTILE_COLUMNS
-    for percent in columns.percentiles:
-        text += f"{row[tails[percent]]:{FIELD}.2f}"
+    for percent in columns.percentiles:  # NaN where a loop's windows do not hold their transit, or one was refused
+        text += f"{row.get(tails[percent], math.nan):{FIELD}.2f}"
     return text
