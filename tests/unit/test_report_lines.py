@@ -346,6 +346,8 @@ def test_osu_columns_a_kernel_cannot_fill_are_refused():
     with pytest.raises(UsageError, match="tail bandwidths.*msgrate: OSU multiplies rank 0's window rate"):
         osu.check_columns(get_kernel("msgrate"), osu.Columns(percentiles=(50.0,)), "mpi")
     osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)), "mpi")  # one pair's windows, one way
+    with pytest.raises(UsageError, match=r"P99.9 \(-z\) for bw: the table keeps P50, P90, P99 of windows"):
+        osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(99.9,)), "mpi")
     osu.check_columns(get_kernel("latency"), osu.Columns(True, False, (50.0,), "mpi_char"), "mpi")  # all fine
 
 

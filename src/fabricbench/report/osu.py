@@ -93,6 +93,10 @@ def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
             else "OSU multiplies rank 0's window rate by the pairs; fabricbench keeps no window of every pair at once"
         )
         raise UsageError(f"tail bandwidths (-z) for {kernel.name}: {why}")
+    untabled = [p for p in columns.percentiles if kernel.windowed and p not in WINDOW_PERCENTILES]
+    if untabled:
+        kept = ", ".join(f"P{p:g}" for p in WINDOW_PERCENTILES)
+        raise UsageError(f"tail bandwidth P{untabled[0]:g} (-z) for {kernel.name}: the table keeps {kept} of windows")
     if not columns.rate and not _message_rate(kernel):
         raise UsageError(f"--osu-no-rate (-R 0) for {kernel.name}: it prints no message rate column")
     if columns.datatype:
