@@ -191,15 +191,25 @@ def test_osu_text_is_osus_printf_layout_line_by_line(transport, kernel, row, col
 
 @dataclass(frozen=True)
 class Layout:
+    """One of OSU's layouts. A column is (heading, the table's figure under it), or (heading, figure, width, "d") for
+    an integer column of another width (Iterations: "%*lu" 12 wide)."""
+
     before: tuple[str, ...]  # the lines after the title ({T}: the datatype, {pairs}, {W})
-    values: tuple[tuple[str, str], ...]  # (column name, the table's figure under it)
+    values: tuple[tuple, ...]  # the value columns
     size: bool = True  # OSU's show_size: "%-10d" first, and "# Size" heading it
-    full: bool = False  # -f: Min/Max latency and Iterations (print_stats)
+    full: tuple[tuple, ...] | None = None  # the value columns with -f (None: -f does not change them)
     tails: str = "Lat"  # -z: "Tail Lat(us)" of lat_p* or "Tail BW(MB/s)" of bw_win_p*
+    first_width: int = 17  # without a size column: the first value's "%*.*f" width ("# " heads its name)
 
 
 DATATYPE = "# Datatype: {T}."
 ONE_SIDED = ("# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush", DATATYPE)
+AVERAGE = (("Avg Latency(us)", "lat_rank_avg_us"),)
+MIN_MAX_ITERATIONS = (
+    ("Min Latency(us)", "lat_rank_min_us"),
+    ("Max Latency(us)", "lat_rank_max_us"),
+    ("Iterations", "iterations", 12, "d"),
+)
 OSU_LAYOUTS = {
     "pt2pt-latency": Layout((DATATYPE,), (("Avg Latency(us)", "lat_mean_us"),)),
     "pt2pt-bandwidth": Layout((DATATYPE,), (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
@@ -208,8 +218,8 @@ OSU_LAYOUTS = {
         (("MB/s", "bw_MBps"), ("Messages/s", "msgrate_per_s")),
         tails="BW",
     ),
-    "collective": Layout((DATATYPE,), (("Avg Latency(us)", "lat_rank_avg_us"),), full=True),
-    "collective-no-size": Layout((), (("Avg Latency(us)", "lat_rank_avg_us"),), size=False, full=True),
+    "collective": Layout((DATATYPE,), AVERAGE, full=AVERAGE + MIN_MAX_ITERATIONS),
+    "collective-no-size": Layout((), AVERAGE, size=False, full=AVERAGE + MIN_MAX_ITERATIONS),
     "one-sided-latency": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),)),
     "one-sided-bandwidth": Layout(ONE_SIDED, (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
 }
@@ -238,7 +248,7 @@ OPTION_SETS += ("-R 0", "-R 0 -c")
 # One figure per column the table may hold, each its own, so that a column printed from another figure shows.
 FIGURES = {"lat_mean_us": 1.25, "lat_rank_avg_us": 2.5, "lat_rank_min_us": 2.25, "lat_rank_max_us": 2.75}
 FIGURES |= {"bw_MBps": 1234.5, "msgrate_per_s": 98765.25, "lat_p50_us": 3.5, "lat_p90_us": 4.5, "lat_p99_us": 5.5}
-FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_MBps": 1300.25}
+FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_MBps": 1300.25, "iterations": 1000}
 
 
 def _layout_cases() -> list[tuple[str, str]]:
@@ -266,19 +276,19 @@ def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[s
     layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
     head = printf("%-*s", 10, "# Size") if layout.size else ""
     line = printf("%-*d", 10, 64) if layout.size else ""
-    shown = layout.values[:1] if values.get("R") == "0" else layout.values  # osu_mbw_mr's -R 0: MB/s alone
-    for number, (heading, figure) in enumerate(shown):
-        if layout.size or number:
-            head += printf("%*s", FIELD_WIDTH, heading)
-            line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES[figure])
-        else:  # print_only_header's "# Avg Latency(us)" and print_stats' 17-wide average
+    shown = layout.full if "f" in values and layout.full else layout.values
+    shown = shown[:1] if values.get("R") == "0" else shown  # osu_mbw_mr's -R 0: MB/s alone
+    for number, (heading, figure, *form) in enumerate(shown):
+        width, kind = form or (FIELD_WIDTH, "f")
+        if not (layout.size or number):  # print_only_header's "# Avg Latency(us)" and print_stats' 17-wide average
             head += "# " + heading
-            line += printf("%*.*f", 17, FLOAT_PRECISION, FIGURES[figure])
-    if "f" in values and layout.full:
-        head += printf("%*s", FIELD_WIDTH, "Min Latency(us)") + printf("%*s", FIELD_WIDTH, "Max Latency(us)")
-        head += printf("%*s", 12, "Iterations")
-        line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES["lat_rank_min_us"])
-        line += printf("%*.*f%*lu", FIELD_WIDTH, FLOAT_PRECISION, FIGURES["lat_rank_max_us"], 12, 1000)
+            line += printf("%*.*f", layout.first_width, FLOAT_PRECISION, FIGURES[figure])
+        elif kind == "d":
+            head += printf("%*s", width, heading)
+            line += printf("%*lu", width, FIGURES[figure])
+        else:
+            head += printf("%*s", width, heading)
+            line += printf("%*.*f", width, FLOAT_PRECISION, FIGURES[figure])
     if columns.validate:
         head += printf("%*s", FIELD_WIDTH, "Validation")
         line += printf("%*s", FIELD_WIDTH, "Pass")
@@ -309,7 +319,7 @@ def test_every_shims_layout_is_osus_printf_layout(name, line):
     assert lines[0].startswith("# fabricbench ")  # the one line that names fabricbench
     assert lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
     assert lines[2:] == expected_head
-    row = {"kernel": bench.kernel, "status": "ok", "size_B": 64 if kernel.moves_data else 0, "iterations": 1000}
+    row = {"kernel": bench.kernel, "status": "ok", "size_B": 64 if kernel.moves_data else 0}
     row |= FIGURES | {"validation": "pass"}
     assert osu_text.line(row, columns) == expected_line
 
@@ -619,5 +629,5 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
         assert line == rebuilt  # OSU's widths, whatever the figures
         figures = fields[1:] if layout.size else fields
         assert len(figures) == len(layout.values)
-        for value, (_, column) in zip(figures, layout.values, strict=True):
+        for value, (_, column, *_) in zip(figures, layout.values, strict=True):
             assert _printed(value, row[column]), (column, value, row[column])
