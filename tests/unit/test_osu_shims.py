@@ -101,6 +101,7 @@ def test_reframes_collective_line():
         ("osu_bibw", "-d cuda D D", ["--buffer", "cuda"]),
         ("osu_bibw", "-d cuda H H", []),  # OSU's -d cuda H H: both buffers in host memory
         ("osu_bw", "-dcuda D D", ["--buffer", "cuda"]),
+        ("osu_bw", "-d CUDA D D", ["--buffer", "cuda"]),  # OSU's strncasecmp
         ("osu_bibw", "--accelerator=cuda D D", ["--buffer", "cuda"]),
         ("osu_mbw_mr", "-d cuda D D", ["--buffer", "cuda"]),
         ("osu_multi_lat", "-d cuda D D", ["--buffer", "cuda"]),

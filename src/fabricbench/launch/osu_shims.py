@@ -292,6 +292,8 @@ def parse(name: str, argv: list[str]) -> Request:
         treatment = bench.treatment(letter)
         if treatment.kind == REFUSED:
             raise UsageError(f"{name}: -{letter}: {treatment.text}")
+        if letter == "d" and value:
+            value = value.lower()  # OSU compares the kinds' names without case
         _check_value(bench, letter, value)
         if letter == "z":
             percentiles = _percentiles(bench, value)
