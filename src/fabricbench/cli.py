@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="tail latency columns, e.g. 50,90,99 (OSU's -z; from 50, 90, 99, 99.9)",
     )
     osu_columns.add_argument(
+        "--osu-no-rate",
+        action="store_true",
+        help="leave out the Messages/s column of a message-rate kernel (OSU's osu_mbw_mr -R 0)",
+    )
+    osu_columns.add_argument(
         "--osu-datatype",
         metavar="TYPE",
         type=nonempty("--osu-datatype", "give OSU's -T type, e.g. MPI_CHAR"),
