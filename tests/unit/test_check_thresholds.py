@@ -327,3 +327,16 @@ def test_the_junit_report_reads_back_with_hostile_names_kept_on_one_line(tmp_pat
     (case,) = suite
     assert case.result[0].message == "mpi latency 8 B: lat_p50_us 20, expected <= 10"
     assert [(c.name, c.result[0].message) for c in run] == [("the run", "the run exited 3")]
+
+
+def test_junit_is_taken_from_checks_own_words_but_not_from_runs():
+    from fabricbench.cli import _junit_among
+
+    assert _junit_among(["run1", "--junit", "r.xml"], None) == (["run1"], "r.xml")
+    assert _junit_among(["--junit=r.xml", "run1"], None) == (["run1"], "r.xml")
+    words = ["--", "run", "--junit", "x"]  # run's words: run refuses what it does not know
+    assert _junit_among(words, "r.xml") == (words, "r.xml")
+    with pytest.raises(UsageError, match="given twice"):
+        _junit_among(["run1", "--junit", "b.xml"], "a.xml")
+    with pytest.raises(UsageError, match="needs a FILE"):
+        _junit_among(["run1", "--junit"], None)
