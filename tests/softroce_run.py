@@ -44,10 +44,12 @@ def skip_reason() -> str | None:
     return None
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child between fork and exec only calls into it
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when pytest dies, so a killed session leaves no VM behind."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
