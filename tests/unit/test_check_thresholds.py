@@ -326,6 +326,7 @@ def test_the_junit_report_reads_back_with_hostile_names_kept_on_one_line(tmp_pat
     assert suite.name == "evil\\x1b[2J\\nname (threshold 1, line 1)"
     (case,) = suite
     assert case.result[0].message == "mpi latency 8 B: lat_p50_us 20, expected <= 10"
+    assert case.result[0].text.splitlines()[-1] == f"{suite.name}: mpi latency every size; max_lat_p50_us <= 10"
     assert [(c.name, c.result[0].message) for c in run] == [("the run", "the run exited 3")]
 
 

@@ -629,10 +629,15 @@ def write_junit(path: str, thresholds: list[Threshold], rows: list[dict], fabric
     from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
     report = JUnitXml("fabricbench check")
-    groups = [(threshold.where, junit_cases(threshold, rows, fabric)) for threshold in thresholds]
+    groups = []
+    for threshold in thresholds:
+        limits = ", ".join(f"{limit.name} {limit.expected}" for limit in threshold.limits)
+        groups.append(
+            (threshold.where, f"{threshold.where}: {threshold.scope}; {limits}", junit_cases(threshold, rows, fabric))
+        )
     if run_code:
-        groups.append(("fabricbench run", [Case("the run", [f"the run exited {run_code}"], ["exit_status"])]))
-    for name, cases in groups:
+        groups.append(("fabricbench run", "", [Case("the run", [f"the run exited {run_code}"], ["exit_status"])]))
+    for name, said, cases in groups:
         suite = TestSuite(printable(name, LINE))
         suite.add_property("thresholds", printable(source, LINE))  # properties come before the cases
         tests = []
@@ -640,7 +645,7 @@ def write_junit(path: str, thresholds: list[Threshold], rows: list[dict], fabric
             test = TestCase(printable(case.name, LINE), classname=printable(f"fabricbench check.{name}", LINE))
             if case.failures:
                 failure = Failure(printable("; ".join(case.failures), LINE), ",".join(case.kinds))
-                failure.text = printable_lines([*case.failures, *case.details])
+                failure.text = printable_lines([*case.failures, *case.details, *([said] if said else [])])
                 test.result = [failure]
             elif case.skipped:
                 test.result = [Skipped(printable(case.skipped, LINE))]
@@ -743,9 +748,9 @@ def check(thresholds_path: str, target: list[str], run_out: RunOut, junit: str |
     verdict = judge(thresholds, rows, fabric)
     if run_code:
         verdict.add("FAIL", f"the run exited {run_code}")
+    if junit is not None:  # first: the report stands even when the console is gone (check ... | head)
+        write_junit(junit, thresholds, rows, fabric, thresholds_path, run_code)
     # The lines quote the thresholds file's names and the table's hosts and labels.
     print(printable_lines([f"check: {thresholds_path} against {run} ({len(rows)} rows)", *verdict.lines]))
     print(summary(verdict, len(thresholds)))
-    if junit is not None:
-        write_junit(junit, thresholds, rows, fabric, thresholds_path, run_code)
     return 1 if verdict.failures or not verdict.rows_checked else 0
