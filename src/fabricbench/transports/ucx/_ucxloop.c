@@ -73,7 +73,8 @@ struct fb_ucx {
     int api, wait, timeout_ms, efd;
     ucs_status_t peer_status;   /* UCS_OK until a receive of an active message's data fails */
     uint64_t am_arrived;        /* active messages whose data is in the receive half */
-    uint64_t am_expected_len;
+    uint64_t am_expected;       /* active messages this side has waited for, all calls together: a count to
+                                 * reach, not a number per call, since the peer's next messages may come early */
     void *requests[MAX_WINDOW + 2];
     char error[256];
 };
@@ -394,11 +395,13 @@ static ucs_status_ptr_t recv_data(struct fb_ucx *l, size_t size)
     return recv_tagged(l, recv_half(l), size, TAG_DATA);
 }
 
-/* `count` data messages received: for active messages, the handler's count reaching `until`. */
-static int finish_recv(struct fb_ucx *l, int count, uint64_t until)
+/* `count` data messages received: for active messages, the handler's count reaching `count` more than all
+ * those waited for before. */
+static int finish_recv(struct fb_ucx *l, int count)
 {
     if (l->api == API_AM) {
-        WAIT_UNTIL(l, l->am_arrived >= until, "active message");
+        l->am_expected += (uint64_t)count;
+        WAIT_UNTIL(l, l->am_arrived >= l->am_expected, "active message");
         return 0;
     }
     return finish_all(l, count, "receive");
@@ -410,14 +413,13 @@ int fb_pingpong(struct fb_ucx *l, uint64_t size, int64_t iterations, int initiat
 {
     int64_t before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
-        uint64_t until = l->am_arrived + 1;
         l->requests[0] = recv_data(l, size);
         if (initiator) {
-            if (finish(l, send_data(l, size), "send") || finish_recv(l, 1, until))
+            if (finish(l, send_data(l, size), "send") || finish_recv(l, 1))
                 return -1;
             fb_stamp(times, i, &before);
         } else {
-            if (finish_recv(l, 1, until) || finish(l, send_data(l, size), "send"))
+            if (finish_recv(l, 1) || finish(l, send_data(l, size), "send"))
                 return -1;
         }
     }
@@ -432,11 +434,9 @@ int fb_stream(struct fb_ucx *l, uint64_t size, int window, int64_t iterations, i
     if (window < 1 || window > MAX_WINDOW)
         return FB_FAIL(l, "a window of %d messages: 1 to %d", window, MAX_WINDOW);
     int acked = ack && sending && !receiving, acking = ack && receiving && !sending;
-    void **sends = l->requests + 1, **receives = l->requests;
-    (void)sends;
+    void **receives = l->requests;
     int64_t before = fb_now_ns();
     for (int64_t i = 0; i < iterations; i++) {
-        uint64_t until = l->am_arrived + (uint64_t)window;
         ucs_status_ptr_t ack_request = NULL;
         void *posted[MAX_WINDOW];
         int n = 0;
@@ -456,14 +456,11 @@ int fb_stream(struct fb_ucx *l, uint64_t size, int window, int64_t iterations, i
         if (finish_all(l, n, "send"))
             return -1;
         if (receiving) {
-            if (l->api == API_AM) {
-                WAIT_UNTIL(l, l->am_arrived >= until, "active message");
-            } else {
+            if (l->api != API_AM)
                 for (int w = 0; w < window; w++)
                     receives[w] = posted[w];
-                if (finish_all(l, window, "receive"))
-                    return -1;
-            }
+            if (finish_recv(l, window))
+                return -1;
         }
         if (acking && finish(l, send_tagged(l, control(l) + ACK_BYTES, ACK_BYTES, TAG_ACK), "acknowledgement"))
             return -1;

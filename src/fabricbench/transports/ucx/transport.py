@@ -69,6 +69,7 @@ TWO_SIDED = {
 }
 RMA_CALLS = {"put": "ucp_put_nbx + ucp_ep_flush_nbx", "get": "ucp_get_nbx"}
 RMA_LANES = ("rma", "rma_bw")
+MESSAGE_LANES = ("am", "am_bw", "tag")  # tagged, stream and active messages go over UCP's am lanes (tag: offload)
 NO_RMA_LANE = "emulated over active messages"  # UCP's software RMA, where no lane does RMA itself (tcp)
 LANES_SOURCE = "ucp_ep_print_info (UCX 1.13 has no UCP_EP_ATTR_FIELD_TRANSPORTS for ucp_ep_query)"
 ZERO_STREAM = "a stream has no messages of 0 B (ucp_stream_recv_nbx waits for bytes)"
@@ -228,9 +229,8 @@ class RMA(_Case):
         if not self.initiator:
             t.require_success(t.lib.fb_wait_done(t.handle))
             return
-        t.require_success(
-            t.lib.fb_rma(t.handle, RMA_CODES[self.kernel.name], self.size, self.window, iterations, times_address(times))
-        )
+        code = RMA_CODES[self.kernel.name]
+        t.require_success(t.lib.fb_rma(t.handle, code, self.size, self.window, iterations, times_address(times)))
         t.require_success(t.lib.fb_signal_done(t.handle))
 
 
@@ -373,7 +373,7 @@ class UCXTransport(Transport):
             failed = table[rank].get("said")
             if failed:
                 failed = failed if isinstance(failed, str) else "no reason given"
-                raise PeerError(f"rank {rank}'s UCX endpoint {what}: {failed}")
+                raise PeerError(f"the UCX endpoint of rank {rank} {what}: {failed}")
         return table
 
     def _describe(self) -> list[Lane]:
@@ -387,8 +387,8 @@ class UCXTransport(Transport):
             raise PeerError(self.lib.fb_error(self.handle).decode(errors="replace"))
 
     def two_sided_method(self) -> str:
-        """The API and the lanes rank 0's endpoint has: ``tag, posix/memory``."""
-        return f"{self.api}, {lanes_summary(self.lanes.get(0, []))}"
+        """The API and the lanes rank 0's endpoint sends messages on: ``tag, sysv/memory``."""
+        return f"{self.api}, {used_for(self.lanes.get(0, []), MESSAGE_LANES)}"
 
     def rma_lanes(self) -> str:
         """The lanes rank 0's endpoint does RMA on, or the active-message lanes UCP emulates RMA over."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import shutil
 
+from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.rows import base_row
@@ -45,7 +46,6 @@ from fabricbench.transports.reference_tool import (
     tool_output,
 )
 from fabricbench.transports.ucx.options import BIN_HINT, UCX_OPTIONS, UCXUnavailable
-from fabricbench.control import allgather_json
 
 TOOL = "ucx_perftest"
 UCX_INFO = "ucx_info"
