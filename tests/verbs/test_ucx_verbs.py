@@ -1,0 +1,66 @@
+"""UCX's verbs transports (rc_verbs, with ud_verbs beside it) on a real RDMA device: the ``ucx`` transport beside
+``verbs``, in one run.
+
+UCX_TLS names the verbs transports only (no shared memory, no tcp), so the two local ranks can only meet over
+the device: the rows must name rc_verbs on it, and every figure is of checked data. Where UCX finds no verbs
+transport on the device, the test skips with ucx_info's own list. Under emulation only pass or fail counts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from fabricbench.measure.plan import sizes_between
+from support import NEEDS_RDMA_DEVICE, RDMA_DEVICES, mpiexec, read_rows
+
+pytestmark = NEEDS_RDMA_DEVICE
+RUN_TIMEOUT = 600
+SIZES = sizes_between(128, 256)  # two sizes: this file's share of CI's time under emulation is about a minute
+KERNELS = ("latency", "bw", "put", "get")
+
+
+@pytest.fixture(scope="module")
+def ucx_verbs() -> dict:
+    """The environment that limits UCX to the first RDMA device's verbs transports; a skip saying why where UCX
+    has none there."""
+    from fabricbench.transports.ucx import cloop as ucx_cloop
+    from fabricbench.transports.ucx.options import UCXUnavailable
+    from fabricbench.transports.ucx.ucx_perftest import parse_devices
+
+    try:
+        ucx_cloop.load()
+    except UCXUnavailable as exc:
+        pytest.skip(f"the ucx transport cannot run here: {exc}")
+    if shutil.which("ucx_info") is None:
+        pytest.skip("ucx_info is not installed (apt-get install ucx-utils)")
+    device = sorted(RDMA_DEVICES.iterdir())[0].name
+    said = subprocess.run(["ucx_info", "-d"], capture_output=True, text=True, timeout=120).stdout
+    found = parse_devices(said)
+    if f"rc_verbs/{device}:1" not in found:
+        pytest.skip(f"UCX lists no rc_verbs on {device}:1 here: {', '.join(found) or 'nothing'}")
+    return {"device": f"{device}:1", "env": {"UCX_TLS": "rc_verbs,ud_verbs", "UCX_NET_DEVICES": f"{device}:1"}}
+
+
+def test_ucx_rc_verbs_rows_beside_verbs_move_intact_data(ucx_verbs, tmp_path):
+    out = tmp_path / "run"
+    result = mpiexec(
+        2, "run", "-t", "verbs,ucx", "-k", ",".join(KERNELS), "-m", f"{SIZES[0]}:{SIZES[-1]}", "-i", "5", "-x", "1",
+        "-W", "4", "-c", "--timeout", "300", "--out", str(out), "--format", "none", env=ucx_verbs["env"],
+        timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows, meta = read_rows(out)
+    ucx = rows[rows.transport == "ucx"]
+    assert (ucx.status == "ok").all(), set(ucx.status)
+    assert sorted(zip(ucx.kernel, ucx.size_B, strict=True)) == sorted((k, s) for k in KERNELS for s in SIZES)
+    assert (ucx.validation == "pass").all()
+    assert ucx.method.str.contains(f"rc_verbs/{ucx_verbs['device']}", regex=False).all(), set(ucx.method)
+    assert (ucx[ucx.kernel == "latency"].lat_p50_us > 0).all() and (ucx[ucx.kernel == "bw"].bw_MBps > 0).all()
+    info = meta["transports"]["ucx"]
+    assert all(f"rc_verbs/{ucx_verbs['device']}" in lanes for lanes in info["transports_by_rank"].values()), info
+    assert info["ucx_environment"] == ucx_verbs["env"]
+    verbs = rows[rows.transport == "verbs"]
+    assert len(verbs) and (verbs[verbs.status == "ok"].validation == "pass").all()
