@@ -256,11 +256,11 @@ def report(transport: str, data: dict, args) -> bool:
             verdict = ratio.verdict(target, higher_is_better=bandwidth)
             any_missed |= missed(verdict)
             tool_figures = [v for v in series(runs, "ucx_perftest", size) if math.isfinite(v)]
-            beside = (
-                f"{statistics.median(tool_figures):>9.2f} {statistics.median(tool_figures) / statistics.median(c):>5.2f}"
-                if tool_figures
-                else f"{'-':>9} {'-':>5}"
-            )  # noqa: E501
+            if tool_figures:
+                theirs = statistics.median(tool_figures)
+                beside = f"{theirs:>9.2f} {theirs / statistics.median(c):>5.2f}"
+            else:
+                beside = f"{'-':>9} {'-':>5}"
             print(
                 f"  {group:>14} {size_words(size):>8} {statistics.median(ours):>9.2f} {statistics.median(c):>9.2f} | "
                 f"{ratio.median:>5.2f} {ratio.interval:>10} {control.median:>5.2f} {control.interval:>10} | "

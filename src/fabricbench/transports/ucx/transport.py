@@ -61,7 +61,7 @@ MAX_ENV_CHARS = 256
 MAX_LANES = 32  # lanes per endpoint taken from a peer's record
 SECRET_NAMES = re.compile(r"UUID|KEY|TOKEN|SECRET|PASS|AUTH|CRED", re.IGNORECASE)
 CONTROL_BYTES = 64  # after the two halves: the acknowledgement, DONE and handshake messages
-EXTRA_WINDOW = 4096  # _ucxloop.c's MAX_WINDOW
+MAX_WINDOW = 4096  # _ucxloop.c's MAX_WINDOW: the most messages a window holds
 TWO_SIDED = {
     "tag": "ucp_tag_send_nbx/ucp_tag_recv_nbx",
     "stream": "ucp_stream_send_nbx/ucp_stream_recv_nbx",
@@ -400,8 +400,8 @@ class UCXTransport(Transport):
     def case(self, kernel: Kernel, size: int) -> Case:
         if size > self.region:
             raise Unsupported(f"{size} B is more than the {self.region} B registered for this run")
-        if self.window > EXTRA_WINDOW and kernel.windowed:
-            raise Unsupported(f"a window of {self.window} is over the ucx loop's {EXTRA_WINDOW}")
+        if self.window > MAX_WINDOW and kernel.windowed:
+            raise Unsupported(f"a window of {self.window} is over the ucx loop's {MAX_WINDOW}")
         if kernel.name in RMA_CODES:
             return RMA(self, kernel, size)
         if size == 0 and self.api == "stream":
