@@ -20,6 +20,10 @@ pytestmark = NEEDS_RDMA_DEVICE
 RUN_TIMEOUT = 600
 SIZES = sizes_between(128, 256)  # two sizes: this file's share of CI's time under emulation is about a minute
 KERNELS = ("latency", "bw", "put", "get")
+# ud_verbs (rc_verbs' wire-up transport) declares a peer dead when it answers nothing for UCX_UD_TIMEOUT (30 s by
+# default): under emulation a rank spends that long in Python between two kernels, and UCX then aborts the rank
+# ("UD endpoint ...: unhandled timeout error"). The time a peer may be silent here, not a figure.
+UD_TIMEOUT = "600s"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,8 @@ def ucx_verbs() -> dict:
     found = parse_devices(said)
     if f"rc_verbs/{device}:1" not in found:
         pytest.skip(f"UCX lists no rc_verbs on {device}:1 here: {', '.join(found) or 'nothing'}")
-    return {"device": f"{device}:1", "env": {"UCX_TLS": "rc_verbs,ud_verbs", "UCX_NET_DEVICES": f"{device}:1"}}
+    env = {"UCX_TLS": "rc_verbs,ud_verbs", "UCX_NET_DEVICES": f"{device}:1", "UCX_UD_TIMEOUT": UD_TIMEOUT}
+    return {"device": f"{device}:1", "env": env}
 
 
 def test_ucx_rc_verbs_rows_beside_verbs_move_intact_data(ucx_verbs, tmp_path):
