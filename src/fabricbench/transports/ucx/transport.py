@@ -351,12 +351,12 @@ class UCXTransport(Transport):
             raise UCXUnavailable(open_refusal(error.value.decode(errors="replace"), self.loop.version))
         out = ctypes.create_string_buffer(max(ADDRESS_BYTES, RKEY_BYTES))
         length = self.lib.fb_address(self.handle, out, ADDRESS_BYTES)
-        self.require_success(min(length, 0))
-        address = out.raw[:length].hex()
+        address = out.raw[: max(length, 0)].hex()
         found_base = ctypes.c_uint64()
-        length = self.lib.fb_rkey(self.handle, out, RKEY_BYTES, ctypes.byref(found_base))
-        self.require_success(min(length, 0))
-        return address, out.raw[:length].hex(), found_base.value
+        rkey_length = self.lib.fb_rkey(self.handle, out, RKEY_BYTES, ctypes.byref(found_base))
+        if length < 0 or rkey_length < 0:  # over what the control plane carries: said on every rank alike
+            raise UCXUnavailable(self.lib.fb_error(self.handle).decode(errors="replace"))
+        return address, out.raw[:rkey_length].hex(), found_base.value
 
     def _connect(self, address: bytes, rkey: bytes, base: int) -> str:
         """The endpoint to the peer and its rkey unpacked; '' on success, else why."""
