@@ -1,9 +1,11 @@
 /* ucx_reference.c: the smallest program that makes fabricbench's ucx calls, for benchmarks/ucx_reference.py.
  *
- * One process forks two: the parent sends first (the initiator), the child answers. They trade worker
- * addresses over a socketpair, which also carries a barrier before each warm-up and each timed loop (read by
- * polling with MSG_DONTWAIT, so neither sleeps in read() and is woken onto its partner's CPU); no MPI, no
- * Python, no ctypes, no dlmopen. Each allocates and fills its own buffer after the fork, as two ranks do. The
+ * One process forks two: the parent sends first (the initiator), the child answers. The child executes the
+ * program anew (-F FD: the socket it inherited), as a launcher's ranks are each an exec: the kernel places a
+ * process on the least busy CPU at exec, while a forked child starts on its parent's CPU and, two busy-polling
+ * processes on a loaded host, may stay there for whole runs. They trade worker addresses over a socketpair,
+ * which also carries a barrier before each warm-up and each timed loop (read by polling with MSG_DONTWAIT, so
+ * neither sleeps in read() and is woken onto its partner's CPU); no MPI, no Python, no ctypes, no dlmopen. Each allocates and fills its own buffer after the fork, as two ranks do. The
  * UCP calls are _ucxloop.c's (--ucx-api tag, --ucx-progress spin), with the same parameters:
  * - ucp_init from ucp_config_read (UCX_TLS and the rest of the environment), a single-threaded worker, an
  *   endpoint to the peer's address with no error handling, the buffer mapped with ucp_mem_map;
@@ -18,15 +20,17 @@
  *   latency SIZE ITERATIONS P50_US MEAN_US     one way (half the round trip); P50 the nearest-rank median
  *   bw      SIZE ITERATIONS MEAN_MBPS P50_MBPS  MB = 10^6 B; MEAN: all windows' bytes over their whole time;
  *                                              P50: one window's bytes over the median window
+ * each followed by CPU_PARENT CPU_CHILD, where the two were when the timed loop ended (sched_getcpu),
  * and a first line starting with '#' naming the UCX version and the endpoint's lanes (ucp_ep_print_info).
  *
  * Build: cc -O2 -o ucx_reference ucx_reference.c -lucp -lucs
- * Usage: ucx_reference -k latency|bw -s SIZE[,SIZE...] -i ITERATIONS -x WARMUP [-w WINDOW]
+ * Usage: ucx_reference -k latency|bw -s SIZE[,SIZE...] -i ITERATIONS -x WARMUP [-w WINDOW]   (-F FD: the child)
  */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
 
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,14 +200,15 @@ int main(int argc, char **argv)
 {
     const char *kind = "latency", *size_list = "8";
     int64_t iterations = 1000, warmup = 100;
-    int window = 16, opt;
-    while ((opt = getopt(argc, argv, "k:s:i:x:w:")) != -1) {
+    int window = 16, opt, inherited = -1;
+    while ((opt = getopt(argc, argv, "k:s:i:x:w:F:")) != -1) {
         switch (opt) {
         case 'k': kind = optarg; break;
         case 's': size_list = optarg; break;
         case 'i': iterations = atoll(optarg); break;
         case 'x': warmup = atoll(optarg); break;
         case 'w': window = atoi(optarg); break;
+        case 'F': inherited = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: ucx_reference -k latency|bw -s SIZES -i ITERATIONS -x WARMUP [-w WINDOW]\n");
             return 2;
@@ -221,12 +226,28 @@ int main(int argc, char **argv)
         return 2;
 
     int pair[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair))
-        return 1;
-    pid_t child = fork();
-    int initiator = child != 0;
-    sock = pair[initiator ? 0 : 1];
-    close(pair[initiator ? 1 : 0]);
+    pid_t child = 0;
+    int initiator = inherited < 0;
+    if (initiator) {
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair))
+            return 1;
+        child = fork();
+        if (child == 0) {
+            char fd[16], **args = calloc((size_t)argc + 3, sizeof *args);
+            close(pair[0]);
+            snprintf(fd, sizeof fd, "%d", pair[1]);
+            for (int a = 0; a < argc; a++)
+                args[a] = argv[a];
+            args[argc] = "-F", args[argc + 1] = fd;
+            execv("/proc/self/exe", args);
+            perror("ucx_reference: execv");
+            _exit(1);
+        }
+        sock = pair[0];
+        close(pair[1]);
+    } else {
+        sock = inherited;
+    }
 
     ucp_config_t *config;
     ucp_context_h context;
@@ -290,8 +311,12 @@ int main(int argc, char **argv)
             stream(send, recv, control, size, window, iterations, initiator, times);
         else
             pingpong(send, recv, size, iterations, initiator, times);
-        if (!initiator)
+        int cpu = sched_getcpu(), other = -1;
+        if (!initiator) {
+            put_all(&cpu, sizeof cpu);
             continue;
+        }
+        get_all(&other, sizeof other);
         int64_t total = 0;
         for (int64_t i = 0; i < iterations; i++)
             total += times[i];
@@ -299,11 +324,11 @@ int main(int argc, char **argv)
         int64_t median = times[(iterations + 1) / 2 - 1];
         if (bw) {
             double moved = (double)size * window;
-            printf("bw\t%zu\t%lld\t%.3f\t%.3f\n", size, (long long)iterations, moved * iterations / total * 1e3,
-                   moved / median * 1e3);
+            printf("bw\t%zu\t%lld\t%.3f\t%.3f\t%d\t%d\n", size, (long long)iterations,
+                   moved * iterations / total * 1e3, moved / median * 1e3, cpu, other);
         } else {
-            printf("latency\t%zu\t%lld\t%.4f\t%.4f\n", size, (long long)iterations, median / 2e3,
-                   (double)total / iterations / 2e3);
+            printf("latency\t%zu\t%lld\t%.4f\t%.4f\t%d\t%d\n", size, (long long)iterations, median / 2e3,
+                   (double)total / iterations / 2e3, cpu, other);
         }
         fflush(stdout);
     }
