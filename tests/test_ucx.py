@@ -10,6 +10,7 @@ client that offers tcp only, so UCX itself finds no common transport.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -154,7 +155,7 @@ def test_without_ucx_the_refusal_is_one_line_and_no_rank_starts(tmp_path):
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
     if probe.returncode:
         pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode().strip()}")
-    if not shutil.os.path.isdir("/usr/include/ucp"):
+    if not os.path.isdir("/usr/include/ucp"):
         pytest.skip("UCX's headers are not installed here: nothing to hide")
     result = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2, result.stderr
