@@ -3,7 +3,7 @@
 Run it alone, on one machine with nothing else busy (it starts its own ranks, two of them, or four):
 
     python benchmarks/mpi_overhead.py [--reps N] [--quick] [--seed S] [--thread-multiple] [--python VENV/bin/python]
-                                      [--ranks 2|4]
+                                      [--ranks 2|4] [--kernels K,K]
 
 --kernels K,K runs only those kernels (the groups that hold them) and judges only their targets.
 
@@ -16,7 +16,8 @@ osu_reduce_scatter, osu_barrier, osu_put_latency, osu_get_latency, and osu_gathe
 osu_scatterv, osu_allgatherv, osu_alltoallv, osu_alltoallw, osu_reduce_scatter_block; its header comment lists every
 place it departs from OSU on purpose), built at start into a temporary directory with -O2 and the very compiler
 wrapper fabricbench builds its own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs
-fabricbench). It covers every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for. Against it:
+fabricbench). It covers every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for.
+Against it:
 - fabricbench ``run -t mpi,mpi-rma --loop c`` with METHOD_ARGS (``--method blocking``): its C loop making OSU's
   own calls (MPI_Send/MPI_Recv ping-pong; W Isend, Waitall and an ack; blocking collectives; lock/flush Put and
   Get), the like-for-like comparison that the targets are for;
