@@ -14,7 +14,7 @@ from fabricbench.collectives.spec import ROOT, uniform_layout
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.plan import kernel_sizes
 from fabricbench.measure.rows import measured_row
-from fabricbench.report.osu import header
+from fabricbench.report.osu import Columns, header
 from fabricbench.transports import TRANSPORTS, transport_class
 
 RANKS = (2, 3, 4)
@@ -270,3 +270,30 @@ def test_the_new_collectives_have_osus_titles():
     for name, title in titles.items():
         assert header("mpi", name, 64, 1).splitlines()[1] == title
         assert name in transport_class("mpi").kernels and name not in transport_class("mpi").default_kernels
+
+
+PERSISTENT_TITLES = {  # OSU 7.4's 14 *_persistent programs' titles, by the kernel each runs
+    "allgather": "Allgather",
+    "allgatherv": "Allgatherv",
+    "allreduce": "Allreduce",
+    "alltoall": "All-to-All Personalized Exchange",
+    "alltoallv": "All-to-Allv Personalized Exchange",
+    "alltoallw": "All-to-Allw Personalized Exchange",
+    "barrier": "Barrier",
+    "bcast": "Broadcast",
+    "gather": "Gather",
+    "gatherv": "Gatherv",
+    "reduce": "Reduce",
+    "reduce_scatter": "Reduce_scatter",
+    "scatter": "Scatter",
+    "scatterv": "Scatterv",
+}
+
+
+@pytest.mark.parametrize(("name", "words"), PERSISTENT_TITLES.items())
+def test_persistent_collectives_have_the_title_of_osus_persistent_programs(name, words):
+    persistent = Columns(transport_options={"mpi": {"method": "persistent"}})
+    assert header("mpi", name, 64, 1, persistent).splitlines()[1] == f"# OSU MPI {words} Persistent Latency Test v7.4"
+    blocking = Columns(transport_options={"mpi": {"method": "blocking"}})
+    assert header("mpi", name, 64, 1, blocking).splitlines()[1] == f"# OSU MPI {words} Latency Test v7.4"
+    assert header("mpi", "latency", 64, 1, persistent).splitlines()[1] == "# OSU MPI Latency Test v7.4"

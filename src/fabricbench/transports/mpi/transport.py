@@ -600,6 +600,12 @@ class MPITransport(Transport):
         return place_of(settings.get("buffer"), settings.get("method") == "staged")
 
     @classmethod
+    def osu_title_variant(cls, kernel, transport_options: dict) -> str:
+        """--method persistent on a collective: OSU's *_persistent programs (MPI_*_init), "Persistent" in the title."""
+        persistent = MPI_OPTIONS.of(transport_options).get("method") == "persistent"
+        return "Persistent" if persistent and kernel.collective else ""
+
+    @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:
         """A GPU buffer place: CuPy and a GPU, or one line naming what is missing; and the C loop of --loop c."""
         cls.buffer_place(settings).preflight("mpi --buffer cuda")
