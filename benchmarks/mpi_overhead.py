@@ -3,17 +3,21 @@
 Run it alone, on one machine with nothing else busy (it starts its own ranks, two of them, or four):
 
     python benchmarks/mpi_overhead.py [--reps N] [--quick] [--seed S] [--thread-multiple] [--python VENV/bin/python]
-                                      [--ranks 2|4]
+                                      [--ranks 2|4] [--kernels K,K]
+
+--kernels K,K runs only those kernels (the groups that hold them) and judges only their targets.
 
 --python runs everything on another venv's MPI (its mpi4py, mpiexec and wrapper), e.g. one with PyPI's
 Open MPI wheel; as root the script sets the variables Open MPI then asks for.
 
 The reference is osu_reference.c, beside this script: OSU Micro-Benchmarks 7.4's loops in plain C (osu_latency,
 osu_bw, osu_bibw, osu_mbw_mr, osu_allreduce, osu_allgather, osu_alltoall, osu_bcast, osu_reduce,
-osu_reduce_scatter, osu_barrier, osu_put_latency, osu_get_latency; its header comment lists every place it departs
-from OSU on purpose), built at start into a temporary directory with -O2 and the very compiler wrapper fabricbench
-builds its own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs fabricbench). It covers
-every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for. Against it:
+osu_reduce_scatter, osu_barrier, osu_put_latency, osu_get_latency, and osu_gather, osu_gatherv, osu_scatter,
+osu_scatterv, osu_allgatherv, osu_alltoallv, osu_alltoallw, osu_reduce_scatter_block; its header comment lists every
+place it departs from OSU on purpose), built at start into a temporary directory with -O2 and the very compiler
+wrapper fabricbench builds its own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs
+fabricbench). It covers every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for.
+Against it:
 - fabricbench ``run -t mpi,mpi-rma --loop c`` with METHOD_ARGS (``--method blocking``): its C loop making OSU's
   own calls (MPI_Send/MPI_Recv ping-pong; W Isend, Waitall and an ack; blocking collectives; lock/flush Put and
   Get), the like-for-like comparison that the targets are for;
@@ -56,7 +60,8 @@ launch's figures and --replay renders the tables from them again.
 
 Targets (fabricbench's C loop over the C program, the median of the kept paired ratios, per mode): latency at
 every size from 0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97;
-allreduce, allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05;
+allreduce, allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05, and so
+gather, gatherv, scatter, scatterv, allgatherv, alltoallv, alltoallw and reduce_scatter_block;
 barrier at most 1.05; put and get latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the
 wrapper, the rows' method and the thread levels, then gives a line per kernel and size (the medians, the pairs
 kept, the worst mode's ratio, the modes where there are two) and a line per target (its worst size, how many
@@ -110,7 +115,10 @@ REFERENCE, CONTROL, C_LOOP, PYTHON_LOOP = "C program", "A/A", "C loop", "python 
 LOOPS = {C_LOOP: "c", PYTHON_LOOP: "python"}  # series name: fabricbench's --loop
 # fabricbench's collectives on -t mpi, all of which OSU 7.4 has a program for.
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
-REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")  # float32 elements: sizes from 4 B
+# The rooted collectives and the v-variants (OSU's counts and displacements), and OSU's reduce_scatter_block.
+ROOTED_AND_V = ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw")
+MORE_COLLECTIVES = (*ROOTED_AND_V, "reduce_scatter_block")
+REDUCTIONS = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block")  # float32 elements: sizes from 4 B
 # The smallest size each kernel gives a figure for: a whole float32; put and get (fabricbench's and the C program's)
 # sweep from 1 B, bw, bibw and msgrate too (OSU's sweep).
 MIN_SIZES = {**dict.fromkeys(REDUCTIONS, 4), **dict.fromkeys(("put", "get", "bw", "bibw", "msgrate"), 1)}
@@ -166,6 +174,8 @@ GROUPS = (
     Group("mpi", ("bw", "bibw", "msgrate"), 16 * KiB, 4 * MiB, 10, 2, 10),
     Group("mpi", (*COLLECTIVES, "barrier"), 4, 8 * KiB, 2000, 200, 1000),
     Group("mpi", COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10, 100),
+    Group("mpi", MORE_COLLECTIVES, 4, 8 * KiB, 2000, 200, 1000),
+    Group("mpi", MORE_COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10, 100),
 )
 KERNEL_ORDER = list(dict.fromkeys(kernel for group in GROUPS for kernel in group.kernels))  # the tables' order
 
@@ -191,7 +201,7 @@ TARGETS = (
     Target("bw 1 B - 4 MiB", "bw", 1, 4 * MiB, 0.97, True),
     Target("bibw 1 B - 4 MiB", "bibw", 1, 4 * MiB, 0.97, True),
     Target("msgrate 1 B - 4 MiB", "msgrate", 1, 4 * MiB, 0.97, True),
-    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in COLLECTIVES),
+    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in COLLECTIVES + MORE_COLLECTIVES),
     Target("barrier", "barrier", 0, 0, 1.05, False),
     Target("put 1 B - 4 KiB", "put", 1, 4 * KiB, 1.05, False),
     Target("get 1 B - 4 KiB", "get", 1, 4 * KiB, 1.05, False),
@@ -206,7 +216,7 @@ COLUMNS = {
     "bw": "bw_MBps",
     "bibw": "bw_MBps",
     "msgrate": "msgrate_per_s",
-    **dict.fromkeys((*COLLECTIVES, "barrier"), "lat_rank_avg_us"),
+    **dict.fromkeys((*COLLECTIVES, *MORE_COLLECTIVES, "barrier"), "lat_rank_avg_us"),
 }
 PROBE = (
     "import json, mpi4py, platform\nfrom fabricbench.control.mpi import import_mpi\nMPI = import_mpi()\n"
@@ -430,7 +440,8 @@ def target_table(series: dict, references: dict) -> bool:
         "verdict at the worst size; sizes"
     )
     ok = True
-    for target in TARGETS:
+    measured = {kernel for kernel, _ in series}
+    for target in (t for t in TARGETS if t.kernel in measured):  # --kernels: the targets of the kernels run
         sizes = sorted(s for (k, s) in series if k == target.kernel and target.lo <= s <= target.hi)
         judged = {s: Figure.of(series[(target.kernel, s)], references[(target.kernel, s)], target) for s in sizes}
         resolved = {s: f for s, f in judged.items() if f.worst}
@@ -518,6 +529,17 @@ def load_record(path: Path) -> tuple[list[str], dict, dict]:
     return [*record["header"], f"# replayed from {path}"], series, references
 
 
+def only_kernels(parser, groups: tuple[Group, ...], kernels: str | None) -> tuple[Group, ...]:
+    """--kernels: each group cut to the kernels named (a group left with none is dropped); every group without it."""
+    if kernels is None:
+        return groups
+    wanted = set(kernels.split(","))
+    if unknown := wanted - set(KERNEL_ORDER):
+        parser.error(f"--kernels: no such kernel here: {', '.join(sorted(unknown))} (known: {', '.join(KERNEL_ORDER)})")
+    cut = (replace(g, kernels=tuple(k for k in g.kernels if k in wanted)) for g in groups)
+    return tuple(g for g in cut if g.kernels)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, help=f"repetitions (default {DEFAULT_REPS}; --quick: {MIN_REPS})")
@@ -549,6 +571,10 @@ def main() -> int:
     parser.add_argument(
         "--python-loop", action="store_true", help="run fabricbench's --loop python too (two launches more a group)"
     )
+    parser.add_argument(
+        "--kernels",
+        help="only these kernels (a comma list, e.g. gather,alltoallw): the groups that hold them, and their targets",
+    )
     parser.add_argument("--json", type=Path, help="also write every pair and C program figure to this file")
     parser.add_argument("--replay", type=Path, help="measure nothing: render the tables from a --json file again")
     parser.add_argument(
@@ -560,7 +586,7 @@ def main() -> int:
     args = parser.parse_args()
     reps = args.reps or (MIN_REPS if args.quick else DEFAULT_REPS)
     check_reps(parser, reps)
-    groups = tuple(scaled(g, args.ranks, args.quick) for g in GROUPS)
+    groups = tuple(scaled(g, args.ranks, args.quick) for g in only_kernels(parser, GROUPS, args.kernels))
     if args.agree < 1:
         parser.error("--agree is a factor of at least 1")
     KEEP["agree"] = args.agree

@@ -237,6 +237,28 @@ LAYOUT_OF = {
     "osu_reduce": ("collective", "OSU MPI%s Reduce Latency Test"),
     "osu_reduce_scatter": ("collective", "OSU MPI%s Reduce_scatter Latency Test"),
     "osu_barrier": ("collective-no-size", "OSU MPI%s Barrier Latency Test"),
+    "osu_gather": ("collective", "OSU MPI%s Gather Latency Test"),
+    "osu_gatherv": ("collective", "OSU MPI%s Gatherv Latency Test"),
+    "osu_scatter": ("collective", "OSU MPI%s Scatter Latency Test"),
+    "osu_scatterv": ("collective", "OSU MPI%s Scatterv Latency Test"),
+    "osu_allgatherv": ("collective", "OSU MPI%s Allgatherv Latency Test"),
+    "osu_alltoallv": ("collective", "OSU MPI%s All-to-Allv Personalized Exchange Latency Test"),
+    "osu_alltoallw": ("collective", "OSU MPI%s All-to-Allw Personalized Exchange Latency Test"),
+    "osu_reduce_scatter_block": ("collective", "OSU MPI%s Reduce_scatter_block Latency Test"),
+    "osu_allgather_persistent": ("collective", "OSU MPI%s Allgather Persistent Latency Test"),
+    "osu_allgatherv_persistent": ("collective", "OSU MPI%s Allgatherv Persistent Latency Test"),
+    "osu_allreduce_persistent": ("collective", "OSU MPI%s Allreduce Persistent Latency Test"),
+    "osu_alltoall_persistent": ("collective", "OSU MPI%s All-to-All Personalized Exchange Persistent Latency Test"),
+    "osu_alltoallv_persistent": ("collective", "OSU MPI%s All-to-Allv Personalized Exchange Persistent Latency Test"),
+    "osu_alltoallw_persistent": ("collective", "OSU MPI%s All-to-Allw Personalized Exchange Persistent Latency Test"),
+    "osu_barrier_persistent": ("collective-no-size", "OSU MPI%s Barrier Persistent Latency Test"),
+    "osu_bcast_persistent": ("collective", "OSU MPI%s Broadcast Persistent Latency Test"),
+    "osu_gather_persistent": ("collective", "OSU MPI%s Gather Persistent Latency Test"),
+    "osu_gatherv_persistent": ("collective", "OSU MPI%s Gatherv Persistent Latency Test"),
+    "osu_reduce_persistent": ("collective", "OSU MPI%s Reduce Persistent Latency Test"),
+    "osu_reduce_scatter_persistent": ("collective", "OSU MPI%s Reduce_scatter Persistent Latency Test"),
+    "osu_scatter_persistent": ("collective", "OSU MPI%s Scatter Persistent Latency Test"),
+    "osu_scatterv_persistent": ("collective", "OSU MPI%s Scatterv Persistent Latency Test"),
     "osu_put_latency": ("one-sided-latency", "OSU MPI_Put%s Latency Test"),
     "osu_get_latency": ("one-sided-latency", "OSU MPI_Get%s Latency Test"),
     "osu_put_bw": ("one-sided-bandwidth", "OSU MPI_Put%s Bandwidth Test"),
@@ -312,6 +334,8 @@ def test_every_shims_layout_is_osus_printf_layout(name, line):
     percentiles = tuple(float(p) for p in after("--osu-percentiles").split(",") if p)
     columns = osu_text.Columns("-c" in argv, "--osu-full" in argv, percentiles, after("--osu-datatype"))
     columns = replace(columns, rate="--osu-no-rate" not in argv)
+    if "--method" in argv:  # the *_persistent programs: their run's calls, which the title names
+        columns = replace(columns, transport_options={"mpi": {"method": after("--method")}})
     kernel = get_kernel(bench.kernel).with_datatype(columns.datatype)
     osu_text.check_columns(kernel, columns, bench.transport)  # what the run's plan checks: nothing refused
     lines = osu_text.header(bench.transport, bench.kernel, 64, 1, columns).splitlines()
@@ -632,3 +656,21 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
         assert len(figures) == len(layout.values)
         for value, (_, column, *_) in zip(figures, layout.values, strict=True):
             assert _printed(value, row[column]), (column, value, row[column])
+
+
+def test_shim_persistent_collective_makes_mpi_4s_persistent_calls_and_validates(shims, tmp_path):
+    # osu_gatherv_persistent on 4 ranks: OSU's persistent title, its run made with MPI_Gatherv_init (the method
+    # column) and checked (-c); every shim's layout, the persistent ones' included, is the test above's.
+    run, folder = osu(shims, tmp_path, "osu_gatherv_persistent", "-m", "16", "-x", "1", "-i", "5", "-c", ranks=4)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1:4] == [
+        "# OSU MPI Gatherv Persistent Latency Test v7.4",
+        "# Datatype: MPI_CHAR.",
+        osu_column_header(["Avg Latency(us)"], validate=True),
+    ]
+    rows = read_rows(folder)[0]
+    assert set(rows.method) == {"c loop, persistent"} and set(rows.validation) == {"pass"} and (rows.ranks == 4).all()
+    assert [int(d[0]) for d in _data(run.stdout)] == [1, 2, 4, 8, 16] == sorted(rows.size_B)
+    for line in _data_lines(run.stdout):
+        assert line == as_osu_prints_it(line, 1, validate=True)

@@ -88,6 +88,8 @@ def test_the_python_codes_are_the_headers_each_loop_includes():
         assert loop.CODES.name == codes and f'#include "{codes}"' in loop.SOURCE.read_text()
     assert mpi_cloop.C_OPS == {
         "allreduce": 0, "allgather": 1, "alltoall": 2, "bcast": 3, "reduce": 4, "reduce_scatter": 5, "barrier": 6,
+        "gather": 20, "gatherv": 21, "scatter": 22, "scatterv": 23, "allgatherv": 24, "alltoallv": 25,
+        "alltoallw": 26, "reduce_scatter_block": 27,
     }  # fmt: skip
     assert set(mpi_cloop.C_OPS) == set(mpi_transport.MPI_CALLS)  # every collective the Python loop runs
     assert mpi_transport.C_OPS is mpi_cloop.C_OPS

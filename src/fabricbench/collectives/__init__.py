@@ -13,15 +13,28 @@ from __future__ import annotations
 
 from fabricbench.collectives import (
     allgather,
+    allgatherv,
     allreduce,
     alltoall,
+    alltoallv,
+    alltoallw,
     barrier,
     bcast,
+    gather,
+    gatherv,
     reduce,
     reduce_scatter,
+    reduce_scatter_block,
+    scatter,
+    scatterv,
 )
 from fabricbench.collectives.spec import CollectiveSpec
 
 COLLECTIVES: dict[str, CollectiveSpec] = {
     module.SPEC.name: module.SPEC for module in (allreduce, allgather, alltoall, bcast, reduce, reduce_scatter, barrier)
+}
+# The rooted collectives and the v-variants, with OSU's counts and displacements (spec.uniform_layout).
+COLLECTIVES |= {
+    module.SPEC.name: module.SPEC
+    for module in (gather, gatherv, scatter, scatterv, allgatherv, alltoallv, alltoallw, reduce_scatter_block)
 }

@@ -134,7 +134,7 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     place = cls.buffer_place(columns.transport_options)
     lines = [
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        title(transport, kernel_name, place.osu_device),
+        title(transport, kernel_name, place.osu_device, cls.osu_title_variant(kernel, columns.transport_options)),
         *cls.osu_header_lines(kernel),
         *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
     ]
@@ -146,13 +146,19 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     return "\n".join(lines)
 
 
-def title(transport: str, kernel_name: str, device: str = "") -> str:
-    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``."""
+def title(transport: str, kernel_name: str, device: str = "", variant: str = "") -> str:
+    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``;
+    a variant (the transport's osu_title_variant) goes before "Latency Test", as in OSU's persistent programs'
+    ``# OSU MPI Allgather Persistent Latency Test v7.4``."""
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
     if device:
         library = f"{library}-{device}"
-    return f"# OSU {get_kernel(kernel_name).osu_title.format(lib=library)} {OSU_VERSION}"
+    text = get_kernel(kernel_name).osu_title.format(lib=library)
+    if variant:
+        head, latency, tail = text.rpartition(" Latency Test")
+        text = f"{head} {variant}{latency}{tail}" if latency else f"{text} ({variant})"
+    return f"# OSU {text} {OSU_VERSION}"
 
 
 def _message_rate(kernel) -> bool:
