@@ -23,6 +23,7 @@ MiB = 1024 * KiB
 LARGE_MESSAGE = 8 * KiB  # OSU switches to the "large" iteration counts above this
 ATOMIC_BYTES = 8  # the one operand size of RDMA atomics
 ATOMIC_KERNELS = ("fop", "cas", "fop-rate", "cas-rate")
+ATOMIC_CHECK_WORDS = ("passed", "failed")  # what OSU's atomic tests (acc, fop, cas) print under Validation
 
 # The table's ``sample`` column for each kind of sample a kernel times: a round trip is reported halved.
 SAMPLE_LABELS = {"rtt": "rtt/2", "window": "window", "op": "op"}
@@ -99,6 +100,7 @@ class Kernel:
     collective_spec: CollectiveSpec | None = None  # buffers, checks and bandwidth formulas of a collective
     opt_in: bool = False  # run only when -k names it, not by ``-t T`` alone (congestion: many phases, 4+ ranks)
     pairing: Pairing = Pairing.NONE
+    osu_validation: tuple[str, str] = ("Pass", "Fail")  # OSU's Validation column's words for a pass and a fail
 
     @property
     def collective(self) -> bool:
@@ -294,6 +296,7 @@ _ALL = [
         "{lib}_Fetch_and_op latency Test",
         osu_datatype="MPI_LONG_LONG",
         pairing=Pairing.ONE,
+        osu_validation=ATOMIC_CHECK_WORDS,
     ),
     Kernel(
         "cas",
@@ -305,6 +308,7 @@ _ALL = [
         "{lib}_Compare_and_swap latency Test",
         osu_datatype="MPI_LONG_LONG",
         pairing=Pairing.ONE,
+        osu_validation=ATOMIC_CHECK_WORDS,
     ),
     Kernel(
         "fop-rate",
@@ -329,6 +333,41 @@ _ALL = [
         pairing=Pairing.ONE,
     ),
     Kernel("put-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test", pairing=Pairing.ONE),
+    # One-sided accumulates (osu_acc_latency, osu_get_acc_latency: MPI_SUM on bytes, the latter fetching the
+    # target's bytes first) and osu_put_bibw (each side puts a window into the other's at once).
+    Kernel(
+        "acc",
+        "latency",
+        "one-pair",
+        "op",
+        1,
+        4 * MiB,
+        "{lib}_Accumulate latency Test",
+        pairing=Pairing.ONE,
+        osu_validation=ATOMIC_CHECK_WORDS,
+    ),
+    Kernel(
+        "get-acc",
+        "latency",
+        "one-pair",
+        "op",
+        1,
+        4 * MiB,
+        "{lib}_Get_accumulate latency Test",
+        osu_datatype="",  # osu_get_acc_latency prints no datatype line
+        pairing=Pairing.ONE,
+    ),
+    Kernel(
+        "put-bibw",
+        "bandwidth",
+        "one-pair",
+        "window",
+        1,
+        4 * MiB,
+        "{lib}_Put Bi-directional Bandwidth Test",
+        directions=2,
+        pairing=Pairing.ONE,
+    ),
     Kernel("get-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test", pairing=Pairing.ONE),
     # Every ordered pair of ranks (or hosts, --per-node), phase by phase as --schedule says: latency's and bw's loops
     # between each source and destination, one row per pair (fabricbench.measure.verdict).

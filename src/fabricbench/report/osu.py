@@ -34,7 +34,6 @@ FIELD = 18  # OSU's FIELD_WIDTH, as OSU's configure.ac defines it
 SIZE_FIELD = 10  # OSU's "%-*d" (and "%-*s" for "# Size") width of the size column
 ITERATIONS_FIELD = 12  # OSU prints the Iterations column narrower
 PERCENTILE_COLUMNS = dict(zip(PERCENTILES, ("lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us"), strict=True))
-VALIDATION_WORDS = {"pass": "Pass", "fail": "Fail"}
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     lines = [
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
         title(transport, kernel_name, place.osu_device),
-        *cls.osu_header_lines(kernel),
+        *cls.osu_header_lines(kernel, columns.transport_options),
         *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
     ]
     if _message_rate(kernel):
@@ -183,7 +182,9 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     else:
         text += f"{row['lat_mean_us']:{FIELD}.2f}"
     if columns.validate:
-        text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
+        passed, failed = kernel.osu_validation
+        words = {"pass": passed, "fail": failed}
+        text += f"{words.get(row.get('validation'), ''):>{FIELD}}"
     for percent in columns.percentiles:
         text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
     return text

@@ -108,8 +108,9 @@ class Transport:
         return Diagnosis(True)
 
     @classmethod
-    def osu_header_lines(cls, kernel: Kernel) -> list[str]:
-        """Extra lines OSU prints under its title for this kernel (e.g. the RMA window's kind)."""
+    def osu_header_lines(cls, kernel: Kernel, transport_options: dict | None = None) -> list[str]:
+        """Extra lines OSU prints under its title for this kernel (e.g. the RMA window's kind), for a run with these
+        Plan.transport_options (None: the defaults)."""
         return []
 
     def unsupported(self, kernel: Kernel) -> str | None:
