@@ -36,11 +36,19 @@ def load_mpi():
     return MPI
 
 
+# How long this process's MPI_Init_thread took, in ns (CLOCK_MONOTONIC around the call, as osu_init's clock around
+# MPI_Init); empty where MPI was initialised before import_mpi was asked.
+INIT_NS: list[int] = []
+
+
 def import_mpi():
     """mpi4py.MPI, with MPI initialised at THREAD_LEVEL by the first call (mpi4py's error handling as at import)."""
     MPI = load_mpi()
     if not MPI.Is_initialized():
-        MPI.Init_thread(getattr(MPI, f"THREAD_{THREAD_LEVEL.upper()}"))
+        level = getattr(MPI, f"THREAD_{THREAD_LEVEL.upper()}")
+        started = time.perf_counter_ns()
+        MPI.Init_thread(level)
+        INIT_NS.append(time.perf_counter_ns() - started)
     return MPI
 
 

@@ -33,6 +33,7 @@ OSU_DEFAULTS = {
     "latency": (10000, 1000, 100, 10),
     "bandwidth": (100, 20, 10, 2),
     "collective": (1000, 100, 100, 10),
+    "startup": (1, 1, 0, 0),  # osu_init and osu_hello: MPI_Init, once per process
 }
 
 
@@ -101,6 +102,9 @@ class Kernel:
     opt_in: bool = False  # run only when -k names it, not by ``-t T`` alone (congestion: many phases, 4+ ranks)
     pairing: Pairing = Pairing.NONE
     osu_validation: tuple[str, str] = ("Pass", "Fail")  # OSU's Validation column's words for a pass and a fail
+    # OSU's text for it: "table" (a size a line), or one of its start-up programs' lines ("nprocs": osu_init's
+    # "nprocs: N, min: ... ms", "count": osu_hello's "This is a test with N processes").
+    osu_layout: str = "table"
 
     @property
     def collective(self) -> bool:
@@ -369,6 +373,12 @@ _ALL = [
         pairing=Pairing.ONE,
     ),
     Kernel("get-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test", pairing=Pairing.ONE),
+    # The start-up cost: each rank's MPI_Init (MPI_Init_thread at fabricbench's thread level), timed once as the rank
+    # starts, reported across ranks as osu_init does (min, avg, max); hello is osu_hello's line over the same figures.
+    *(
+        Kernel(name, "startup", "all", "op", 0, 0, title, osu_datatype="", osu_layout=layout, min_ranks=1)
+        for name, title, layout in (("init", "{lib} Init Test", "nprocs"), ("hello", "{lib} Hello World Test", "count"))
+    ),
     # Every ordered pair of ranks (or hosts, --per-node), phase by phase as --schedule says: latency's and bw's loops
     # between each source and destination, one row per pair (fabricbench.measure.verdict).
     Kernel(

@@ -112,9 +112,13 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     kernel = get_kernel(kernel_name)
     cls = transport_class(transport)
     place = cls.buffer_place(columns.transport_options)
+    made = f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}"
+    named = title(transport, kernel_name, place.osu_device, columns.transport_options)
+    if kernel.osu_layout != "table":  # osu_init and osu_hello print their title, then their one line
+        return f"{made}\n{named}"
     lines = [
-        f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        title(transport, kernel_name, place.osu_device),
+        made,
+        named,
         *cls.osu_header_lines(kernel, columns.transport_options),
         *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
     ]
@@ -126,13 +130,15 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     return "\n".join(lines)
 
 
-def title(transport: str, kernel_name: str, device: str = "") -> str:
-    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``."""
+def title(transport: str, kernel_name: str, device: str = "", transport_options: dict | None = None) -> str:
+    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``; the
+    transport words it for a run with ``transport_options`` (osu_latency_persistent's ``Latency Persistent Test``)."""
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
     if device:
         library = f"{library}-{device}"
-    return f"# OSU {get_kernel(kernel_name).osu_title.format(lib=library)} {OSU_VERSION}"
+    words = cls.osu_title(get_kernel(kernel_name), transport_options or {})
+    return f"# OSU {words.format(lib=library)} {OSU_VERSION}"
 
 
 def _message_rate(kernel) -> bool:
@@ -167,6 +173,11 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     if not is_measured(row.get("status", "")):
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
+    if kernel.osu_layout == "nprocs":  # osu_init: "%ld ms" of the ranks' MPI_Init, truncated as OSU's longs are
+        low, high, mean = (int(row[f"lat_rank_{k}_us"] // 1000) for k in ("min", "max", "avg"))
+        return f"nprocs: {row['ranks']}, min: {low} ms, max: {high} ms, avg: {mean} ms"
+    if kernel.osu_layout == "count":
+        return f"This is a test with {row['ranks']} processes"
     text = f"{row['size_B']:<{SIZE_FIELD}d}"
     if _message_rate(kernel):
         text += f"{row['bw_MBps']:{FIELD}.2f}{row['msgrate_per_s']:{FIELD}.2f}"

@@ -113,6 +113,11 @@ class Transport:
         Plan.transport_options (None: the defaults)."""
         return []
 
+    @classmethod
+    def osu_title(cls, kernel: Kernel, transport_options: dict) -> str:
+        """OSU's title words for this kernel run with these Plan.transport_options, ``{lib}`` for the library."""
+        return kernel.osu_title
+
     def unsupported(self, kernel: Kernel) -> str | None:
         """Why this transport cannot run the kernel, or None when it can."""
         if kernel.name not in self.kernels:

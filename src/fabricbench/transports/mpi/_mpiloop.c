@@ -458,9 +458,9 @@ int fb_rma_sync(MPI_Fint win_handle, int peer, int initiator, int op, int sync, 
         int64_t last = fb_now_ns();
         for (long long i = 0; i < iterations; i++) {
             TRY(rma_active_epoch(&c, sync, round_trip, both_ways, 1, mine, peer_group));
-            int64_t now = fb_now_ns();
-            times[i] = round_trip ? (now - last) / 2 : now - last;
-            last = now;
+            fb_stamp(times, i, &last);
+            if (round_trip)
+                times[i] /= 2;
         }
     } else {
         UNTIMED(TRY(rma_active_epoch(&c, sync, round_trip, both_ways, 0, mine, peer_group)));

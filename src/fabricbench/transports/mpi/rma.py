@@ -172,13 +172,9 @@ class OneSided(Case):
         self.origin = operand(self.op, size, self.rank)
         self.result = poisoned(size)
         self.compare = self._window_start(self.rank)  # cas: swap while the target holds what it started with
-        if self.initiator and cloop:
+        if self.active and cloop:
             buffers = (self.origin.ctypes.data, self.result.ctypes.data, self.compare.ctypes.data)
-            self.c_args = (self.win.py2f(), self.peer, 1, RMA_OPS[self.op], RMA_SYNCS[sync])
-            self.c_args += (int(self.round_trip), int(self.both_ways), *buffers, size, self.disp, self.per_epoch)
-        elif self.active and cloop:
-            buffers = (self.origin.ctypes.data, self.result.ctypes.data, self.compare.ctypes.data)
-            self.c_args = (self.win.py2f(), self.peer, 0, RMA_OPS[self.op], RMA_SYNCS[sync])
+            self.c_args = (self.win.py2f(), self.peer, int(self.initiator), RMA_OPS[self.op], RMA_SYNCS[sync])
             self.c_args += (int(self.round_trip), int(self.both_ways), *buffers, size, self.disp, self.per_epoch)
 
     def _window_start(self, rank: int) -> np.ndarray:

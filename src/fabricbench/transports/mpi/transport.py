@@ -440,6 +440,25 @@ class Collective(Case):
             self.request = None
 
 
+class StartUp(Case):
+    """osu_init's figure: how long this rank's MPI_Init took (control.mpi.INIT_NS, timed as the rank started). Every
+    sample is that one figure; nothing is sent, so there is nothing to check."""
+
+    def __init__(self):
+        super().__init__()
+        from fabricbench.control.mpi import INIT_NS, THREAD_LEVEL
+
+        if not INIT_NS:
+            raise Unsupported("MPI was initialised before fabricbench could time MPI_Init")
+        self.initiator = True
+        self.init_ns = INIT_NS[0]
+        self.method = f"MPI_Init_thread(MPI_THREAD_{THREAD_LEVEL.upper()}), timed once as the rank started"
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        for i in range(iterations):
+            times[i] = self.init_ns
+
+
 @functools.cache
 def probe_mpi() -> Diagnosis:
     """MPI as a rank would load it, found in a child process: initialising MPI in ``doctor`` itself
@@ -531,6 +550,8 @@ class MPITransport(Transport):
             "pairs-bw",
             "bisection",
             "congestion",
+            "init",
+            "hello",
         }
     )
     default_kernels = (
@@ -555,6 +576,14 @@ class MPITransport(Transport):
     def buffer_place(cls, transport_options: dict) -> BufferPlace:
         settings = MPI_OPTIONS.of(transport_options)
         return place_of(settings.get("buffer"), settings.get("method") == "staged")
+
+    @classmethod
+    def osu_title(cls, kernel: Kernel, transport_options: dict) -> str:
+        """osu_latency_persistent, osu_bw_persistent and osu_bibw_persistent name themselves "... Persistent Test"."""
+        persistent = MPI_OPTIONS.of(transport_options).get("method") == "persistent"
+        if persistent and kernel.pairing is Pairing.ONE:
+            return f"{kernel.osu_title.removesuffix(' Test')} Persistent Test"
+        return kernel.osu_title
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:
@@ -594,6 +623,8 @@ class MPITransport(Transport):
             raise
 
     def case(self, kernel: Kernel, size: int) -> Case:
+        if kernel.family == "startup":
+            return StartUp()
         if self.cuda is not None:
             route = cuda_path(kernel, self.place.staged, self.cuda_aware)
             if route == "no buffers":  # barrier: nothing on the GPU, so the host loop, on any MPI

@@ -1,0 +1,97 @@
+"""OSU's one-sided options and the start-up programs' lines, without processes: what mpi-rma's -w and -s mean, and
+the lines osu_init, osu_hello and the persistent tests print."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabricbench.measure.kernels import get_kernel
+from fabricbench.report import osu
+from fabricbench.transports.mpi.rma import MPIRMATransport, default_sync, operand, rma_op, sync_reason
+
+INIT_ROW = {"kernel": "init", "status": "ok", "ranks": 4, "lat_rank_min_us": 119999.9, "lat_rank_max_us": 163000.0}
+INIT_ROW |= {"lat_rank_avg_us": 141500.5, "size_B": 0}
+
+
+@pytest.mark.parametrize(
+    ("kernel", "op", "sync"),
+    [("put", "put", "flush"), ("get-bw", "get", "flush"), ("put-bibw", "put", "pscw"), ("get-acc", "get_acc", "flush")],
+)
+def test_each_kernel_names_its_operation_and_osus_default_sync(kernel, op, sync):
+    assert rma_op(get_kernel(kernel)) == op
+    assert default_sync(get_kernel(kernel)) == sync
+
+
+def test_put_bibw_takes_active_syncs_only_and_fence_needs_two_ranks():
+    bibw, acc = get_kernel("put-bibw"), get_kernel("acc")
+    assert "pscw or fence" in sync_reason(bibw, "flush", 2)
+    assert sync_reason(bibw, "pscw", 4) is None and sync_reason(bibw, "fence", 2) is None
+    assert "2 ranks" in sync_reason(acc, "fence", 4)
+    assert sync_reason(acc, "lock_all", 4) is None
+
+
+def test_the_sums_operands_cannot_overflow_a_signed_char_in_the_check():
+    for rank in range(8):
+        data = operand("acc", 4096, rank)
+        assert data.min() >= 1 and 2 * int(data.max()) <= 127
+    assert operand("fop", 8, 3).view("i8")[0] == 104  # one int64, small: its sums never overflow
+    assert operand("put", 64, 0).tolist() != operand("put", 64, 1).tolist()
+
+
+@pytest.mark.parametrize(
+    ("kernel", "options", "lines"),
+    [
+        ("put", {}, ["# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush"]),
+        (
+            "put-bibw",
+            {},
+            ["# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_post/start/complete/wait"],
+        ),
+        (
+            "acc",
+            {"rma": {"window": "dynamic", "sync": "lock_all"}},
+            ["# Window creation: MPI_Win_create_dynamic", "# Synchronization: MPI_Win_lock_all/unlock_all"],
+        ),
+        (
+            "cas",
+            {"rma": {"window": "create", "sync": "lock"}},
+            ["# Window creation: MPI_Win_create", "# Synchronization: MPI_Win_lock/unlock"],
+        ),
+    ],
+)
+def test_the_window_and_sync_lines_say_what_ran(kernel, options, lines):
+    assert MPIRMATransport.osu_header_lines(get_kernel(kernel), options) == lines
+
+
+def test_get_acc_prints_no_datatype_line_and_the_atomics_say_passed():
+    lines = osu.header("mpi-rma", "get-acc", 64, 1).splitlines()
+    assert lines[1:] == [
+        "# OSU MPI_Get_accumulate latency Test v7.4",
+        "# Window creation: MPI_Win_allocate",
+        "# Synchronization: MPI_Win_flush",
+        "# Size          Latency (us)",
+    ]
+    row = {"kernel": "fop", "status": "ok", "size_B": 8, "lat_mean_us": 0.5, "validation": "pass"}
+    assert osu.line(row, osu.Columns(validate=True)) == f"{8:<10d}{0.5:18.2f}{'passed':>18}"  # OSU: "%-*d%*.*f%*s"
+
+
+def test_osu_init_and_hello_print_their_one_line_under_their_title():
+    assert osu.header("mpi", "init", 64, 1).splitlines()[1:] == ["# OSU MPI Init Test v7.4"]
+    assert osu.line(INIT_ROW) == "nprocs: 4, min: 119 ms, max: 163 ms, avg: 141 ms"
+    assert osu.header("mpi", "hello", 64, 1).splitlines()[1:] == ["# OSU MPI Hello World Test v7.4"]
+    assert osu.line(INIT_ROW | {"kernel": "hello"}) == "This is a test with 4 processes"
+
+
+@pytest.mark.parametrize(
+    ("kernel", "words"),
+    [
+        ("latency", "Latency Persistent Test"),
+        ("bw", "Bandwidth Persistent Test"),
+        ("bibw", "Bi-Directional Bandwidth Persistent Test"),
+    ],
+)
+def test_the_persistent_method_titles_as_osus_persistent_programs(kernel, words):
+    persistent = {"mpi": {"method": "persistent"}}
+    assert osu.title("mpi", kernel, transport_options=persistent) == f"# OSU MPI {words} v7.4"
+    assert "Persistent" not in osu.title("mpi", kernel)
+    assert "Persistent" not in osu.title("mpi", "allreduce", transport_options=persistent)
