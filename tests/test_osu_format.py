@@ -393,3 +393,128 @@ def test_shim_help_and_version_once_under_mpiexec(shims, tmp_path):
     assert (
         run.returncode == 0 and run.stdout.startswith("# OSU MPI Bandwidth Test v7.4") and run.stdout.count("\n") == 1
     )
+
+
+# --- OSU's other one-sided, persistent and start-up programs under mpiexec -n 2 -------------------------------------
+
+ONE_SIDED_HEAD = ["# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush"]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "head", "values", "word"),
+    [
+        (
+            "osu_acc_latency",
+            ["-c"],
+            ["# OSU MPI_Accumulate latency Test v7.4", *ONE_SIDED_HEAD, "# Datatype: MPI_CHAR."],
+            "Latency (us)",
+            "passed",
+        ),
+        (
+            "osu_get_acc_latency",
+            [],
+            ["# OSU MPI_Get_accumulate latency Test v7.4", *ONE_SIDED_HEAD],
+            "Latency (us)",
+            "",
+        ),
+        (
+            "osu_cas_latency",
+            ["-c", "-w", "dynamic", "-s", "lock"],
+            [
+                "# OSU MPI_Compare_and_swap latency Test v7.4",
+                "# Window creation: MPI_Win_create_dynamic",
+                "# Synchronization: MPI_Win_lock/unlock",
+                "# Datatype: MPI_LONG_LONG.",
+            ],
+            "Latency (us)",
+            "passed",
+        ),
+        (
+            "osu_fop_latency",
+            ["-c", "-s", "fence"],
+            [
+                "# OSU MPI_Fetch_and_op latency Test v7.4",
+                "# Window creation: MPI_Win_allocate",
+                "# Synchronization: MPI_Win_fence",
+                "# Datatype: MPI_LONG_LONG.",
+            ],
+            "Latency (us)",
+            "passed",
+        ),
+        (
+            "osu_put_bibw",
+            ["-W", "8"],
+            [
+                "# OSU MPI_Put Bi-directional Bandwidth Test v7.4",
+                "# Window creation: MPI_Win_allocate",
+                "# Synchronization: MPI_Win_post/start/complete/wait",
+                "# Datatype: MPI_CHAR.",
+            ],
+            "Bandwidth (MB/s)",
+            "",
+        ),
+        (
+            "osu_latency_persistent",
+            ["-c"],
+            ["# OSU MPI Latency Persistent Test v7.4", "# Datatype: MPI_CHAR."],
+            "Avg Latency(us)",
+            "Pass",
+        ),
+        (
+            "osu_bw_persistent",
+            ["-W", "8"],
+            ["# OSU MPI Bandwidth Persistent Test v7.4", "# Datatype: MPI_CHAR."],
+            "Bandwidth (MB/s)",
+            "",
+        ),
+        (
+            "osu_bibw_persistent",
+            ["-W", "8"],
+            ["# OSU MPI Bi-Directional Bandwidth Persistent Test v7.4", "# Datatype: MPI_CHAR."],
+            "Bandwidth (MB/s)",
+            "",
+        ),
+    ],
+)
+def test_shim_one_sided_and_persistent_programs_print_osus_layout(shims, tmp_path, name, args, head, values, word):
+    sizes = [] if name in ("osu_fop_latency", "osu_cas_latency") else ["-m", "64"]
+    run, folder = osu(shims, tmp_path, name, *sizes, "-x", "2", "-i", "20", *args)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("# fabricbench ")
+    assert lines[1 : -len(_data_lines(run.stdout)) - 1] == head
+    assert lines[len(head) + 1] == osu_column_header([values], validate=bool(word))
+    rows, _ = read_rows(folder)
+    assert set(rows.status) == {"ok"} and set(rows.label) == {name}
+    data = _data_lines(run.stdout)
+    assert len(data) == len(rows) and data, run.stdout
+    for line in data:
+        fields = line.split()
+        own = osu_data_line(int(fields[0]), [float(fields[1])], validation=word or None)
+        assert line == own and masked(line) == masked(own)  # OSU's "%-*d%*.*f" (and "%*s") layout, to the byte
+        assert not word or fields[2] == word
+    if word:
+        assert set(rows.validation) == {"pass"}
+
+
+def test_shim_put_latency_refuses_minus_c_in_osus_words(shims, tmp_path):
+    run, _ = osu(shims, tmp_path, "osu_put_latency", "-c")
+    assert run.returncode == 2
+    one_error_line(run.stderr, "osu_put_latency: -c: Benchmark does not support validation (as OSU 7.4's)")
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("osu_init", re.compile(r"^nprocs: 2, min: \d+ ms, max: \d+ ms, avg: \d+ ms$")),
+        ("osu_hello", re.compile(r"^This is a test with 2 processes$")),
+    ],
+)
+def test_shim_start_up_programs_print_osus_two_lines(shims, tmp_path, name, line):
+    run, folder = osu(shims, tmp_path, name)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    title = "Init" if name == "osu_init" else "Hello World"
+    assert lines[1] == f"# OSU MPI {title} Test v7.4" and line.match(lines[2]) and len(lines) == 3
+    rows, _ = read_rows(folder)
+    assert len(rows) == 1 and rows.lat_rank_min_us[0] > 0

@@ -11,6 +11,7 @@ import pytest
 from fabricbench.errors import UsageError
 from fabricbench.launch.osu_shims import (
     BENCHMARKS,
+    PERSISTENT,
     osu_datatype,
     parse,
     results_dir,
@@ -83,7 +84,10 @@ def test_reframes_collective_line():
         ("osu_allgather", "-d cuda", ["--buffer", "cuda"]),  # a collective: every buffer on the GPU
         ("osu_reduce_scatter", "-d cuda", ["--osu-datatype", "MPI_CHAR", "--buffer", "cuda"]),
         ("osu_barrier", "-d cuda", ["--buffer", "cuda"]),
-        ("osu_put_latency", "-w allocate -s flush", []),
+        ("osu_put_latency", "-w allocate -s flush", ["--rma-window", "allocate", "--rma-sync", "flush"]),
+        ("osu_acc_latency", "-w DYNAMIC -s lock_all -c", ["--rma-window", "dynamic", "--rma-sync", "lock_all", "-c"]),
+        ("osu_put_bibw", "-s fence -W 8", ["--rma-sync", "fence", "-W", "8"]),
+        ("osu_fop_latency", "-m 1:1024", ["-m", "8:8"]),  # one 8-byte element, whatever -m says
     ],
 )
 def test_each_osu_option_becomes_its_run_option(name, line, expected):
@@ -179,8 +183,11 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_allreduce", "D D", "unexpected argument 'D'"),
         ("osu_latency", "-m", "-m needs a value"),
         ("osu_latency", "--validation=yes", "--validation takes no value"),
-        ("osu_put_latency", "-w create", "-w create: fabricbench uses MPI_Win_allocate windows only"),
-        ("osu_get_bw", "-s fence", "-s fence: fabricbench uses lock/flush synchronisation only"),
+        ("osu_put_latency", "-w shared", "-w shared: OSU's osu_put_latency takes create, allocate, dynamic"),
+        ("osu_put_bibw", "-s flush", "-s flush: OSU's osu_put_bibw takes pscw, fence"),
+        ("osu_put_latency", "-c", "-c: Benchmark does not support validation"),
+        ("osu_get_acc_latency", "-c", "-c: Benchmark does not support validation"),
+        ("osu_init", "-m 8", "cannot honour option -m"),
         ("osu_barrier", "-m 8", "cannot honour option -m"),
         ("osu_nonesuch", "", "no OSU benchmark 'osu_nonesuch'"),
     ],
@@ -200,10 +207,19 @@ def test_help_and_version_are_answered_before_anything_is_checked():
     assert "-f, --full" in usage(BENCHMARKS["osu_allreduce"])
 
 
+def test_the_persistent_and_start_up_programs_run_their_calls_and_kernels():
+    assert _run("osu_latency_persistent", "-m 8 -c")[:7] == ["run", "-t", "mpi", "-k", "latency", *PERSISTENT]
+    assert _run("osu_bibw_persistent", "")[4:7] == ["bibw", *PERSISTENT]
+    assert _run("osu_init", "") == [
+        *("run", "-t", "mpi", "-k", "init", "--format", "osu", "--label", "osu_init", "--out", "OUT"),
+    ]
+    assert _run("osu_hello", "")[4] == "hello"
+
+
 def test_every_osu_name_maps_to_a_kernel_its_transport_has():
     from fabricbench.transports import transport_class
 
-    assert len(BENCHMARKS) == 16
+    assert len(BENCHMARKS) == 26
     for bench in BENCHMARKS.values():
         assert bench.kernel in transport_class(bench.transport).kernels, bench.name
 

@@ -24,7 +24,13 @@ What each OSU option becomes:
 - the ``H|D|M H|D|M`` buffer positionals without ``-d cuda``: a CPU build of OSU 7.4 reads them only
   when built with an accelerator, and otherwise ignores them, so ``D D`` (which ReFrame's hpctestlib
   always passes) runs host buffers there as here;
-- ``-w allocate`` and ``-s flush`` (one-sided): the window and synchronisation fabricbench uses.
+- ``-w create|allocate|dynamic`` and ``-s lock|flush|flush_local|lock_all|pscw|fence`` (one-sided, the words each
+  OSU test accepts, in any case): mpi-rma's ``--rma-window`` and ``--rma-sync``;
+- ``-c`` where OSU 7.4 checks (osu_acc_latency, osu_fop_latency, osu_cas_latency and the two-sided tests); the
+  one-sided tests OSU refuses it on (osu_put_latency, osu_get_latency, osu_put_bw, osu_get_bw, osu_put_bibw,
+  osu_get_acc_latency) refuse it in OSU's words;
+- the persistent tests (``osu_latency_persistent``, ``osu_bw_persistent``, ``osu_bibw_persistent``) run
+  ``--method persistent``; ``osu_init`` and ``osu_hello`` the start-up kernels (each rank's MPI_Init).
 
 What OSU 7.4 runs without being told, the shims run too: a reduction (``osu_allreduce``, ``osu_reduce``,
 ``osu_reduce_scatter``) sums MPI_CHAR unless ``-T`` names MPI_INT or MPI_FLOAT (``osu_datatype``); and the sizes are
@@ -32,7 +38,7 @@ OSU's sweep less those that hold no element, which OSU skips (``osu_sizes``): ``
 0, and a minimum of 0 in ``-m`` leaves OSU's own. The tidy table goes under one results root (``results_root``),
 never into the working directory.
 
-Anything else OSU has (``-d rocm``, ``-w create``, ``-T mpi_int`` on osu_latency, ``-T all``, an option this
+Anything else OSU has (``-d rocm``, ``-T mpi_int`` on osu_latency, ``-T all``, an option this
 benchmark does not list) is refused in one line naming it, exit 2: never a silent change of meaning.
 """
 
@@ -100,6 +106,9 @@ class Benchmark:
     buffers: bool = False  # takes OSU's two buffer-location positionals (the point-to-point tests)
     min_size: int = 1  # OSU's default smallest size (MIN_MESSAGE_SIZE; 0 for its point-to-point latency tests)
     skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
+    run_args: tuple[str, ...] = ()  # what fabricbench runs it with beyond -t and -k (the persistent tests' calls)
+    validates: bool = True  # False: OSU 7.4 refuses its -c ("Benchmark does not support validation")
+    syncs: tuple[str, ...] = ()  # the one-sided tests: the -s words OSU accepts for it
 
     @property
     def gpu_buffers(self) -> bool:
@@ -109,6 +118,11 @@ class Benchmark:
 
 _LAT, _BW, _MR = "mixczTd", "mixWczTd", "mixWcTd"
 _COLL, _RMA_LAT, _RMA_BW = "mixfczTd", "mixczdws", "mixWcdws"
+# OSU's -s words: every one for the passive-and-active tests (ALL_SYNC), pscw and fence for osu_put_bibw.
+ALL_SYNCS = ("lock", "flush", "flush_local", "lock_all", "pscw", "fence")
+ACTIVE_SYNCS = ("pscw", "fence")
+WINDOWS = ("create", "allocate", "dynamic")  # OSU's -w words
+PERSISTENT = ("--method", "persistent")
 BENCHMARKS = {
     b.name: b
     for b in (
@@ -124,14 +138,27 @@ BENCHMARKS = {
         Benchmark("osu_reduce", "mpi", "reduce", _COLL),
         Benchmark("osu_reduce_scatter", "mpi", "reduce_scatter", _COLL),
         Benchmark("osu_barrier", "mpi", "barrier", "ixfzd"),
-        Benchmark("osu_put_latency", "mpi-rma", "put", _RMA_LAT, True),
-        Benchmark("osu_get_latency", "mpi-rma", "get", _RMA_LAT, True),
-        Benchmark("osu_put_bw", "mpi-rma", "put-bw", _RMA_BW, True),
-        Benchmark("osu_get_bw", "mpi-rma", "get-bw", _RMA_BW, True),
+        Benchmark("osu_put_latency", "mpi-rma", "put", _RMA_LAT, True, validates=False, syncs=ALL_SYNCS),
+        Benchmark("osu_get_latency", "mpi-rma", "get", _RMA_LAT, True, validates=False, syncs=ALL_SYNCS),
+        Benchmark("osu_put_bw", "mpi-rma", "put-bw", _RMA_BW, True, validates=False, syncs=ALL_SYNCS),
+        Benchmark("osu_get_bw", "mpi-rma", "get-bw", _RMA_BW, True, validates=False, syncs=ALL_SYNCS),
+        # OSU's other one-sided tests: accumulates and atomics (which check their results with -c), Put both ways.
+        Benchmark("osu_acc_latency", "mpi-rma", "acc", _RMA_LAT, True, syncs=ALL_SYNCS),
+        Benchmark("osu_get_acc_latency", "mpi-rma", "get-acc", "mixcdws", True, validates=False, syncs=ALL_SYNCS),
+        Benchmark("osu_fop_latency", "mpi-rma", "fop", _RMA_LAT, True, syncs=ALL_SYNCS),
+        Benchmark("osu_cas_latency", "mpi-rma", "cas", _RMA_LAT, True, syncs=ALL_SYNCS),
+        Benchmark("osu_put_bibw", "mpi-rma", "put-bibw", _RMA_BW, True, validates=False, syncs=ACTIVE_SYNCS),
+        # The persistent point-to-point tests: osu_latency's, osu_bw's and osu_bibw's with requests built once.
+        Benchmark("osu_latency_persistent", "mpi", "latency", _LAT, True, min_size=0, run_args=PERSISTENT),
+        Benchmark("osu_bw_persistent", "mpi", "bw", _BW, True, run_args=PERSISTENT),
+        Benchmark("osu_bibw_persistent", "mpi", "bibw", _BW, True, run_args=PERSISTENT),
+        # Start-up: each rank's MPI_Init, min/max/avg across ranks (osu_init), and osu_hello's line. They take no
+        # options (but --help and -v).
+        Benchmark("osu_init", "mpi", "init", ""),
+        Benchmark("osu_hello", "mpi", "hello", ""),
     )
 }
-# The one value fabricbench honours for an option that names how OSU works; anything else is refused.
-ONLY_VALUE = {"w": ("allocate", "MPI_Win_allocate windows"), "s": ("flush", "lock/flush synchronisation")}
+ONE_SIDED_FLAGS = {"w": "--rma-window", "s": "--rma-sync"}  # OSU's -w and -s as mpi-rma's options
 
 
 def benchmark(name: str) -> Benchmark:
@@ -224,10 +251,20 @@ def _check_values(bench: Benchmark, values: dict) -> None:
         if device in DEVICES:
             raise UsageError(f"{bench.name}: -d {device}: fabricbench's GPU buffers are CUDA's only (-d cuda)")
         raise UsageError(f"{bench.name}: -d {device!r}: not a buffer kind (cpu, or one of {', '.join(DEVICES)})")
-    for letter, (only, what) in ONLY_VALUE.items():
-        if letter in values and values[letter] != only:
-            given = values[letter]
-            raise UsageError(f"{bench.name}: -{letter} {given}: fabricbench uses {what} only (-{letter} {only})")
+    if "c" in values and not bench.validates:
+        raise UsageError(f"{bench.name}: -c: Benchmark does not support validation (as OSU {OSU_VERSION}'s)")
+    _check_one_sided(bench, values)
+
+
+def _check_one_sided(bench: Benchmark, values: dict) -> None:
+    """OSU's -w and -s words, matched without case as OSU's strcasecmp does, written back in lower case."""
+    for letter, words in (("w", WINDOWS), ("s", bench.syncs)):
+        if letter not in values:
+            continue
+        given = values[letter]
+        if given.lower() not in words:
+            raise UsageError(f"{bench.name}: -{letter} {given}: OSU's {bench.name} takes {', '.join(words)}")
+        values[letter] = given.lower()
 
 
 def _buffer(bench: Benchmark, device: str | None, positionals: list[str]) -> str:
@@ -290,6 +327,8 @@ def osu_sizes(bench: Benchmark, values: dict) -> str | None:
     if "m" not in bench.letters:
         return None
     kernel = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, values) or "")
+    if kernel.moves_data and kernel.min_size == kernel.max_size:
+        return f"{kernel.min_size}:{kernel.max_size}"  # one element (osu_fop_latency, osu_cas_latency): -m is moot
     given = values.get("m")
     if given is None:
         lo, hi = -1, kernel.max_size
@@ -309,7 +348,10 @@ def osu_sizes(bench: Benchmark, values: dict) -> str | None:
 def run_argv(request: Request, out_dir: str) -> list[str]:
     """The ``fabricbench run`` command line that does what the OSU command line asked."""
     bench, values = request.bench, request.values
-    argv = ["run", "-t", bench.transport, "-k", bench.kernel, "--format", "osu", "--label", bench.name]
+    argv = ["run", "-t", bench.transport, "-k", bench.kernel, *bench.run_args, "--format", "osu", "--label", bench.name]
+    for letter, flag in ONE_SIDED_FLAGS.items():
+        if letter in values:
+            argv += [flag, values[letter]]
     sizes = osu_sizes(bench, values)
     if sizes is not None:
         argv += ["-m", sizes]
@@ -370,7 +412,8 @@ def translate(argv: list[str]) -> list[str] | None:
 def version_text(bench: Benchmark) -> str:
     from fabricbench.report import osu
 
-    return f"{osu.title(bench.transport, bench.kernel)} (fabricbench {__version__})"
+    options = {"mpi": {"method": "persistent"}} if bench.run_args == PERSISTENT else {}
+    return f"{osu.title(bench.transport, bench.kernel, transport_options=options)} (fabricbench {__version__})"
 
 
 def script(name: str, python: str) -> str:
