@@ -518,3 +518,22 @@ def test_shim_start_up_programs_print_osus_two_lines(shims, tmp_path, name, line
     assert lines[1] == f"# OSU MPI {title} Test v7.4" and line.match(lines[2]) and len(lines) == 3
     rows, _ = read_rows(folder)
     assert len(rows) == 1 and rows.lat_rank_min_us[0] > 0
+
+
+def test_shim_latency_mt_prints_its_threads_then_osus_table(shims, tmp_path):
+    run, folder = osu(shims, tmp_path, "osu_latency_mt", "-m", "16", "-x", "2", "-i", "30", "-t", "2:2", "-c")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1:6] == [
+        "# Number of Sender threads: 2 ",
+        "# Number of Receiver threads: 2",
+        "# OSU MPI Multi-threaded Latency Test v7.4",
+        osu_column_header(["Latency (us)"], validate=True),
+        "# Datatype: MPI_CHAR.",
+    ]
+    data = _data_lines(run.stdout)
+    assert [int(line.split()[0]) for line in data] == [1, 2, 4, 8, 16]
+    for line in data:
+        assert line == as_osu_prints_it(line, 1, validate=True) and line.endswith("Pass")
+    rows, _ = read_rows(folder)
+    assert set(rows.validation) == {"pass"} and set(rows.method) == {"c loop, blocking, 2:2 threads"}

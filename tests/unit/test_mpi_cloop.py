@@ -66,6 +66,7 @@ def test_the_c_source_ships_beside_the_module():
         "fb_window",
         "fb_collective",
         "fb_rma_sync",
+        "fb_pingpong_mt",
         "fb_canary",
         "fb_congestor",
         "fb_persistent_collectives",

@@ -95,3 +95,26 @@ def test_the_persistent_method_titles_as_osus_persistent_programs(kernel, words)
     assert osu.title("mpi", kernel, transport_options=persistent) == f"# OSU MPI {words} v7.4"
     assert "Persistent" not in osu.title("mpi", kernel)
     assert "Persistent" not in osu.title("mpi", "allreduce", transport_options=persistent)
+
+
+def test_osu_latency_mt_threads_are_senders_then_receivers():
+    from argparse import ArgumentTypeError
+
+    from fabricbench.transports.mpi.transport import thread_counts
+
+    assert thread_counts("2:3") == [2, 3] and thread_counts("4") == [1, 4]  # OSU's -t RECV: one sender
+    for bad in ("0:2", "2:", "a:b", "1:2:3", "129"):
+        with pytest.raises(ArgumentTypeError, match="SENDERS:RECEIVERS"):
+            thread_counts(bad)
+
+
+def test_osu_latency_mt_prints_its_thread_counts_before_its_title():
+    options = {"mpi": {"threads": [2, 3]}}
+    lines = osu.header("mpi", "latency-mt", 64, 1, osu.Columns(transport_options=options)).splitlines()
+    assert lines[1:] == [
+        "# Number of Sender threads: 2 ",
+        "# Number of Receiver threads: 3",
+        "# OSU MPI Multi-threaded Latency Test v7.4",
+        "# Size          Latency (us)",
+        "# Datatype: MPI_CHAR.",
+    ]

@@ -88,6 +88,7 @@ def test_reframes_collective_line():
         ("osu_acc_latency", "-w DYNAMIC -s lock_all -c", ["--rma-window", "dynamic", "--rma-sync", "lock_all", "-c"]),
         ("osu_put_bibw", "-s fence -W 8", ["--rma-sync", "fence", "-W", "8"]),
         ("osu_fop_latency", "-m 1:1024", ["-m", "8:8"]),  # one 8-byte element, whatever -m says
+        ("osu_latency_mt", "-t 2:3 -m 8", ["--mpi-threads", "2:3", "-m", "1:8"]),
     ],
 )
 def test_each_osu_option_becomes_its_run_option(name, line, expected):
@@ -188,6 +189,7 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_put_latency", "-c", "-c: Benchmark does not support validation"),
         ("osu_get_acc_latency", "-c", "-c: Benchmark does not support validation"),
         ("osu_init", "-m 8", "cannot honour option -m"),
+        ("osu_latency_mt", "-c -t 1:2", "Number of sender and receiver threads must be same"),
         ("osu_barrier", "-m 8", "cannot honour option -m"),
         ("osu_nonesuch", "", "no OSU benchmark 'osu_nonesuch'"),
     ],
@@ -219,7 +221,7 @@ def test_the_persistent_and_start_up_programs_run_their_calls_and_kernels():
 def test_every_osu_name_maps_to_a_kernel_its_transport_has():
     from fabricbench.transports import transport_class
 
-    assert len(BENCHMARKS) == 26
+    assert len(BENCHMARKS) == 27
     for bench in BENCHMARKS.values():
         assert bench.kernel in transport_class(bench.transport).kernels, bench.name
 

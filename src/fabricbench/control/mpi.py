@@ -41,11 +41,12 @@ def load_mpi():
 INIT_NS: list[int] = []
 
 
-def import_mpi():
-    """mpi4py.MPI, with MPI initialised at THREAD_LEVEL by the first call (mpi4py's error handling as at import)."""
+def import_mpi(thread_level: str = THREAD_LEVEL):
+    """mpi4py.MPI, with MPI initialised at ``thread_level`` (THREAD_LEVEL, or "multiple" for a run whose kernels call
+    MPI from several threads) by the first call (mpi4py's error handling as at import)."""
     MPI = load_mpi()
     if not MPI.Is_initialized():
-        level = getattr(MPI, f"THREAD_{THREAD_LEVEL.upper()}")
+        level = getattr(MPI, f"THREAD_{thread_level.upper()}")
         started = time.perf_counter_ns()
         MPI.Init_thread(level)
         INIT_NS.append(time.perf_counter_ns() - started)

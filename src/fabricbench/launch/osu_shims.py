@@ -29,6 +29,7 @@ What each OSU option becomes:
 - ``-c`` where OSU 7.4 checks (osu_acc_latency, osu_fop_latency, osu_cas_latency and the two-sided tests); the
   one-sided tests OSU refuses it on (osu_put_latency, osu_get_latency, osu_put_bw, osu_get_bw, osu_put_bibw,
   osu_get_acc_latency) refuse it in OSU's words;
+- ``-t [SEND:]RECV`` (osu_latency_mt): ``--mpi-threads``, its ranks' MPI at MPI_THREAD_MULTIPLE;
 - the persistent tests (``osu_latency_persistent``, ``osu_bw_persistent``, ``osu_bibw_persistent``) run
   ``--method persistent``; ``osu_init`` and ``osu_hello`` the start-up kernels (each rank's MPI_Init).
 
@@ -90,6 +91,7 @@ OPTIONS = {
         Option("d", "accelerator", "required", "TYPE  buffers: cpu, or cuda (CuPy GPU memory: --buffer cuda)"),
         Option("w", "win-option", "required", "OPTION  window creation: allocate"),
         Option("s", "sync-option", "required", "OPTION  synchronisation: flush"),
+        Option("t", "num_threads", "required", "[SEND:]RECV  osu_latency_mt's threads (default 1:2)"),
         Option("h", "help", "", "this help"),
         Option("v", "version", "", "OSU's version line"),
     )
@@ -152,6 +154,8 @@ BENCHMARKS = {
         Benchmark("osu_latency_persistent", "mpi", "latency", _LAT, True, min_size=0, run_args=PERSISTENT),
         Benchmark("osu_bw_persistent", "mpi", "bw", _BW, True, run_args=PERSISTENT),
         Benchmark("osu_bibw_persistent", "mpi", "bibw", _BW, True, run_args=PERSISTENT),
+        # osu_latency_mt: the ping-pong from several threads of each rank (MPI_THREAD_MULTIPLE), -t SEND:RECV.
+        Benchmark("osu_latency_mt", "mpi", "latency-mt", "mixctT", True, min_size=0),
         # Start-up: each rank's MPI_Init, min/max/avg across ranks (osu_init), and osu_hello's line. They take no
         # options (but --help and -v).
         Benchmark("osu_init", "mpi", "init", ""),
@@ -254,6 +258,13 @@ def _check_values(bench: Benchmark, values: dict) -> None:
     if "c" in values and not bench.validates:
         raise UsageError(f"{bench.name}: -c: Benchmark does not support validation (as OSU {OSU_VERSION}'s)")
     _check_one_sided(bench, values)
+    if "c" in values and "t" in values:
+        senders, _, receivers = values["t"].rpartition(":")
+        if (senders or "1") != receivers:
+            raise UsageError(
+                f"{bench.name}: -c -t {values['t']}: Number of sender and receiver threads must be same when "
+                "validation is enabled (as OSU's)"
+            )
 
 
 def _check_one_sided(bench: Benchmark, values: dict) -> None:
@@ -349,6 +360,8 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
     """The ``fabricbench run`` command line that does what the OSU command line asked."""
     bench, values = request.bench, request.values
     argv = ["run", "-t", bench.transport, "-k", bench.kernel, *bench.run_args, "--format", "osu", "--label", bench.name]
+    if "t" in values:
+        argv += ["--mpi-threads", values["t"]]
     for letter, flag in ONE_SIDED_FLAGS.items():
         if letter in values:
             argv += [flag, values[letter]]

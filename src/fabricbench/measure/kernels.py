@@ -102,9 +102,11 @@ class Kernel:
     opt_in: bool = False  # run only when -k names it, not by ``-t T`` alone (congestion: many phases, 4+ ranks)
     pairing: Pairing = Pairing.NONE
     osu_validation: tuple[str, str] = ("Pass", "Fail")  # OSU's Validation column's words for a pass and a fail
-    # OSU's text for it: "table" (a size a line), or one of its start-up programs' lines ("nprocs": osu_init's
+    # OSU's text for it: "table" (a size a line); "threads", osu_latency_mt's table (its thread counts before its
+    # title, its datatype after its column header); or one of its start-up programs' lines ("nprocs": osu_init's
     # "nprocs: N, min: ... ms", "count": osu_hello's "This is a test with N processes").
     osu_layout: str = "table"
+    mpi_threads: bool = False  # its ranks run MPI from several threads at once: MPI starts at MPI_THREAD_MULTIPLE
 
     @property
     def collective(self) -> bool:
@@ -263,6 +265,19 @@ _ALL = [
         "{lib} Bi-Directional Bandwidth Test",
         directions=2,
         pairing=Pairing.ONE,
+    ),
+    # osu_latency_mt: the ping-pong from several threads of each rank at once (--mpi-threads SENDERS:RECEIVERS).
+    Kernel(
+        "latency-mt",
+        "latency",
+        "one-pair",
+        "rtt",
+        0,
+        4 * MiB,
+        "{lib} Multi-threaded Latency Test",
+        pairing=Pairing.ONE,
+        mpi_threads=True,
+        osu_layout="threads",
     ),
     Kernel(
         "msgrate",

@@ -114,6 +114,10 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     place = cls.buffer_place(columns.transport_options)
     made = f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}"
     named = title(transport, kernel_name, place.osu_device, columns.transport_options)
+    if kernel.osu_layout == "threads":  # osu_latency_mt: the thread counts, the title, the columns, the datatype
+        extra = cls.osu_header_lines(kernel, columns.transport_options)
+        datatype = f"# Datatype: {(columns.datatype or kernel.osu_datatype).upper()}."
+        return "\n".join([made, *extra, named, column_header(kernel_name, columns), datatype])
     if kernel.osu_layout != "table":  # osu_init and osu_hello print their title, then their one line
         return f"{made}\n{named}"
     lines = [
@@ -154,7 +158,8 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
         text += f"{'MB/s':>{FIELD}}{'Messages/s':>{FIELD}}"
     elif kernel.windowed:
         text += f"{'Bandwidth (MB/s)':>{FIELD}}"
-    elif kernel.sample == "op" and not kernel.collective:  # one one-sided operation: osu_put_latency's header
+    elif kernel.osu_layout == "threads" or (kernel.sample == "op" and not kernel.collective):
+        # one one-sided operation (osu_put_latency's header), or osu_latency_mt's
         text += f"{'Latency (us)':>{FIELD}}"
     else:
         text += f"{'Avg Latency(us)':>{FIELD}}"

@@ -26,6 +26,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, also under a strict -std=c99/c11 */
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -35,6 +36,7 @@
 #include "fb_runtime.h"
 
 #define FB_UNSUPPORTED (-1)
+#define FB_MAX_THREADS 128 /* osu_latency_mt's most threads a side */
 
 enum { TAG = 11, ACK_TAG = 12 }; /* mpi.py's tags: data, and the bandwidth window's ack */
 
@@ -302,6 +304,74 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
     }
 out:
     release(&request, 1);
+    return err;
+}
+
+/* fb_pingpong_mt: osu_latency_mt. Rank `initiator` runs `threads` sender threads, its peer `threads` receiver
+ * threads (each side's own count, OSU's -t SENDERS:RECEIVERS); thread k takes iterations k, k + threads, ... of the
+ * run. A sender thread's iteration is MPI_Send then MPI_Recv, stamped alone into times[i]; a receiver's MPI_Recv then
+ * MPI_Send. With one sender thread every message is tagged 1 and every answer 2, so that any receiver thread may
+ * take any message (OSU's tags); with more, both are tagged with the iteration, so that each reaches its own
+ * thread. Thread k has its own buffers: bufs[2k] to send from, bufs[2k + 1] to receive into. MPI must run at
+ * MPI_THREAD_MULTIPLE (FB_UNSUPPORTED otherwise). */
+typedef struct {
+    MPI_Comm comm;
+    int peer, initiator, first, stride, senders, count, err;
+    void *send_buf, *recv_buf;
+    long long iterations;
+    int64_t *times;
+} mt_part;
+
+static void *mt_thread(void *arg)
+{
+    mt_part *p = arg;
+    int err = MPI_SUCCESS;
+    for (long long i = p->first; i < p->iterations && err == MPI_SUCCESS; i += p->stride) {
+        int ping = p->senders > 1 ? (int)(i % 32768) : 1, pong = p->senders > 1 ? ping : 2;
+        if (p->initiator) {
+            int64_t start = fb_now_ns();
+            err = MPI_Send(p->send_buf, p->count, MPI_BYTE, p->peer, ping, p->comm);
+            if (err == MPI_SUCCESS)
+                err = MPI_Recv(p->recv_buf, p->count, MPI_BYTE, p->peer, pong, p->comm, MPI_STATUS_IGNORE);
+            fb_stamp(p->times, i, &start);
+        } else {
+            err = MPI_Recv(p->recv_buf, p->count, MPI_BYTE, p->peer, ping, p->comm, MPI_STATUS_IGNORE);
+            if (err == MPI_SUCCESS)
+                err = MPI_Send(p->send_buf, p->count, MPI_BYTE, p->peer, pong, p->comm);
+        }
+    }
+    p->err = err;
+    return NULL;
+}
+
+int fb_pingpong_mt(MPI_Fint comm_handle, int peer, int initiator, int threads, int senders, void **bufs,
+                   long long size, long long iterations, int64_t *times)
+{
+    pthread_t ids[FB_MAX_THREADS];
+    mt_part parts[FB_MAX_THREADS];
+    int provided, started = 0, count, err = as_count(size, &count);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (threads < 1 || threads > FB_MAX_THREADS || senders < 1)
+        return MPI_ERR_ARG;
+    if ((err = MPI_Query_thread(&provided)) != MPI_SUCCESS)
+        return err;
+    if (provided != MPI_THREAD_MULTIPLE)
+        return FB_UNSUPPORTED;
+    for (int k = 0; k < threads; k++) {
+        parts[k] = (mt_part){MPI_Comm_f2c(comm_handle), peer, initiator, k, threads, senders, count, MPI_SUCCESS,
+                             bufs[2 * k], bufs[2 * k + 1], iterations, times};
+        if (pthread_create(&ids[k], NULL, mt_thread, &parts[k]) != 0) {
+            err = MPI_ERR_OTHER;
+            break;
+        }
+        started++;
+    }
+    for (int k = 0; k < started; k++) {
+        pthread_join(ids[k], NULL);
+        if (err == MPI_SUCCESS)
+            err = parts[k].err;
+    }
     return err;
 }
 

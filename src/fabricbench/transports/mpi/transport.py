@@ -23,6 +23,8 @@ are chosen per run, and the row's ``method`` says both:
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import functools
 import json
 import os
@@ -440,6 +442,38 @@ class Collective(Case):
             self.request = None
 
 
+class ThreadedPingPong(Case):
+    """osu_latency_mt: one sample is one thread's round trip; each thread of a side has its own buffers, and the
+    check reads thread 0's (the only one a one-iteration run uses)."""
+
+    def __init__(self, comm, kernel: Kernel, size: int, threads: list[int], cloop: CLoop | None):
+        super().__init__()
+        if cloop is None:
+            raise Unsupported("latency-mt's threads run in the C loop only")
+        if MPI.Query_thread() != MPI.THREAD_MULTIPLE:  # MPI started before the run's kernels were known
+            raise Unsupported("MPI did not start at MPI_THREAD_MULTIPLE, which latency-mt's threads need")
+        self.cloop, self.what = cloop, f"mpi {kernel.name} at {size} B"
+        senders, receivers = threads
+        self.method = f"c loop, blocking, {senders}:{receivers} threads"
+        role = partner_of(kernel, comm.Get_rank(), comm.Get_size())
+        self.active = role is not None
+        self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
+        count = senders if self.initiator else receivers
+        seed = _send_seed(comm.Get_rank())
+        self.buffers = [buffer for _ in range(count) for buffer in (filled(size, seed), poisoned(size))]
+        self.addresses = (ctypes.c_void_p * len(self.buffers))(*(b.ctypes.data for b in self.buffers))
+        self.received = self.buffers[1] if self.active else nothing()
+        self.c_args = (comm.py2f(), self.peer, int(self.initiator), count, senders, self.addresses, size)
+
+    def expected(self):
+        return pattern(len(self.received), _send_seed(self.peer))
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        if not self.active:
+            return
+        require_success(self.cloop.lib.fb_pingpong_mt(*self.c_args, iterations, times_address(times)), self.what)
+
+
 class StartUp(Case):
     """osu_init's figure: how long this rank's MPI_Init took (control.mpi.INIT_NS, timed as the rank started). Every
     sample is that one figure; nothing is sent, so there is nothing to check."""
@@ -513,6 +547,12 @@ class MPIOptions(OptionGroup):
             "staged (--buffer cuda): copy GPU buffers through pinned host memory around blocking calls",
         )
         group.add_argument(
+            "--mpi-threads",
+            type=thread_counts,
+            metavar="SENDERS:RECEIVERS",
+            help="latency-mt: the threads of the sending rank and of the answering one (OSU's -t; default 1:2)",
+        )
+        group.add_argument(
             "--buffer",
             choices=["host", "cuda"],
             help="mpi: where the messages live: host memory (default), or CuPy GPU memory (OSU's -d cuda); "
@@ -523,11 +563,21 @@ class MPIOptions(OptionGroup):
         if role != "run":
             return {}
         place_of(args.buffer, args.method == "staged")  # --method staged names a place only GPU buffers have
-        given = {"method": args.method, "buffer": args.buffer}
+        given = {"method": args.method, "buffer": args.buffer, "threads": args.mpi_threads}
         return {key: value for key, value in given.items() if value is not None}
 
 
 MPI_OPTIONS = MPIOptions()
+DEFAULT_THREADS = [1, 2]  # osu_latency_mt's: one sender thread, two receiver threads
+MAX_THREADS = 128  # osu_latency_mt's most, and the C loop's (FB_MAX_THREADS)
+
+
+def thread_counts(text: str) -> list[int]:
+    """OSU's -t: ``SENDERS:RECEIVERS``, or ``RECEIVERS`` alone (one sender), each 1 to MAX_THREADS."""
+    parts = text.split(":") if ":" in text else ["1", text]
+    if len(parts) != 2 or not all(p.isdigit() and 1 <= int(p) <= MAX_THREADS for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: SENDERS:RECEIVERS, each 1 to {MAX_THREADS} threads")
+    return [int(p) for p in parts]
 
 
 class MPITransport(Transport):
@@ -552,6 +602,7 @@ class MPITransport(Transport):
             "congestion",
             "init",
             "hello",
+            "latency-mt",
         }
     )
     default_kernels = (
@@ -576,6 +627,14 @@ class MPITransport(Transport):
     def buffer_place(cls, transport_options: dict) -> BufferPlace:
         settings = MPI_OPTIONS.of(transport_options)
         return place_of(settings.get("buffer"), settings.get("method") == "staged")
+
+    @classmethod
+    def osu_header_lines(cls, kernel: Kernel, transport_options: dict | None = None) -> list[str]:
+        """osu_latency_mt's thread counts (its "%d \n" leaves a space after the first)."""
+        if not kernel.mpi_threads:
+            return []
+        senders, receivers = MPI_OPTIONS.of(transport_options or {}).get("threads", DEFAULT_THREADS)
+        return [f"# Number of Sender threads: {senders} ", f"# Number of Receiver threads: {receivers}"]
 
     @classmethod
     def osu_title(cls, kernel: Kernel, transport_options: dict) -> str:
@@ -608,6 +667,7 @@ class MPITransport(Transport):
         options = MPI_OPTIONS.of(plan.transport_options)
         self.comm = ctrl.comm.Dup()
         self.method = options.get("method") or DEFAULT_METHOD
+        self.threads = options.get("threads", DEFAULT_THREADS)
         self.window = plan.window
         self.place = self.buffer_place(plan.transport_options)
         self.buffer = self.place.name
@@ -625,6 +685,10 @@ class MPITransport(Transport):
     def case(self, kernel: Kernel, size: int) -> Case:
         if kernel.family == "startup":
             return StartUp()
+        if kernel.mpi_threads:
+            if self.cuda is not None:
+                raise Unsupported("latency-mt runs host buffers")
+            return ThreadedPingPong(self.comm, kernel, size, self.threads, self.cloop)
         if self.cuda is not None:
             route = cuda_path(kernel, self.place.staged, self.cuda_aware)
             if route == "no buffers":  # barrier: nothing on the GPU, so the host loop, on any MPI
