@@ -1,5 +1,6 @@
-"""latency-mt (osu_latency_mt) on real ranks: MPI at MPI_THREAD_MULTIPLE, ping-pongs from several threads of each
-rank at once, checked with -c, under PyPI's MPICH and Open MPI, and through the osu_latency_mt shim."""
+"""latency-mt (osu_latency_mt) and latency-mp (osu_latency_mp) on real ranks: ping-pongs from several threads of
+each rank at once with MPI at MPI_THREAD_MULTIPLE, and ping-pongs while each rank has forked idle processes, checked
+with -c, under PyPI's MPICH (and latency-mt under Open MPI)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,24 @@ def test_latency_mt_under_pypis_open_mpi(open_mpi_venv, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     _check(out, "2:2")
+
+
+def test_latency_mp_forks_idle_processes_and_reaps_them(out):
+    result = fabricbench(
+        "run", "-t", "mpi", "-k", "latency-mp", "--mpi-processes", "1:2", "--out", str(out), *QUICK
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows, meta = read_rows(out)
+    assert (rows.status == "ok").all() and (rows.validation == "pass").all()
+    assert (rows.method == "c loop, blocking, 1:2 forked processes").all()
+    assert meta["mpi_thread_level"] == "serialized"
+    # Every forked process was killed and reaped with its case: none outlives the run.
+    leftover = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert leftover.stdout == "", leftover.stdout
+
+
+def test_latency_mp_says_why_it_does_not_run_on_four_ranks(out):
+    result = fabricbench("run", "--np", "4", "-t", "mpi", "-k", "latency-mp", "--out", str(out), *QUICK)
+    assert result.returncode == 0, result.stderr
+    rows, _ = read_rows(out)
+    assert rows.status.str.startswith("unsupported: latency-mp's barrier before every round trip").all()

@@ -537,3 +537,25 @@ def test_shim_latency_mt_prints_its_threads_then_osus_table(shims, tmp_path):
         assert line == as_osu_prints_it(line, 1, validate=True) and line.endswith("Pass")
     rows, _ = read_rows(folder)
     assert set(rows.validation) == {"pass"} and set(rows.method) == {"c loop, blocking, 2:2 threads"}
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_shim_latency_mp_prints_its_processes_then_osus_table(shims, tmp_path, check):
+    run, folder = osu(shims, tmp_path, "osu_latency_mp", "-m", "4", "-x", "2", "-i", "30", *(["-c"] if check else []))
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1:6] == [
+        "# Number of forked processes in sender: 0",
+        "# Number of forked processes in receiver: 2",
+        "# OSU MPI Multi-process Latency Test v7.4",
+        osu_column_header(["Latency (us)"], validate=check),
+        "# Datatype: MPI_CHAR.",
+    ]
+    data = _data_lines(run.stdout)
+    assert [int(line.split()[0]) for line in data] == [1, 2, 4]
+    for line in data:
+        size, value = line.split()[:2]
+        # OSU: "%-*d" then "%*.*f" 18 wide and "%*s" with -c, but 10 wide without it
+        own = f"{int(size):<10d}{float(value):18.2f}{'Pass':>18}" if check else f"{int(size):<10d}{float(value):10.2f}"
+        assert line == own
+    assert set(read_rows(folder)[0].status) == {"ok"}

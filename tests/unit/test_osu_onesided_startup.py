@@ -118,3 +118,25 @@ def test_osu_latency_mt_prints_its_thread_counts_before_its_title():
         "# Size          Latency (us)",
         "# Datatype: MPI_CHAR.",
     ]
+
+
+def test_osu_latency_mp_counts_forked_processes_and_prints_10_wide_without_minus_c():
+    from argparse import ArgumentTypeError
+
+    from fabricbench.transports.mpi.transport import process_counts
+
+    assert process_counts("0:2") == [0, 2] and process_counts("3") == [0, 3]
+    with pytest.raises(ArgumentTypeError, match="forked processes"):
+        process_counts("1:0")
+    options = {"mpi": {"processes": [1, 3]}}
+    lines = osu.header("mpi", "latency-mp", 64, 1, osu.Columns(transport_options=options)).splitlines()
+    assert lines[1:] == [
+        "# Number of forked processes in sender: 1",
+        "# Number of forked processes in receiver: 3",
+        "# OSU MPI Multi-process Latency Test v7.4",
+        "# Size          Latency (us)",
+        "# Datatype: MPI_CHAR.",
+    ]
+    row = {"kernel": "latency-mp", "status": "ok", "size_B": 8, "lat_mean_us": 1.5, "validation": "pass"}
+    assert osu.line(row) == f"{8:<10d}{1.5:10.2f}"  # OSU: "%-*d" 10, then "%*.*f" 10 wide
+    assert osu.line(row, osu.Columns(validate=True)) == f"{8:<10d}{1.5:18.2f}{'Pass':>18}"

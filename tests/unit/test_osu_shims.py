@@ -89,6 +89,7 @@ def test_reframes_collective_line():
         ("osu_put_bibw", "-s fence -W 8", ["--rma-sync", "fence", "-W", "8"]),
         ("osu_fop_latency", "-m 1:1024", ["-m", "8:8"]),  # one 8-byte element, whatever -m says
         ("osu_latency_mt", "-t 2:3 -m 8", ["--mpi-threads", "2:3", "-m", "1:8"]),
+        ("osu_latency_mp", "-t 1:3 -c", ["--mpi-processes", "1:3", "-m", "1:4194304", "-c"]),  # OSU skips 0 B
     ],
 )
 def test_each_osu_option_becomes_its_run_option(name, line, expected):
@@ -221,7 +222,7 @@ def test_the_persistent_and_start_up_programs_run_their_calls_and_kernels():
 def test_every_osu_name_maps_to_a_kernel_its_transport_has():
     from fabricbench.transports import transport_class
 
-    assert len(BENCHMARKS) == 27
+    assert len(BENCHMARKS) == 28
     for bench in BENCHMARKS.values():
         assert bench.kernel in transport_class(bench.transport).kernels, bench.name
 

@@ -29,7 +29,8 @@ What each OSU option becomes:
 - ``-c`` where OSU 7.4 checks (osu_acc_latency, osu_fop_latency, osu_cas_latency and the two-sided tests); the
   one-sided tests OSU refuses it on (osu_put_latency, osu_get_latency, osu_put_bw, osu_get_bw, osu_put_bibw,
   osu_get_acc_latency) refuse it in OSU's words;
-- ``-t [SEND:]RECV`` (osu_latency_mt): ``--mpi-threads``, its ranks' MPI at MPI_THREAD_MULTIPLE;
+- ``-t [SEND:]RECV``: osu_latency_mt's threads, ``--mpi-threads`` (its ranks' MPI at MPI_THREAD_MULTIPLE), and
+  osu_latency_mp's forked processes, ``--mpi-processes``;
 - the persistent tests (``osu_latency_persistent``, ``osu_bw_persistent``, ``osu_bibw_persistent``) run
   ``--method persistent``; ``osu_init`` and ``osu_hello`` the start-up kernels (each rank's MPI_Init).
 
@@ -91,7 +92,7 @@ OPTIONS = {
         Option("d", "accelerator", "required", "TYPE  buffers: cpu, or cuda (CuPy GPU memory: --buffer cuda)"),
         Option("w", "win-option", "required", "OPTION  window creation: allocate"),
         Option("s", "sync-option", "required", "OPTION  synchronisation: flush"),
-        Option("t", "num_threads", "required", "[SEND:]RECV  osu_latency_mt's threads (default 1:2)"),
+        Option("t", "num_threads", "required", "[SEND:]RECV  threads (osu_latency_mt, 1:2) or processes (_mp, 0:2)"),
         Option("h", "help", "", "this help"),
         Option("v", "version", "", "OSU's version line"),
     )
@@ -111,6 +112,7 @@ class Benchmark:
     run_args: tuple[str, ...] = ()  # what fabricbench runs it with beyond -t and -k (the persistent tests' calls)
     validates: bool = True  # False: OSU 7.4 refuses its -c ("Benchmark does not support validation")
     syncs: tuple[str, ...] = ()  # the one-sided tests: the -s words OSU accepts for it
+    counts_flag: str = "--mpi-threads"  # what its -t counts become: osu_latency_mt's threads, _mp's processes
 
     @property
     def gpu_buffers(self) -> bool:
@@ -156,6 +158,8 @@ BENCHMARKS = {
         Benchmark("osu_bibw_persistent", "mpi", "bibw", _BW, True, run_args=PERSISTENT),
         # osu_latency_mt: the ping-pong from several threads of each rank (MPI_THREAD_MULTIPLE), -t SEND:RECV.
         Benchmark("osu_latency_mt", "mpi", "latency-mt", "mixctT", True, min_size=0),
+        # osu_latency_mp: the ping-pong while each rank has forked idle processes, -t SEND:RECV of them.
+        Benchmark("osu_latency_mp", "mpi", "latency-mp", "mixctT", True, min_size=0, counts_flag="--mpi-processes"),
         # Start-up: each rank's MPI_Init, min/max/avg across ranks (osu_init), and osu_hello's line. They take no
         # options (but --help and -v).
         Benchmark("osu_init", "mpi", "init", ""),
@@ -258,7 +262,7 @@ def _check_values(bench: Benchmark, values: dict) -> None:
     if "c" in values and not bench.validates:
         raise UsageError(f"{bench.name}: -c: Benchmark does not support validation (as OSU {OSU_VERSION}'s)")
     _check_one_sided(bench, values)
-    if "c" in values and "t" in values:
+    if "c" in values and "t" in values and bench.counts_flag == "--mpi-threads":
         senders, _, receivers = values["t"].rpartition(":")
         if (senders or "1") != receivers:
             raise UsageError(
@@ -361,7 +365,7 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
     bench, values = request.bench, request.values
     argv = ["run", "-t", bench.transport, "-k", bench.kernel, *bench.run_args, "--format", "osu", "--label", bench.name]
     if "t" in values:
-        argv += ["--mpi-threads", values["t"]]
+        argv += [bench.counts_flag, values["t"]]
     for letter, flag in ONE_SIDED_FLAGS.items():
         if letter in values:
             argv += [flag, values[letter]]

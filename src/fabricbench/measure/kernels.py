@@ -102,9 +102,10 @@ class Kernel:
     opt_in: bool = False  # run only when -k names it, not by ``-t T`` alone (congestion: many phases, 4+ ranks)
     pairing: Pairing = Pairing.NONE
     osu_validation: tuple[str, str] = ("Pass", "Fail")  # OSU's Validation column's words for a pass and a fail
-    # OSU's text for it: "table" (a size a line); "threads", osu_latency_mt's table (its thread counts before its
-    # title, its datatype after its column header); or one of its start-up programs' lines ("nprocs": osu_init's
-    # "nprocs: N, min: ... ms", "count": osu_hello's "This is a test with N processes").
+    # OSU's text for it: "table" (a size a line); "threads" and "processes", osu_latency_mt's and osu_latency_mp's
+    # table (the thread or process counts before the title, the datatype after the column header); or one of its
+    # start-up programs' lines ("nprocs": osu_init's "nprocs: N, min: ... ms", "count": osu_hello's "This is a test
+    # with N processes").
     osu_layout: str = "table"
     mpi_threads: bool = False  # its ranks run MPI from several threads at once: MPI starts at MPI_THREAD_MULTIPLE
 
@@ -278,6 +279,19 @@ _ALL = [
         pairing=Pairing.ONE,
         mpi_threads=True,
         osu_layout="threads",
+    ),
+    # osu_latency_mp: the ping-pong after a barrier each round trip, while each rank has forked idle processes
+    # (--mpi-processes SENDER:RECEIVER): what a fork does to the MPI library's memory (registration, copy-on-write).
+    Kernel(
+        "latency-mp",
+        "latency",
+        "one-pair",
+        "rtt",
+        0,
+        4 * MiB,
+        "{lib} Multi-process Latency Test",
+        pairing=Pairing.ONE,
+        osu_layout="processes",
     ),
     Kernel(
         "msgrate",

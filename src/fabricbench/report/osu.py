@@ -114,7 +114,7 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     place = cls.buffer_place(columns.transport_options)
     made = f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}"
     named = title(transport, kernel_name, place.osu_device, columns.transport_options)
-    if kernel.osu_layout == "threads":  # osu_latency_mt: the thread counts, the title, the columns, the datatype
+    if kernel.osu_layout in ("threads", "processes"):  # osu_latency_mt/_mp: counts, title, columns, datatype
         extra = cls.osu_header_lines(kernel, columns.transport_options)
         datatype = f"# Datatype: {(columns.datatype or kernel.osu_datatype).upper()}."
         return "\n".join([made, *extra, named, column_header(kernel_name, columns), datatype])
@@ -158,8 +158,8 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
         text += f"{'MB/s':>{FIELD}}{'Messages/s':>{FIELD}}"
     elif kernel.windowed:
         text += f"{'Bandwidth (MB/s)':>{FIELD}}"
-    elif kernel.osu_layout == "threads" or (kernel.sample == "op" and not kernel.collective):
-        # one one-sided operation (osu_put_latency's header), or osu_latency_mt's
+    elif kernel.osu_layout in ("threads", "processes") or (kernel.sample == "op" and not kernel.collective):
+        # one one-sided operation (osu_put_latency's header), or osu_latency_mt's and osu_latency_mp's
         text += f"{'Latency (us)':>{FIELD}}"
     else:
         text += f"{'Avg Latency(us)':>{FIELD}}"
@@ -195,6 +195,8 @@ def line(row: dict, columns: Columns = Columns()) -> str:
                 f"{row['lat_rank_min_us']:{FIELD}.2f}{row['lat_rank_max_us']:{FIELD}.2f}"
                 f"{row['iterations']:{ITERATIONS_FIELD}d}"
             )
+    elif kernel.osu_layout == "processes" and not columns.validate:
+        text += f"{row['lat_mean_us']:10.2f}"  # osu_latency_mp prints "%*.*f" 10 wide without -c
     else:
         text += f"{row['lat_mean_us']:{FIELD}.2f}"
     if columns.validate:

@@ -27,6 +27,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -373,6 +374,49 @@ int fb_pingpong_mt(MPI_Fint comm_handle, int peer, int initiator, int threads, i
             err = parts[k].err;
     }
     return err;
+}
+
+/* fb_pingpong_synced: osu_latency_mp's loop, a barrier of `comm` before every round trip, each round trip stamped
+ * alone (the barrier untimed). */
+int fb_pingpong_synced(MPI_Fint comm_handle, int peer, int initiator, void *send_buf, void *recv_buf, long long size,
+                       long long iterations, int64_t *times)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_handle);
+    int count, err = as_count(size, &count);
+    if (err != MPI_SUCCESS)
+        return err;
+    for (long long i = 0; i < iterations; i++) {
+        TRY(MPI_Barrier(comm));
+        if (initiator) {
+            int64_t start = fb_now_ns();
+            TRY(MPI_Send(send_buf, count, MPI_BYTE, peer, TAG, comm));
+            TRY(MPI_Recv(recv_buf, count, MPI_BYTE, peer, TAG, comm, MPI_STATUS_IGNORE));
+            fb_stamp(times, i, &start);
+        } else {
+            TRY(MPI_Recv(recv_buf, count, MPI_BYTE, peer, TAG, comm, MPI_STATUS_IGNORE));
+            TRY(MPI_Send(send_buf, count, MPI_BYTE, peer, TAG, comm));
+        }
+    }
+out:
+    return err;
+}
+
+/* osu_latency_mp's forked processes: `n` children of this rank that wait, touching nothing (no MPI, no Python),
+ * until they are killed; their ids in pids. Returns how many were forked. */
+int fb_fork_idle(int n, int *pids)
+{
+    int forked = 0;
+    for (; forked < n; forked++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            break;
+        if (pid == 0) {
+            for (;;)
+                pause();
+        }
+        pids[forked] = (int)pid;
+    }
+    return forked;
 }
 
 /* fb_rma_sync: OSU's one-sided tests (osu_put_latency, osu_get_latency, osu_put_bw, osu_get_bw, osu_put_bibw,
