@@ -67,6 +67,8 @@ def test_the_c_source_ships_beside_the_module():
         "fb_collective",
         "fb_rma_sync",
         "fb_pingpong_mt",
+        "fb_pingpong_synced",
+        "fb_fork_idle",
         "fb_canary",
         "fb_congestor",
         "fb_persistent_collectives",
