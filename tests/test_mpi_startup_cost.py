@@ -20,10 +20,13 @@ def _check(out, ranks: int) -> None:
     assert (rows.lat_rank_min_us > 1).all() and (rows.lat_rank_max_us < 60e6).all()
     assert (rows.lat_rank_min_us <= rows.lat_rank_avg_us).all() and (rows.lat_rank_avg_us <= rows.lat_rank_max_us).all()
     assert rows.method.str.startswith("MPI_Init_thread(MPI_THREAD_SERIALIZED)").all()
+    assert (rows.validation == "off").all()  # -c: nothing was sent, so nothing is said to pass
 
 
 def test_init_and_hello_report_each_ranks_mpi_init_as_osu_prints_it(out):
-    result = fabricbench("run", "--np", "4", "-t", "mpi", "-k", "init,hello", "--format", "osu", "--out", str(out))
+    result = fabricbench(
+        "run", "--np", "4", "-t", "mpi", "-k", "init,hello", "-c", "--format", "osu", "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     _check(out, 4)
     assert "# OSU MPI Init Test v7.4\nnprocs: 4, min: " in result.stdout

@@ -37,8 +37,9 @@ def load_mpi():
 
 
 # How long this process's MPI_Init_thread took, in ns (CLOCK_MONOTONIC around the call, as osu_init's clock around
-# MPI_Init); empty where MPI was initialised before import_mpi was asked.
-INIT_NS: list[int] = []
+# MPI_Init), and the thread level it asked for: {"ns": ..., "level": ...}; empty where MPI was initialised before
+# import_mpi was asked.
+INIT_TIMED: dict = {}
 
 
 def import_mpi(thread_level: str = THREAD_LEVEL):
@@ -49,7 +50,7 @@ def import_mpi(thread_level: str = THREAD_LEVEL):
         level = getattr(MPI, f"THREAD_{thread_level.upper()}")
         started = time.perf_counter_ns()
         MPI.Init_thread(level)
-        INIT_NS.append(time.perf_counter_ns() - started)
+        INIT_TIMED.update(ns=time.perf_counter_ns() - started, level=thread_level)
     return MPI
 
 

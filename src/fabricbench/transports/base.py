@@ -37,6 +37,7 @@ class Case:
     # known received before it ended), so that its bytes over the shortest sample are a rate the link carried:
     # the row's bw_peak_MBps. osu_bw's window and ack do; osu_bibw's two unsynchronised windows do not.
     window_holds_transit: bool = True
+    checks: bool = True  # False: it moves nothing -c could check (osu_init's MPI_Init), so its rows say "off"
 
     def __init__(self) -> None:
         self.received: np.ndarray = nothing()  # uint8 view of what this rank received
