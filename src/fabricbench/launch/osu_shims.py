@@ -404,7 +404,7 @@ def usage(bench: Benchmark) -> str:
         option = OPTIONS[letter]
         value, _, text = option.help.partition("  ") if option.value else ("", "", option.help)
         lines.append(f"  -{letter}, --{option.long} {value}".ljust(38) + text)
-    if bench.buffers and not bench.gpu_buffers:
+    if bench.buffers and (not bench.gpu_buffers or "d" not in bench.letters):
         lines.append("Buffer locations are read as a CPU build of OSU reads them: host memory.")
     elif bench.buffers:
         lines.append("Buffer locations: with -d cuda, D D puts both in GPU memory and H H both in host memory;")
