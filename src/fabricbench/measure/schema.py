@@ -49,6 +49,9 @@ COLUMNS = [
     "bw_MBps",
     "bw_peak_MBps",
     "msgrate_per_s",
+    "bw_win_p50_MBps",
+    "bw_win_p90_MBps",
+    "bw_win_p99_MBps",
     "algbw_GBps",
     "busbw_GBps",
     "bw_p1_MBps",
@@ -80,7 +83,9 @@ INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "c
 #    links between its hosts (hops), both blank without a topology or where it has no route.
 # 7: a bisection row carries its tier (or ``all``), that tier's pairs over every matching, its per-pair rate's 1st
 #    percentile and its aggregate over both directions.
-SCHEMA_VERSION = 7
+# 8: a windowed row of one pair carries the percentiles of its windows' bandwidths (bw_win_p50/p90/p99_MBps, each
+#    window's bytes over its time, smallest first: OSU's -z tail bandwidths).
+SCHEMA_VERSION = 8
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
@@ -117,9 +122,10 @@ OPTIONAL = {
     "tier_pairs": "",
 }
 # Measured columns an older table may lack (schema 4 and before: the congestion figures; schema 6 and before: the
-# bisection figures): NaN in its rows.
+# bisection figures; schema 7 and before: the window bandwidth percentiles): NaN in its rows.
 OPTIONAL_NUMERIC = ("bw_p50_MBps", "bw_p99_MBps", "rank_spread", "congestor_MBps", "cif_mean", "cif_p99")
 OPTIONAL_NUMERIC += ("bw_p1_MBps", "aggregate_MBps")
+OPTIONAL_NUMERIC += ("bw_win_p50_MBps", "bw_win_p90_MBps", "bw_win_p99_MBps")  # schema 7 and before: NaN
 
 
 def is_measured(status: object) -> bool:
