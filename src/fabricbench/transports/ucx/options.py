@@ -13,6 +13,10 @@ section, since both sides must make the same calls.
 
 from __future__ import annotations
 
+import os
+import re
+
+from fabricbench.argtypes import MASK
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
 from fabricbench.errors import FabricbenchError
 from fabricbench.transports.options import OptionGroup
@@ -72,3 +76,17 @@ class UCXOptions(OptionGroup):
 
 
 UCX_OPTIONS = UCXOptions()
+
+
+# The UCX_* variables a rank records (and checks in another rank's record): how many, how long, which masked.
+UCX_ENV_PREFIX = "UCX_"
+MAX_ENV = 64
+MAX_ENV_CHARS = 256
+SECRET_NAMES = re.compile(r"UUID|KEY|TOKEN|SECRET|PASS|AUTH|CRED", re.IGNORECASE)
+
+
+def ucx_environment(environ=os.environ) -> dict[str, str]:
+    """This rank's UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...), at most MAX_ENV, each cut at MAX_ENV_CHARS;
+    the values of any that name a key or a secret masked."""
+    found = sorted((k, v) for k, v in environ.items() if k.startswith(UCX_ENV_PREFIX))
+    return {k[:MAX_ENV_CHARS]: MASK if SECRET_NAMES.search(k) else v[:MAX_ENV_CHARS] for k, v in found[:MAX_ENV]}

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 
-from fabricbench.argtypes import MASK
 from fabricbench.buffers import POISON, aligned, nothing, pattern, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
@@ -53,13 +51,16 @@ from fabricbench.transports.ucx.cloop import (
     parse_lanes,
     used_for,
 )
-from fabricbench.transports.ucx.options import UCX_OPTIONS, UCXUnavailable
+from fabricbench.transports.ucx.options import (
+    MAX_ENV,
+    MAX_ENV_CHARS,
+    UCX_ENV_PREFIX,
+    UCX_OPTIONS,
+    UCXUnavailable,
+    ucx_environment,
+)
 
-UCX_ENV_PREFIX = "UCX_"
-MAX_ENV = 64
-MAX_ENV_CHARS = 256
 MAX_LANES = 32  # lanes per endpoint taken from a peer's record
-SECRET_NAMES = re.compile(r"UUID|KEY|TOKEN|SECRET|PASS|AUTH|CRED", re.IGNORECASE)
 CONTROL_BYTES = 64  # after the two halves: the acknowledgement, DONE and handshake messages
 MAX_WINDOW = 4096  # _ucxloop.c's MAX_WINDOW: the most messages a window holds
 TWO_SIDED = {
@@ -77,13 +78,6 @@ ZERO_STREAM = "a stream has no messages of 0 B (ucp_stream_recv_nbx waits for by
 
 def _seed(rank: int) -> int:
     return rank + 1
-
-
-def ucx_environment(environ=os.environ) -> dict[str, str]:
-    """This rank's UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...), at most MAX_ENV, each cut at MAX_ENV_CHARS;
-    the values of any that name a key or a secret masked."""
-    found = sorted((k, v) for k, v in environ.items() if k.startswith(UCX_ENV_PREFIX))
-    return {k[:MAX_ENV_CHARS]: MASK if SECRET_NAMES.search(k) else v[:MAX_ENV_CHARS] for k, v in found[:MAX_ENV]}
 
 
 def check_environment(record: object, rank: int) -> dict[str, str]:

@@ -45,7 +45,7 @@ from fabricbench.transports.reference_tool import (
     server_address,
     tool_output,
 )
-from fabricbench.transports.ucx.options import BIN_HINT, UCX_OPTIONS, UCXUnavailable
+from fabricbench.transports.ucx.options import BIN_HINT, UCX_OPTIONS, UCXUnavailable, ucx_environment
 
 TOOL = "ucx_perftest"
 UCX_INFO = "ucx_info"
@@ -218,7 +218,6 @@ class UCXPerftestTransport(Transport):
         return row
 
     def metadata(self) -> dict:
-        from fabricbench.transports.ucx.transport import ucx_environment
 
         return {
             "tool": shutil.which(TOOL),
