@@ -13,7 +13,8 @@ Open MPI wheel; as root the script sets the variables Open MPI then asks for.
 The reference is osu_reference.c, beside this script: OSU Micro-Benchmarks 7.4's loops in plain C (osu_latency,
 osu_bw, osu_bibw, osu_mbw_mr, osu_allreduce, osu_allgather, osu_alltoall, osu_bcast, osu_reduce,
 osu_reduce_scatter, osu_barrier, osu_put_latency, osu_get_latency, and osu_gather, osu_gatherv, osu_scatter,
-osu_scatterv, osu_allgatherv, osu_alltoallv, osu_alltoallw, osu_reduce_scatter_block; its header comment lists every
+osu_scatterv, osu_allgatherv, osu_alltoallv, osu_alltoallw, osu_reduce_scatter_block, osu_acc_latency,
+osu_get_acc_latency, osu_fop_latency, osu_cas_latency, osu_put_bibw; its header comment lists every
 place it departs from OSU on purpose), built at start into a temporary directory with -O2 and the very compiler
 wrapper fabricbench builds its own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs
 fabricbench). It covers every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for.
@@ -62,7 +63,8 @@ Targets (fabricbench's C loop over the C program, the median of the kept paired 
 every size from 0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97;
 allreduce, allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05, and so
 gather, gatherv, scatter, scatterv, allgatherv, alltoallv, alltoallw and reduce_scatter_block;
-barrier at most 1.05; put and get latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the
+barrier at most 1.05; put and get latency (1 B to 4 KiB) at most 1.05; acc and get-acc latency (1 B to 4 KiB), fop
+and cas (8 B) at most 1.05; put-bibw (1 B to 8 KiB) at least 0.97. The output names the MPI library, the
 wrapper, the rows' method and the thread levels, then gives a line per kernel and size (the medians, the pairs
 kept, the worst mode's ratio, the modes where there are two) and a line per target (its worst size, how many
 sizes meet it and how many are unresolved). Exit status 1 when a resolved size misses its target by the median.
@@ -122,7 +124,9 @@ REDUCTIONS = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block")  
 # The smallest size each kernel gives a figure for: a whole float32; put and get (fabricbench's and the C program's)
 # sweep from 1 B, bw, bibw and msgrate too (OSU's sweep).
 MIN_SIZES = {**dict.fromkeys(REDUCTIONS, 4), **dict.fromkeys(("put", "get", "bw", "bibw", "msgrate"), 1)}
-FIXED_SIZES = {"barrier": 0}  # a kernel that moves no data: one figure, at size 0, whatever the group's sizes
+MIN_SIZES |= dict.fromkeys(("acc", "get-acc", "put-bibw"), 1)
+# A kernel that moves no data: one figure, at size 0, whatever the group's sizes; the 8-byte atomics one at 8 B.
+FIXED_SIZES = {"barrier": 0, "fop": 8, "cas": 8}
 # fabricbench's --method for every fabricbench launch: none, its default, which is OSU's own calls (blocking
 # collectives, Isend/Irecv windows); the rows' method column says so, and the output names it.
 METHOD_ARGS: list[str] = []
@@ -176,6 +180,9 @@ GROUPS = (
     Group("mpi", COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10, 100),
     Group("mpi", MORE_COLLECTIVES, 4, 8 * KiB, 2000, 200, 1000),
     Group("mpi", MORE_COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10, 100),
+    # OSU's other one-sided programs with their defaults: lock/flush atomics, post/start/complete/wait put-bibw.
+    Group("mpi-rma", ("acc", "get-acc", "fop", "cas"), 1, 4 * KiB, 10000, 500, 20),
+    Group("mpi-rma", ("put-bibw",), 1, 8 * KiB, 300, 30, 50),
 )
 KERNEL_ORDER = list(dict.fromkeys(kernel for group in GROUPS for kernel in group.kernels))  # the tables' order
 
@@ -205,6 +212,11 @@ TARGETS = (
     Target("barrier", "barrier", 0, 0, 1.05, False),
     Target("put 1 B - 4 KiB", "put", 1, 4 * KiB, 1.05, False),
     Target("get 1 B - 4 KiB", "get", 1, 4 * KiB, 1.05, False),
+    Target("acc 1 B - 4 KiB", "acc", 1, 4 * KiB, 1.05, False),
+    Target("get-acc 1 B - 4 KiB", "get-acc", 1, 4 * KiB, 1.05, False),
+    Target("fop 8 B", "fop", 8, 8, 1.05, False),
+    Target("cas 8 B", "cas", 8, 8, 1.05, False),
+    Target("put-bibw 1 B - 8 KiB", "put-bibw", 1, 8 * KiB, 0.97, True),
 )
 # The column of fabricbench's results.csv that holds the C program's figure, by kernel: one-way latency and one
 # operation's latency (lat_mean_us), MB/s (bw_MBps), messages/s over all pairs (msgrate_per_s, osu_mbw_mr's
@@ -213,6 +225,8 @@ COLUMNS = {
     "latency": "lat_mean_us",
     "put": "lat_mean_us",
     "get": "lat_mean_us",
+    **dict.fromkeys(("acc", "get-acc", "fop", "cas"), "lat_mean_us"),
+    "put-bibw": "bw_MBps",
     "bw": "bw_MBps",
     "bibw": "bw_MBps",
     "msgrate": "msgrate_per_s",
@@ -362,7 +376,7 @@ def size_words(size: int) -> str:
 
 
 def unit(kernel: str) -> str:
-    return {"bw": "MB/s", "bibw": "MB/s", "msgrate": "msg/s"}.get(kernel, "us")
+    return {"bw": "MB/s", "bibw": "MB/s", "put-bibw": "MB/s", "msgrate": "msg/s"}.get(kernel, "us")
 
 
 KEEP = {"agree": AGREE}  # --agree: how far a pair's two references may be apart

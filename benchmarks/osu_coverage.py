@@ -32,7 +32,14 @@ def layout_checks() -> tuple[dict, dict[str, int]]:
     counts: dict[str, int] = {}
     for name, _ in test_osu_format._layout_cases():
         counts[name] = counts.get(name, 0) + 1
-    return test_osu_format.LAYOUT_OF, counts
+    layouts = dict(test_osu_format.LAYOUT_OF)
+    # The programs whose text is not a title and a table (osu_init, osu_hello, osu_latency_mt's and _mp's lines
+    # above the title): one test of their own under mpiexec each, named in OWN_LAYOUTS, where it must exist.
+    for name, test in test_osu_format.OWN_LAYOUTS.items():
+        if callable(getattr(test_osu_format, test, None)):
+            layouts[name] = (f"own test {test}", "")
+            counts[name] = counts.get(name, 0) or 1
+    return layouts, counts
 
 
 def kernel_of(name: str) -> str:

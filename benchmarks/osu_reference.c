@@ -45,6 +45,14 @@
  *              SIZE bytes per size, written before timing; rank 0 locks the target shared once, then per
  *              iteration MPI_Wtime, MPI_Put (MPI_Get) of SIZE bytes, MPI_Win_flush, MPI_Wtime, summed after the
  *              warm-up; us per operation.                                                fabricbench: lat_mean_us
+ *   acc, get-acc, fop, cas
+ *              osu_acc_latency, osu_get_acc_latency, osu_fop_latency, osu_cas_latency with their defaults, as put
+ *              and get: MPI_Accumulate or MPI_Get_accumulate (MPI_SUM) of SIZE bytes, MPI_Fetch_and_op (MPI_SUM)
+ *              or MPI_Compare_and_swap of one element, each with MPI_Win_flush; get-acc locks exclusive, as OSU's
+ *              does; fop and cas run at 8 B only.                                        fabricbench: lat_mean_us
+ *   put-bibw   osu_put_bibw with its default, post/start/complete/wait: per iteration both ranks post, start,
+ *              put W = 64 messages of SIZE bytes into the other's window, complete and wait; rank 0 stamps each
+ *              epoch; MB/s counting both directions.                                        fabricbench: bw_MBps
  *
  * Where this differs from OSU 7.4 on purpose, and why:
  * - Point-to-point kernels (latency, bw, bibw, put, get) run between rank 0 and rank N/2, as fabricbench's do
@@ -65,6 +73,10 @@
  *   largest size times N, written once before anything is timed (bytes 1..251, or small integers as float32, so no
  *   page is the shared zero page and no float is a denormal); OSU allocates and fills 'a'/'b' per size. put and get
  *   use that send buffer as their local buffer; OSU allocates one per size.
+ * - acc and get-acc sum MPI_SIGNED_CHAR, fabricbench's type (MPI defines MPI_SUM on it), where OSU passes MPI_CHAR;
+ *   fop and cas work on one MPI_INT64_T, fabricbench's 8-byte atomic, where OSU's default element is MPI_CHAR.
+ *   put-bibw puts every message of a window at offset 0 of a SIZE-byte window, as fabricbench's put-bw and
+ *   put-bibw do; OSU gives each message of the window its own place in a window W times larger.
  * - Only OSU's default paths: no validation, no -f/-z statistics, no graphs or PAPI, no device buffers; rank 0
  *   prints one figure a line.
  * - MPI starts as OSU starts it, MPI_Init; --thread-multiple asks MPI_Init_thread for MPI_THREAD_MULTIPLE instead,
@@ -72,6 +84,7 @@
  */
 #define _POSIX_C_SOURCE 200112L
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,8 +299,77 @@ static double one_sided(const Context *c, int size, int put) {
     return total * 1e6 / c->iterations;
 }
 
-static const char *KERNELS[] = {"latency", "bw",     "bibw",           "msgrate", "allreduce", "allgather", "alltoall",
-                                "bcast",   "reduce", "reduce_scatter", "barrier", "put",       "get",
+/* osu_acc_latency, osu_get_acc_latency, osu_fop_latency and osu_cas_latency with MPI_Win_allocate and lock/flush,
+ * as one_sided: a window per size (zeros for the sums to start from), rank 0 locks the target once (exclusive for
+ * Get_accumulate, as OSU) and stamps each operation + Win_flush. */
+static double atomic_op(const Context *c, int size, const char *kernel) {
+    char *memory = NULL;
+    MPI_Win win;
+    double total = 0.0;
+    int64_t operand = 101, compare = 0, fetched = 0;
+    int get_acc = !strcmp(kernel, "get-acc"), fop = !strcmp(kernel, "fop"), cas = !strcmp(kernel, "cas");
+    MPI_Win_allocate(size, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &memory, &win);
+    memset(memory, 0, (size_t)size);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (c->rank == 0 && c->peer >= 0) {
+        MPI_Win_lock(get_acc ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED, c->peer, 0, win);
+        for (long i = 0; i < c->warmup + c->iterations; i++) {
+            double start = MPI_Wtime();
+            if (fop)
+                MPI_Fetch_and_op(&operand, &fetched, MPI_INT64_T, c->peer, 0, MPI_SUM, win);
+            else if (cas)
+                MPI_Compare_and_swap(&operand, &compare, &fetched, MPI_INT64_T, c->peer, 0, win);
+            else if (get_acc)
+                MPI_Get_accumulate(c->send, size, MPI_SIGNED_CHAR, c->recv, size, MPI_SIGNED_CHAR, c->peer, 0, size,
+                                   MPI_SIGNED_CHAR, MPI_SUM, win);
+            else
+                MPI_Accumulate(c->send, size, MPI_SIGNED_CHAR, c->peer, 0, size, MPI_SIGNED_CHAR, MPI_SUM, win);
+            MPI_Win_flush(c->peer, win);
+            double stop = MPI_Wtime();
+            if (i >= c->warmup) total += stop - start;
+        }
+        MPI_Win_unlock(c->peer, win);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_free(&win);
+    return total * 1e6 / c->iterations;
+}
+
+/* osu_put_bibw with post/start/complete/wait: both ranks of the pair post, start, put a window of W messages into
+ * the other's window, complete and wait; rank 0 stamps each epoch; MB/s both ways. */
+static double put_bibw(const Context *c, int size) {
+    char *memory = NULL;
+    MPI_Win win;
+    MPI_Group world, peer_group = MPI_GROUP_NULL;
+    double total = 0.0;
+    MPI_Win_allocate(size, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &memory, &win);
+    fill_bytes(memory, (size_t)size, 202);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (c->peer >= 0) {
+        MPI_Win_get_group(win, &world);
+        MPI_Group_incl(world, 1, &c->peer, &peer_group);
+        for (long i = 0; i < c->warmup + c->iterations; i++) {
+            double start = MPI_Wtime();
+            MPI_Win_post(peer_group, 0, win);
+            MPI_Win_start(peer_group, 0, win);
+            for (int w = 0; w < WINDOW; w++)
+                MPI_Put(c->send, size, MPI_CHAR, c->peer, 0, size, MPI_CHAR, win);
+            MPI_Win_complete(win);
+            MPI_Win_wait(win);
+            double stop = MPI_Wtime();
+            if (i >= c->warmup) total += stop - start;
+        }
+        MPI_Group_free(&peer_group);
+        MPI_Group_free(&world);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_free(&win);
+    return total > 0 ? 2.0 * size * WINDOW * c->iterations / total / 1e6 : 0.0;
+}
+
+static const char *KERNELS[] = {"latency", "bw",      "bibw",    "msgrate", "allreduce", "allgather",
+                                "alltoall", "bcast",  "reduce",  "reduce_scatter", "barrier", "put",
+                                "get",      "acc",    "get-acc", "fop",     "cas",       "put-bibw",
                                 "gather",  "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw",
                                 "reduce_scatter_block"};
 
@@ -311,6 +393,14 @@ static double measure(const Context *c, const char *kernel, long size, int *skip
     if (!strcmp(kernel, "put") || !strcmp(kernel, "get")) {
         *skip = size == 0; /* fabricbench's put and get sweep from 1 B */
         return *skip ? 0.0 : one_sided(c, (int)size, !strcmp(kernel, "put"));
+    }
+    if (!strcmp(kernel, "acc") || !strcmp(kernel, "get-acc") || !strcmp(kernel, "fop") || !strcmp(kernel, "cas")) {
+        *skip = size == 0;
+        return *skip ? 0.0 : atomic_op(c, (int)size, kernel);
+    }
+    if (!strcmp(kernel, "put-bibw")) {
+        *skip = size == 0;
+        return *skip ? 0.0 : put_bibw(c, (int)size);
     }
     if (reduction(kernel) && (size < (long)sizeof(float) || size % (long)sizeof(float))) {
         *skip = 1; /* no whole float32 element: fabricbench says unsupported */
@@ -349,8 +439,10 @@ static int run_group(Context *c, char *kernels, const char *sizes, const char *i
             fill_bytes(c->send, nbytes, c->rank + 1);
             fill_bytes(c->recv, nbytes, c->ranks + 1);
         }
-        /* barrier moves no data: one figure, at size 0, as fabricbench's one row */
+        /* barrier moves no data: one figure, at size 0, as fabricbench's one row; fop and cas one 8-byte element */
         long first = strcmp(kernel, "barrier") ? lo : 0, last = strcmp(kernel, "barrier") ? hi : 0;
+        if (!strcmp(kernel, "fop") || !strcmp(kernel, "cas"))
+            first = last = 8;
         for (long size = first; size <= last; size = size ? size * 2 : 1) {
             int skip;
             double value = measure(c, kernel, size, &skip);

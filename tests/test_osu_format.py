@@ -199,6 +199,7 @@ class Layout:
     size: bool = True  # OSU's show_size: "%-10d" first, and "# Size" heading it
     full: tuple[tuple, ...] | None = None  # the value columns with -f (None: -f does not change them)
     tails: str = "Lat"  # -z: "Tail Lat(us)" of lat_p* or "Tail BW(MB/s)" of bw_win_p*
+    passed: str = "Pass"  # -c's word for a pass ("passed" in the atomic one-sided tests)
     first_width: int = 17  # without a size column: the first value's "%*.*f" width ("# " heads its name)
 
 
@@ -222,6 +223,21 @@ OSU_LAYOUTS = {
     "collective-no-size": Layout((), AVERAGE, size=False, full=AVERAGE + MIN_MAX_ITERATIONS),
     "one-sided-latency": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),)),
     "one-sided-bandwidth": Layout(ONE_SIDED, (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
+    "one-sided-atomic": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),), passed="passed"),
+    "one-sided-no-datatype": Layout(ONE_SIDED[:2], (("Latency (us)", "lat_mean_us"),)),  # osu_get_acc_latency's own
+    "one-sided-bibw": Layout(
+        ("# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_post/start/complete/wait", DATATYPE),
+        (("Bandwidth (MB/s)", "bw_MBps"),),
+        tails="BW",
+    ),
+}
+# Programs whose text is not a title, lines and a table (osu_init, osu_hello) or puts lines above the title
+# (osu_latency_mt's threads, osu_latency_mp's processes): each has its own test, named here, under mpiexec below.
+OWN_LAYOUTS = {
+    "osu_init": "test_shim_start_up_programs_print_osus_two_lines",
+    "osu_hello": "test_shim_start_up_programs_print_osus_two_lines",
+    "osu_latency_mt": "test_shim_latency_mt_prints_its_threads_then_osus_table",
+    "osu_latency_mp": "test_shim_latency_mp_prints_its_processes_then_osus_table",
 }
 # Each program's layout and its BENCHMARK string (the title, "%s" standing for "-CUDA" and the like).
 LAYOUT_OF = {
@@ -263,7 +279,16 @@ LAYOUT_OF = {
     "osu_get_latency": ("one-sided-latency", "OSU MPI_Get%s Latency Test"),
     "osu_put_bw": ("one-sided-bandwidth", "OSU MPI_Put%s Bandwidth Test"),
     "osu_get_bw": ("one-sided-bandwidth", "OSU MPI_Get%s Bandwidth Test"),
+    "osu_acc_latency": ("one-sided-atomic", "OSU MPI_Accumulate%s latency Test"),
+    "osu_fop_latency": ("one-sided-atomic", "OSU MPI_Fetch_and_op%s latency Test"),
+    "osu_cas_latency": ("one-sided-atomic", "OSU MPI_Compare_and_swap%s latency Test"),
+    "osu_get_acc_latency": ("one-sided-no-datatype", "OSU MPI_Get_accumulate%s latency Test"),
+    "osu_put_bibw": ("one-sided-bibw", "OSU MPI_Put%s Bi-directional Bandwidth Test"),
+    "osu_latency_persistent": ("pt2pt-latency", "OSU MPI%s Latency Persistent Test"),
+    "osu_bw_persistent": ("pt2pt-bandwidth", "OSU MPI%s Bandwidth Persistent Test"),
+    "osu_bibw_persistent": ("pt2pt-bandwidth", "OSU MPI%s Bi-Directional Bandwidth Persistent Test"),
 }
+TABLED = sorted(set(osu_shims.BENCHMARKS) - set(OWN_LAYOUTS))  # the programs the layout table describes
 # The command lines each shim's layout is checked under: those its program takes and fabricbench honours.
 OPTION_SETS = ("", "-c", "-f", "-z", "-z50,99", "-z 50,99", "-f -c -z", "-T mpi_int", "-T mpi_float -c -z90", "-m 8")
 OPTION_SETS += ("-R 0", "-R 0 -c")
@@ -276,7 +301,7 @@ FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_
 def _layout_cases() -> list[tuple[str, str]]:
     """(program, command line) for every shim and every option set it takes (the refused ones are the unit tests')."""
     cases = []
-    for name in sorted(osu_shims.BENCHMARKS):
+    for name in TABLED:
         for line in OPTION_SETS:
             try:
                 osu_shims.parse(name, line.split())
@@ -288,6 +313,9 @@ def _layout_cases() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("name", sorted(osu_shims.BENCHMARKS))
 def test_every_shim_has_its_osu_layout_described(name):
+    if name in OWN_LAYOUTS:
+        assert callable(globals().get(OWN_LAYOUTS[name])), f"{name}'s own layout test is missing"
+        return
     assert name in LAYOUT_OF, f"{name} has a shim but no OSU layout here: describe it from OSU 7.4's printf formats"
     assert LAYOUT_OF[name][0] in OSU_LAYOUTS, f"{name}'s layout {LAYOUT_OF[name][0]!r} is not described"
     assert any(case[0] == name for case in _layout_cases())  # at least its plain command line is checked
@@ -313,7 +341,7 @@ def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[s
             line += printf("%*.*f", width, FLOAT_PRECISION, FIGURES[figure])
     if columns.validate:
         head += printf("%*s", FIELD_WIDTH, "Validation")
-        line += printf("%*s", FIELD_WIDTH, "Pass")
+        line += printf("%*s", FIELD_WIDTH, layout.passed)
     for percent in columns.percentiles:
         unit = "Tail BW(MB/s)" if layout.tails == "BW" else "Tail Lat(us)"
         head += printf("%*sP%d " + unit, FIELD_WIDTH - len("Px " + unit) - (percent > 9), "", percent)
@@ -333,9 +361,8 @@ def test_every_shims_layout_is_osus_printf_layout(name, line):
 
     percentiles = tuple(float(p) for p in after("--osu-percentiles").split(",") if p)
     columns = osu_text.Columns("-c" in argv, "--osu-full" in argv, percentiles, after("--osu-datatype"))
-    columns = replace(columns, rate="--osu-no-rate" not in argv)
-    if "--method" in argv:  # the *_persistent programs: their run's calls, which the title names
-        columns = replace(columns, transport_options={"mpi": {"method": after("--method")}})
+    options = {"mpi": {"method": after("--method")}} if "--method" in argv else {}  # the persistent programs'
+    columns = replace(columns, rate="--osu-no-rate" not in argv, transport_options=options)
     kernel = get_kernel(bench.kernel).with_datatype(columns.datatype)
     osu_text.check_columns(kernel, columns, bench.transport)  # what the run's plan checks: nothing refused
     lines = osu_text.header(bench.transport, bench.kernel, 64, 1, columns).splitlines()
@@ -624,7 +651,7 @@ def test_shim_latency_of_ints_moves_whole_ints_from_4_bytes(shims, tmp_path):
     assert set(rows.validation) == {"pass"} and [s["datatype"] for s in meta["steps"]] == ["MPI_INT"]
 
 
-@pytest.mark.parametrize("name", sorted(osu_shims.BENCHMARKS))
+@pytest.mark.parametrize("name", TABLED)
 def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, name):
     # Each stand-in as a harness runs it: 2 ranks for a point-to-point or one-sided test, 4 for a collective; small
     # sizes, few iterations. Its lines are OSU's (the layout described above) and its figures the table's.
@@ -674,3 +701,64 @@ def test_shim_persistent_collective_makes_mpi_4s_persistent_calls_and_validates(
     assert [int(d[0]) for d in _data(run.stdout)] == [1, 2, 4, 8, 16] == sorted(rows.size_B)
     for line in _data_lines(run.stdout):
         assert line == as_osu_prints_it(line, 1, validate=True)
+
+
+# --- the programs with a layout of their own (OWN_LAYOUTS) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("osu_init", re.compile(r"^nprocs: 2, min: \d+ ms, max: \d+ ms, avg: \d+ ms$")),
+        ("osu_hello", re.compile(r"^This is a test with 2 processes$")),
+    ],
+)
+def test_shim_start_up_programs_print_osus_two_lines(shims, tmp_path, name, line):
+    run, folder = osu(shims, tmp_path, name)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    title = "Init" if name == "osu_init" else "Hello World"
+    assert lines[1] == f"# OSU MPI {title} Test v7.4" and line.match(lines[2]) and len(lines) == 3
+    rows, _ = read_rows(folder)
+    assert len(rows) == 1 and rows.lat_rank_min_us[0] > 0
+
+
+def test_shim_latency_mt_prints_its_threads_then_osus_table(shims, tmp_path):
+    run, folder = osu(shims, tmp_path, "osu_latency_mt", "-m", "16", "-x", "2", "-i", "30", "-t", "2:2", "-c")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1:6] == [
+        "# Number of Sender threads: 2 ",
+        "# Number of Receiver threads: 2",
+        "# OSU MPI Multi-threaded Latency Test v7.4",
+        osu_column_header(["Latency (us)"], validate=True),
+        "# Datatype: MPI_CHAR.",
+    ]
+    data = _data_lines(run.stdout)
+    assert [int(line.split()[0]) for line in data] == [1, 2, 4, 8, 16]
+    for line in data:
+        assert line == as_osu_prints_it(line, 1, validate=True) and line.endswith("Pass")
+    rows, _ = read_rows(folder)
+    assert set(rows.validation) == {"pass"} and set(rows.method) == {"c loop, blocking, 2:2 threads"}
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_shim_latency_mp_prints_its_processes_then_osus_table(shims, tmp_path, check):
+    run, folder = osu(shims, tmp_path, "osu_latency_mp", "-m", "4", "-x", "2", "-i", "30", *(["-c"] if check else []))
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1:6] == [
+        "# Number of forked processes in sender: 0",
+        "# Number of forked processes in receiver: 2",
+        "# OSU MPI Multi-process Latency Test v7.4",
+        osu_column_header(["Latency (us)"], validate=check),
+        "# Datatype: MPI_CHAR.",
+    ]
+    data = _data_lines(run.stdout)
+    assert [int(line.split()[0]) for line in data] == [1, 2, 4]
+    for line in data:
+        size, value = line.split()[:2]
+        # OSU: "%-*d" then "%*.*f" 18 wide and "%*s" with -c, but 10 wide without it
+        own = f"{int(size):<10d}{float(value):18.2f}{'Pass':>18}" if check else f"{int(size):<10d}{float(value):10.2f}"
+        assert line == own
+    assert set(read_rows(folder)[0].status) == {"ok"}

@@ -415,7 +415,9 @@ def cmd_run(args, argv: list[str]) -> int:
         return orchestrate.self_launch(plan, argv, args.np, bool(args.out), progress, args.append)
     launch.check_launched()
     make_plan = launch.explain_world_of_one(lambda ranks: build_plan(args, ranks))
-    return orchestrate.run_ranks(make_plan, who, args.hugepages, args.append)
+    # A kernel that calls MPI from several threads (latency-mt) needs MPI_THREAD_MULTIPLE from MPI_Init on.
+    threaded = any(KERNELS[name].mpi_threads for name in args.kernel or [] if name in KERNELS)
+    return orchestrate.run_ranks(make_plan, who, args.hugepages, args.append, "multiple" if threaded else None)
 
 
 def cmd_serve(args, argv: list[str]) -> int:

@@ -300,4 +300,4 @@ def test_persistent_collectives_have_the_title_of_osus_persistent_programs(name,
     assert header("mpi", name, 64, 1, persistent).splitlines()[1] == f"# OSU MPI {words} Persistent Latency Test v7.4"
     blocking = Columns(transport_options={"mpi": {"method": "blocking"}})
     assert header("mpi", name, 64, 1, blocking).splitlines()[1] == f"# OSU MPI {words} Latency Test v7.4"
-    assert header("mpi", "latency", 64, 1, persistent).splitlines()[1] == "# OSU MPI Latency Test v7.4"
+    assert header("mpi", "latency", 64, 1, persistent).splitlines()[1] == "# OSU MPI Latency Persistent Test v7.4"

@@ -36,11 +36,21 @@ def load_mpi():
     return MPI
 
 
-def import_mpi():
-    """mpi4py.MPI, with MPI initialised at THREAD_LEVEL by the first call (mpi4py's error handling as at import)."""
+# How long this process's MPI_Init_thread took, in ns (CLOCK_MONOTONIC around the call, as osu_init's clock around
+# MPI_Init), and the thread level it asked for: {"ns": ..., "level": ...}; empty where MPI was initialised before
+# import_mpi was asked.
+INIT_TIMED: dict = {}
+
+
+def import_mpi(thread_level: str = THREAD_LEVEL):
+    """mpi4py.MPI, with MPI initialised at ``thread_level`` (THREAD_LEVEL, or "multiple" for a run whose kernels call
+    MPI from several threads) by the first call (mpi4py's error handling as at import)."""
     MPI = load_mpi()
     if not MPI.Is_initialized():
-        MPI.Init_thread(getattr(MPI, f"THREAD_{THREAD_LEVEL.upper()}"))
+        level = getattr(MPI, f"THREAD_{thread_level.upper()}")
+        started = time.perf_counter_ns()
+        MPI.Init_thread(level)
+        INIT_TIMED.update(ns=time.perf_counter_ns() - started, level=thread_level)
     return MPI
 
 

@@ -34,8 +34,15 @@ def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progre
     return launch.relaunch(child_argv, ranks, progress=progress)
 
 
-def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | None, append: bool) -> int:
-    """Under a launcher, on every rank: rank 0 builds the plan and broadcasts it as JSON, then all run it.
+def run_ranks(
+    make_plan: Callable[[int], Plan],
+    launcher: str,
+    hugepages: str | None,
+    append: bool,
+    thread_level: str | None = None,
+) -> int:
+    """Under a launcher, on every rank: rank 0 builds the plan and broadcasts it as JSON, then all run it. MPI starts
+    at ``thread_level`` (None: the control plane's own), which every rank reads from its command line.
 
     Bad input found on rank 0 reaches every rank through the broadcast, so
     every rank exits with the same code and one line is printed.
@@ -48,7 +55,7 @@ def run_ranks(make_plan: Callable[[int], Plan], launcher: str, hugepages: str | 
     srun = launcher == launch.SRUN
     if srun:  # a PMI plugin this MPI cannot speak: one line before MPI_Init aborts or forms 1-rank worlds
         speaks = slurm.check_before_init(load_mpi().Get_library_version())
-    ctrl = MPIControl(import_mpi().COMM_WORLD)
+    ctrl = MPIControl((import_mpi(thread_level) if thread_level else import_mpi()).COMM_WORLD)
     if srun:  # before the plan's "needs at least 2 ranks", which every 1-rank world would print
         slurm.check_after_init(ctrl.size, speaks)
     envelope = None

@@ -18,6 +18,12 @@ honoured, accepted without effect where OSU 7.4 itself reads and ignores it (``-
 osu_barrier, ``-a`` on a blocking collective), or refused in one line naming the option and why, exit 2: never a
 silent change of meaning. ``usage`` lists them for the program; ``benchmarks/osu_coverage.py`` tabulates them.
 
+OSU's own ways of running a program become fabricbench's options: one-sided ``-w`` and ``-s`` (the words each
+program accepts, in any case) ``--rma-window`` and ``--rma-sync``; osu_latency_mt's ``-t`` threads ``--mpi-threads``
+(its ranks' MPI at MPI_THREAD_MULTIPLE) and osu_latency_mp's ``-t`` processes ``--mpi-processes``; the persistent
+point-to-point programs run ``--method persistent``; osu_init and osu_hello the start-up kernels (each rank's
+MPI_Init).
+
 What OSU 7.4 runs without being told, the shims run too: a reduction sums MPI_CHAR unless ``-T`` names MPI_INT or
 MPI_FLOAT (``osu_datatype``); and the sizes are OSU's sweep less those that hold no element, which OSU skips
 (``osu_sizes``): ``osu_latency`` starts at 1 B, not 0, and a minimum of 0 in ``-m`` leaves OSU's own. The tidy
@@ -28,6 +34,7 @@ collectives run their kernel with ``--method persistent`` (MPI-4's ``MPI_*_init`
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import secrets
@@ -84,8 +91,8 @@ TREATMENTS = {
         HONOURED, "mpi_char, mpi_int or mpi_float: a reduction sums it, the others move its bytes (all refused)"
     ),
     "d": Treatment(HONOURED, "cuda: GPU buffers (CuPy), as OSU's CUDA build; OSU's other kinds refused"),
-    "w": Treatment(HONOURED, "allocate: MPI_Win_allocate windows (create and dynamic refused)"),
-    "s": Treatment(HONOURED, "flush: lock/flush synchronisation (OSU's other modes refused)"),
+    "w": Treatment(HONOURED, "create, allocate or dynamic: MPI_Win_create, _allocate or _create_dynamic windows"),
+    "s": Treatment(HONOURED, "lock, flush, flush_local, lock_all, pscw or fence: how operations complete"),
     "M": Treatment(HONOURED, "SIZE: the largest size is one whose buffers fit SIZE bytes on a rank"),
     "b": Treatment(HONOURED, "single: one buffer per side, OSU's default (multiple refused)"),
     "k": Treatment(HONOURED, "fixed:0: rank 0 is the root, OSU's default (rotate and other roots refused)"),
@@ -129,6 +136,8 @@ class Benchmark:
     skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
     own: tuple[tuple[str, Treatment], ...] = ()  # this program's treatments, over TREATMENTS
     method: str = ""  # the --method its run takes ("persistent": OSU's *_persistent programs, MPI_*_init), else ""
+    syncs: tuple[str, ...] = ()  # a one-sided program's -s words, as OSU accepts them for it
+    counts_flag: str = ""  # what its -t counts become: osu_latency_mt's threads, osu_latency_mp's processes
 
     @property
     def program(self) -> Program:
@@ -155,6 +164,20 @@ class Benchmark:
         return any(place.on_gpu for place in transport_class(self.transport).buffer_places)
 
 
+# OSU's -s words: every one for the one-sided programs but osu_put_bibw, which synchronises actively only.
+ALL_SYNCS = ("lock", "flush", "flush_local", "lock_all", "pscw", "fence")
+ACTIVE_SYNCS = ("pscw", "fence")
+WINDOWS = ("create", "allocate", "dynamic")  # OSU's -w words
+ONE_SIDED_FLAGS = {"w": "--rma-window", "s": "--rma-sync"}  # OSU's -w and -s as mpi-rma's options
+_ACTIVE_SYNC = Treatment(HONOURED, "pscw (the default) or fence: osu_put_bibw synchronises actively only")
+_ATOMIC_TYPE = Treatment(
+    REFUSED, "fabricbench's element is the 8-byte MPI_INT64_T of an RDMA atomic (MPI_LONG_LONG), not OSU's types"
+)
+_ONE_ELEMENT = Treatment(NO_EFFECT, "one element is the size; OSU 7.4 reads -m here and ignores it")
+_THREADS = Treatment(HONOURED, "[SEND:]RECV: the threads of each rank (default 1:2), MPI at MPI_THREAD_MULTIPLE")
+_PROCESSES = Treatment(HONOURED, "[SEND:]RECV: the idle processes each rank forks (default 0:2)")
+
+
 def _pt2pt(name: str, kernel: str, **more) -> Benchmark:
     return Benchmark(name, "mpi", kernel, buffers=True, **more)
 
@@ -164,7 +187,7 @@ def _collective(name: str, kernel: str, **more) -> Benchmark:
 
 
 def _one_sided(name: str, kernel: str, **more) -> Benchmark:
-    return Benchmark(name, "mpi-rma", kernel, buffers=True, **more)
+    return Benchmark(name, "mpi-rma", kernel, buffers=True, **{"syncs": ALL_SYNCS, **more})
 
 
 def _persistent(name: str, kernel: str, **more) -> Benchmark:
@@ -221,6 +244,21 @@ BENCHMARKS = {
         _one_sided("osu_get_latency", "get"),
         _one_sided("osu_put_bw", "put-bw"),
         _one_sided("osu_get_bw", "get-bw"),
+        _one_sided("osu_acc_latency", "acc"),
+        _one_sided("osu_get_acc_latency", "get-acc"),
+        _one_sided("osu_fop_latency", "fop", own=(("m", _ONE_ELEMENT), ("T", _ATOMIC_TYPE))),
+        _one_sided("osu_cas_latency", "cas", own=(("m", _ONE_ELEMENT), ("T", _ATOMIC_TYPE))),
+        _one_sided("osu_put_bibw", "put-bibw", syncs=ACTIVE_SYNCS, own=(("s", _ACTIVE_SYNC), ("z", _TAIL_BIBW))),
+        # point-to-point from several threads (MPI_THREAD_MULTIPLE) or beside forked processes
+        _pt2pt("osu_latency_mt", "latency-mt", min_size=0, own=(("t", _THREADS),), counts_flag="--mpi-threads"),
+        _pt2pt("osu_latency_mp", "latency-mp", min_size=0, own=(("t", _PROCESSES),), counts_flag="--mpi-processes"),
+        # persistent point-to-point: osu_latency's, osu_bw's and osu_bibw's calls with requests built once
+        _pt2pt("osu_latency_persistent", "latency", min_size=0, method="persistent"),
+        _pt2pt("osu_bw_persistent", "bw", method="persistent"),
+        _pt2pt("osu_bibw_persistent", "bibw", method="persistent", own=(("z", _TAIL_BIBW),)),
+        # start-up: each rank's MPI_Init, min/max/avg across ranks, and osu_hello's line over the same figures
+        Benchmark("osu_init", "mpi", "init"),
+        Benchmark("osu_hello", "mpi", "hello"),
     )
 }
 
@@ -340,6 +378,13 @@ def parse(name: str, argv: list[str]) -> Request:
         )
     if datatypes:
         values["T"] = datatypes[0]
+    if "c" in values and "t" in values and bench.counts_flag == "--mpi-threads":
+        senders, _, receivers = values["t"].rpartition(":")
+        if (senders or "1") != receivers:
+            raise UsageError(
+                f"{name}: -c -t {values['t']}: Number of sender and receiver threads must be same when validation "
+                "is enabled (as OSU's)"
+            )
     request = Request(bench, values, percentiles=percentiles, datatypes=tuple(datatypes))
     request.buffer = _buffer(bench, values.get("d"), rest)
     return request
@@ -376,11 +421,11 @@ def _check_value(bench: Benchmark, letter: str, value: str | None) -> None:
     elif letter == "c" and value.split(":")[0] == "log":
         raise UsageError(f"{name}: -c{value}: fabricbench keeps each size's validation in its table, not in logs")
     elif letter in "ws":
-        only, what = {"w": ("allocate", "MPI_Win_allocate windows"), "s": ("flush", "lock/flush synchronisation")}[
-            letter
-        ]
-        if value.lower() != only:
-            raise UsageError(f"{name}: -{letter} {value}: fabricbench uses {what} only (-{letter} {only})")
+        words = WINDOWS if letter == "w" else bench.syncs  # OSU compares them without case (strcasecmp)
+        if value.lower() not in words:
+            raise UsageError(f"{name}: -{letter} {value}: OSU's {name} takes {', '.join(words)}")
+    elif letter == "t" and bench.counts_flag:
+        _check_counts(bench, value)
     elif letter == "b" and value.lower() != "single":
         if value.lower() == "multiple":
             raise UsageError(f"{name}: -b multiple: fabricbench's loops reuse one buffer per side (-b single)")
@@ -404,6 +449,17 @@ def _check_value(bench: Benchmark, letter: str, value: str | None) -> None:
         raise UsageError(f"{name}: -a {value}: OSU's array size is at least 1")
     elif letter == "M" and _atoi(value) < 1:
         raise UsageError(f"{name}: -M {value}: not a memory limit in bytes")
+
+
+def _check_counts(bench: Benchmark, value: str) -> None:
+    """osu_latency_mt's and osu_latency_mp's -t: [SEND:]RECV, as their transport's option reads it."""
+    from fabricbench.transports.mpi.transport import process_counts, thread_counts
+
+    counts = thread_counts if bench.counts_flag == "--mpi-threads" else process_counts
+    try:
+        counts(value)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{bench.name}: -t {exc}") from None
 
 
 def _percentiles(bench: Benchmark, value: str | None) -> tuple[int, ...]:
@@ -488,7 +544,8 @@ def osu_datatype(bench: Benchmark, values: dict) -> str | None:
     if "T" in values:
         return values["T"]
     own = get_kernel(bench.kernel).osu_datatype
-    return OSU_DATATYPE if "T" in bench.letters and own and own != OSU_DATATYPE else None
+    takes_types = "T" in bench.letters and bench.treatment("T").kind != REFUSED  # fop and cas: their own element
+    return OSU_DATATYPE if takes_types and own and own != OSU_DATATYPE else None
 
 
 def osu_sizes(bench: Benchmark, values: dict) -> str | None:
@@ -498,7 +555,7 @@ def osu_sizes(bench: Benchmark, values: dict) -> str | None:
     OSU doubles from its minimum (``-m``'s, or its default where ``-m`` gives none or 0, which OSU refuses
     silently) and skips a size that holds no element of the datatype: osu_latency prints from 1 B, a
     reduction of MPI_FLOAT from 4 B. ``-M`` keeps the sizes whose buffers fit its bytes on a rank."""
-    if bench.treatment("m").kind != HONOURED:
+    if bench.takes("m") is None or bench.treatment("m").kind != HONOURED:
         return None
     kernel = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, values) or "")
     given = values.get("m")
@@ -535,6 +592,11 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
     """The ``fabricbench run`` command line that does what the OSU command line asked."""
     bench, values = request.bench, request.values
     argv = ["run", "-t", bench.transport, "-k", bench.kernel, "--format", "osu", "--label", bench.name]
+    if "t" in values and bench.counts_flag:
+        argv += [bench.counts_flag, values["t"]]
+    for letter, flag in ONE_SIDED_FLAGS.items():
+        if letter in values:
+            argv += [flag, values[letter].lower()]
     sizes = osu_sizes(bench, values)
     if sizes is not None:
         argv += ["-m", sizes]
@@ -605,14 +667,13 @@ def version_text(bench: Benchmark, values: dict | None = None) -> str:
     from fabricbench.report import osu
 
     device = "CUDA" if (values or {}).get("d") == "cuda" else ""
-    return osu.title(bench.transport, bench.kernel, device, title_variant(bench))
+    return osu.title(bench.transport, bench.kernel, device, run_options(bench))
 
 
-def title_variant(bench: Benchmark) -> str:
-    """The word its run's --method puts in OSU's title ("Persistent"), as the transport says it for a run."""
+def run_options(bench: Benchmark) -> dict:
+    """The Plan.transport_options its run's --method gives (OSU's persistent programs' title words)."""
     cls = transport_class(bench.transport)
-    options = {group.name: {"method": bench.method} for group in cls.option_groups} if bench.method else {}
-    return cls.osu_title_variant(get_kernel(bench.kernel), options)
+    return {group.name: {"method": bench.method} for group in cls.option_groups} if bench.method else {}
 
 
 def script(name: str, python: str) -> str:

@@ -23,6 +23,7 @@ MiB = 1024 * KiB
 LARGE_MESSAGE = 8 * KiB  # OSU switches to the "large" iteration counts above this
 ATOMIC_BYTES = 8  # the one operand size of RDMA atomics
 ATOMIC_KERNELS = ("fop", "cas", "fop-rate", "cas-rate")
+ATOMIC_CHECK_WORDS = ("passed", "failed")  # what OSU's atomic tests (acc, fop, cas) print under Validation
 
 # The table's ``sample`` column for each kind of sample a kernel times: a round trip is reported halved.
 SAMPLE_LABELS = {"rtt": "rtt/2", "window": "window", "op": "op"}
@@ -32,6 +33,7 @@ OSU_DEFAULTS = {
     "latency": (10000, 1000, 100, 10),
     "bandwidth": (100, 20, 10, 2),
     "collective": (1000, 100, 100, 10),
+    "startup": (1, 1, 0, 0),  # osu_init and osu_hello: MPI_Init, once per process
 }
 
 
@@ -105,6 +107,13 @@ class Kernel:
     collective_spec: CollectiveSpec | None = None  # buffers, checks and bandwidth formulas of a collective
     opt_in: bool = False  # run only when -k names it, not by ``-t T`` alone (congestion: many phases, 4+ ranks)
     pairing: Pairing = Pairing.NONE
+    osu_validation: tuple[str, str] = ("Pass", "Fail")  # OSU's Validation column's words for a pass and a fail
+    # OSU's text for it: "table" (a size a line); "threads" and "processes", osu_latency_mt's and osu_latency_mp's
+    # table (the thread or process counts before the title, the datatype after the column header); or one of its
+    # start-up programs' lines ("nprocs": osu_init's "nprocs: N, min: ... ms", "count": osu_hello's "This is a test
+    # with N processes").
+    osu_layout: str = "table"
+    mpi_threads: bool = False  # its ranks run MPI from several threads at once: MPI starts at MPI_THREAD_MULTIPLE
 
     @property
     def collective(self) -> bool:
@@ -272,6 +281,32 @@ _ALL = [
         directions=2,
         pairing=Pairing.ONE,
     ),
+    # osu_latency_mt: the ping-pong from several threads of each rank at once (--mpi-threads SENDERS:RECEIVERS).
+    Kernel(
+        "latency-mt",
+        "latency",
+        "one-pair",
+        "rtt",
+        0,
+        4 * MiB,
+        "{lib} Multi-threaded Latency Test",
+        pairing=Pairing.ONE,
+        mpi_threads=True,
+        osu_layout="threads",
+    ),
+    # osu_latency_mp: the ping-pong after a barrier each round trip, while each rank has forked idle processes
+    # (--mpi-processes SENDER:RECEIVER): what a fork does to the MPI library's memory (registration, copy-on-write).
+    Kernel(
+        "latency-mp",
+        "latency",
+        "one-pair",
+        "rtt",
+        0,
+        4 * MiB,
+        "{lib} Multi-process Latency Test",
+        pairing=Pairing.ONE,
+        osu_layout="processes",
+    ),
     Kernel(
         "msgrate",
         "bandwidth",
@@ -308,6 +343,7 @@ _ALL = [
         "{lib}_Fetch_and_op latency Test",
         osu_datatype="MPI_LONG_LONG",
         pairing=Pairing.ONE,
+        osu_validation=ATOMIC_CHECK_WORDS,
     ),
     Kernel(
         "cas",
@@ -319,6 +355,7 @@ _ALL = [
         "{lib}_Compare_and_swap latency Test",
         osu_datatype="MPI_LONG_LONG",
         pairing=Pairing.ONE,
+        osu_validation=ATOMIC_CHECK_WORDS,
     ),
     Kernel(
         "fop-rate",
@@ -343,7 +380,48 @@ _ALL = [
         pairing=Pairing.ONE,
     ),
     Kernel("put-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Put Bandwidth Test", pairing=Pairing.ONE),
+    # One-sided accumulates (osu_acc_latency, osu_get_acc_latency: MPI_SUM on bytes, the latter fetching the
+    # target's bytes first) and osu_put_bibw (each side puts a window into the other's at once).
+    Kernel(
+        "acc",
+        "latency",
+        "one-pair",
+        "op",
+        1,
+        4 * MiB,
+        "{lib}_Accumulate latency Test",
+        pairing=Pairing.ONE,
+        osu_validation=ATOMIC_CHECK_WORDS,
+    ),
+    Kernel(
+        "get-acc",
+        "latency",
+        "one-pair",
+        "op",
+        1,
+        4 * MiB,
+        "{lib}_Get_accumulate latency Test",
+        osu_datatype="",  # osu_get_acc_latency prints no datatype line
+        pairing=Pairing.ONE,
+    ),
+    Kernel(
+        "put-bibw",
+        "bandwidth",
+        "one-pair",
+        "window",
+        1,
+        4 * MiB,
+        "{lib}_Put Bi-directional Bandwidth Test",
+        directions=2,
+        pairing=Pairing.ONE,
+    ),
     Kernel("get-bw", "bandwidth", "one-pair", "window", 1, 4 * MiB, "{lib}_Get Bandwidth Test", pairing=Pairing.ONE),
+    # The start-up cost: each rank's MPI_Init (MPI_Init_thread at fabricbench's thread level), timed once as the rank
+    # starts, reported across ranks as osu_init does (min, avg, max); hello is osu_hello's line over the same figures.
+    *(
+        Kernel(name, "startup", "all", "op", 0, 0, title, osu_datatype="", osu_layout=layout, min_ranks=1)
+        for name, title, layout in (("init", "{lib} Init Test", "nprocs"), ("hello", "{lib} Hello World Test", "count"))
+    ),
     # Every ordered pair of ranks (or hosts, --per-node), phase by phase as --schedule says: latency's and bw's loops
     # between each source and destination, one row per pair (fabricbench.measure.verdict).
     Kernel(

@@ -41,7 +41,6 @@ SIZE_FIELD = 10  # OSU's "%-*d" (and "%-*s" for "# Size") width of the size colu
 ITERATIONS_FIELD = 12  # OSU prints the Iterations column narrower
 NO_SIZE_FIELD = 17  # OSU's "%*.*f" width of the average where it prints no size column (osu_barrier)
 PERCENTILE_COLUMNS = dict(zip(PERCENTILES, ("lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us"), strict=True))
-VALIDATION_WORDS = {"pass": "Pass", "fail": "Fail"}
 
 
 @dataclass(frozen=True)
@@ -132,10 +131,18 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     kernel = get_kernel(kernel_name)
     cls = transport_class(transport)
     place = cls.buffer_place(columns.transport_options)
+    made = f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}"
+    named = title(transport, kernel_name, place.osu_device, columns.transport_options)
+    if kernel.osu_layout in ("threads", "processes"):  # osu_latency_mt/_mp: counts, title, columns, datatype
+        extra = cls.osu_header_lines(kernel, columns.transport_options)
+        datatype = f"# Datatype: {(columns.datatype or kernel.osu_datatype).upper()}."
+        return "\n".join([made, *extra, named, column_header(kernel_name, columns), datatype])
+    if kernel.osu_layout != "table":  # osu_init and osu_hello print their title, then their one line
+        return f"{made}\n{named}"
     lines = [
-        f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        title(transport, kernel_name, place.osu_device, cls.osu_title_variant(kernel, columns.transport_options)),
-        *cls.osu_header_lines(kernel),
+        made,
+        named,
+        *cls.osu_header_lines(kernel, columns.transport_options),
         *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
     ]
     if _message_rate(kernel):
@@ -146,19 +153,15 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     return "\n".join(lines)
 
 
-def title(transport: str, kernel_name: str, device: str = "", variant: str = "") -> str:
-    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``;
-    a variant (the transport's osu_title_variant) goes before "Latency Test", as in OSU's persistent programs'
-    ``# OSU MPI Allgather Persistent Latency Test v7.4``."""
+def title(transport: str, kernel_name: str, device: str = "", transport_options: dict | None = None) -> str:
+    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``; the
+    transport words it for a run with ``transport_options`` (osu_latency_persistent's ``Latency Persistent Test``)."""
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
     if device:
         library = f"{library}-{device}"
-    text = get_kernel(kernel_name).osu_title.format(lib=library)
-    if variant:
-        head, latency, tail = text.rpartition(" Latency Test")
-        text = f"{head} {variant}{latency}{tail}" if latency else f"{text} ({variant})"
-    return f"# OSU {text} {OSU_VERSION}"
+    words = cls.osu_title(get_kernel(kernel_name), transport_options or {})
+    return f"# OSU {words.format(lib=library)} {OSU_VERSION}"
 
 
 def _message_rate(kernel) -> bool:
@@ -179,7 +182,8 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
         text += f"{'MB/s':>{FIELD}}" + (f"{'Messages/s':>{FIELD}}" if columns.rate else "")
     elif kernel.windowed:
         text += f"{'Bandwidth (MB/s)':>{FIELD}}"
-    elif kernel.sample == "op" and not kernel.collective:  # one one-sided operation: osu_put_latency's header
+    elif kernel.osu_layout in ("threads", "processes") or (kernel.sample == "op" and not kernel.collective):
+        # one one-sided operation (osu_put_latency's header), or osu_latency_mt's and osu_latency_mp's
         text += f"{'Latency (us)':>{FIELD}}"
     else:
         text += f"{'Avg Latency(us)':>{FIELD}}"
@@ -208,6 +212,11 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     if not is_measured(row.get("status", "")):
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
+    if kernel.osu_layout == "nprocs":  # osu_init: "%ld ms" of the ranks' MPI_Init, truncated as OSU's longs are
+        low, high, mean = (int(row[f"lat_rank_{k}_us"] // 1000) for k in ("min", "max", "avg"))
+        return f"nprocs: {row['ranks']}, min: {low} ms, max: {high} ms, avg: {mean} ms"
+    if kernel.osu_layout == "count":
+        return f"This is a test with {row['ranks']} processes"
     if not shows_size(kernel):  # print_stats without show_size: "%*.*f" 17 wide, no size
         text = f"{row['lat_rank_avg_us']:{NO_SIZE_FIELD}.2f}"
         if columns.full:
@@ -228,10 +237,14 @@ def line(row: dict, columns: Columns = Columns()) -> str:
                 f"{row['lat_rank_min_us']:{FIELD}.2f}{row['lat_rank_max_us']:{FIELD}.2f}"
                 f"{row['iterations']:{ITERATIONS_FIELD}d}"
             )
+    elif kernel.osu_layout == "processes" and not columns.validate:
+        text += f"{row['lat_mean_us']:10.2f}"  # osu_latency_mp prints "%*.*f" 10 wide without -c
     else:
         text += f"{row['lat_mean_us']:{FIELD}.2f}"
     if columns.validate:
-        text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
+        passed, failed = kernel.osu_validation
+        words = {"pass": passed, "fail": failed}
+        text += f"{words.get(row.get('validation'), ''):>{FIELD}}"
     tails = WINDOW_PERCENTILES if kernel.windowed else PERCENTILE_COLUMNS
     for percent in columns.percentiles:  # NaN where a loop's windows do not hold their transit, or one was refused
         text += f"{row.get(tails[percent], math.nan):{FIELD}.2f}"

@@ -177,7 +177,8 @@ def time_phase(
         started_ns = time.time_ns()
         case.run(iterations, view)
         samples = times[:iterations].copy() if case.initiator else times[:0]
-        timed = Timed(phase, case, iterations, samples, validate(ctrl, case, kernel) if plan.validate else -1)
+        checked = plan.validate and case.checks
+        timed = Timed(phase, case, iterations, samples, validate(ctrl, case, kernel) if checked else -1)
         timed.gathered = ctrl.gather(pattern.summary(timed))
     finally:
         case.close()

@@ -37,6 +37,7 @@ class Case:
     # known received before it ended), so that its bytes over the shortest sample are a rate the link carried:
     # the row's bw_peak_MBps. osu_bw's window and ack do; osu_bibw's two unsynchronised windows do not.
     window_holds_transit: bool = True
+    checks: bool = True  # False: it moves nothing -c could check (osu_init's MPI_Init), so its rows say "off"
 
     def __init__(self) -> None:
         self.received: np.ndarray = nothing()  # uint8 view of what this rank received
@@ -108,15 +109,15 @@ class Transport:
         return Diagnosis(True)
 
     @classmethod
-    def osu_title_variant(cls, kernel: Kernel, transport_options: dict) -> str:
-        """A word OSU's title holds for how this run makes the kernel's calls with a plan's transport_options
-        (OSU's persistent collectives: "Persistent"), or ""."""
-        return ""
+    def osu_header_lines(cls, kernel: Kernel, transport_options: dict | None = None) -> list[str]:
+        """Extra lines OSU prints under its title for this kernel (e.g. the RMA window's kind), for a run with these
+        Plan.transport_options (None: the defaults)."""
+        return []
 
     @classmethod
-    def osu_header_lines(cls, kernel: Kernel) -> list[str]:
-        """Extra lines OSU prints under its title for this kernel (e.g. the RMA window's kind)."""
-        return []
+    def osu_title(cls, kernel: Kernel, transport_options: dict) -> str:
+        """OSU's title words for this kernel run with these Plan.transport_options, ``{lib}`` for the library."""
+        return kernel.osu_title
 
     def unsupported(self, kernel: Kernel) -> str | None:
         """Why this transport cannot run the kernel, or None when it can."""

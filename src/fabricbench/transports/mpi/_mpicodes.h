@@ -18,3 +18,16 @@
 #define OP_ALLTOALLV 25
 #define OP_ALLTOALLW 26
 #define OP_REDUCE_SCATTER_BLOCK 27
+/* fb_rma_sync's one-sided operations (mpi/rma.py's kernels) and OSU's synchronisations (-s), read by mpi/cloop.py. */
+#define RMA_OP_PUT 0
+#define RMA_OP_GET 1
+#define RMA_OP_ACC 2
+#define RMA_OP_GET_ACC 3
+#define RMA_OP_FOP 4
+#define RMA_OP_CAS 5
+#define RMA_SYNC_LOCK 0
+#define RMA_SYNC_FLUSH 1
+#define RMA_SYNC_FLUSH_LOCAL 2
+#define RMA_SYNC_LOCK_ALL 3
+#define RMA_SYNC_PSCW 4
+#define RMA_SYNC_FENCE 5

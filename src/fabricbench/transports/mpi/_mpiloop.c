@@ -4,7 +4,7 @@
  * messages that cost is a visible part of what gets reported. Each loop here
  * makes exactly the MPI calls, in the same order and with the same barriers,
  * as the Python loop it replaces (PingPong, Window and Collective in mpi.py,
- * OneSided in mpi_rma.py), which follow the OSU Micro-Benchmarks. The
+ * OneSided in mpi/rma.py, whose Python loop covers lock/flush Put and Get), which follow the OSU Micro-Benchmarks. The
  * congestion kernel's loops (fb_canary, fb_congestor: GPCNeT's canary tests
  * and congestor patterns) have no Python twin: mpi_congestion.py runs them in
  * C only.
@@ -26,6 +26,8 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, also under a strict -std=c99/c11 */
 
 #include <limits.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -35,6 +37,7 @@
 #include "fb_runtime.h"
 
 #define FB_UNSUPPORTED (-1)
+#define FB_MAX_THREADS 128 /* osu_latency_mt's most threads a side */
 
 /* MPI-4's persistent collectives (MPI_Allreduce_init and the rest): an MPI-4 library has them, and so has Open MPI 5,
  * which declares every one of them in its mpi.h although its MPI_VERSION still says 3.1. */
@@ -408,36 +411,287 @@ out:
     return err;
 }
 
-int fb_rma(MPI_Fint win_handle, int target, int put, void *local_buf, long long size, int window,
-           long long iterations, int64_t *times)
+/* fb_pingpong_mt: osu_latency_mt. Rank `initiator` runs `threads` sender threads, its peer `threads` receiver
+ * threads (each side's own count, OSU's -t SENDERS:RECEIVERS); thread k takes iterations k, k + threads, ... of the
+ * run. A sender thread's iteration is MPI_Send then MPI_Recv, stamped alone into times[i]; a receiver's MPI_Recv then
+ * MPI_Send. With one sender thread every message is tagged 1 and every answer 2, so that any receiver thread may
+ * take any message (OSU's tags); with more, both are tagged with the iteration, so that each reaches its own
+ * thread. Thread k has its own buffers: bufs[2k] to send from, bufs[2k + 1] to receive into. MPI must run at
+ * MPI_THREAD_MULTIPLE (FB_UNSUPPORTED otherwise). */
+typedef struct {
+    MPI_Comm comm;
+    int peer, initiator, first, stride, senders, count, err;
+    void *send_buf, *recv_buf;
+    long long iterations;
+    int64_t *times;
+} mt_part;
+
+static void *mt_thread(void *arg)
 {
-    MPI_Win win = MPI_Win_f2c(win_handle);
-    int per_flush = window > 0 ? window : 1; /* latency (window 0): one operation a flush */
-    int count, unlocked, err = as_count(size, &count);
+    mt_part *p = arg;
+    int err = MPI_SUCCESS;
+    for (long long i = p->first; i < p->iterations && err == MPI_SUCCESS; i += p->stride) {
+        int ping = p->senders > 1 ? (int)(i % 32768) : 1, pong = p->senders > 1 ? ping : 2;
+        if (p->initiator) {
+            int64_t start = fb_now_ns();
+            err = MPI_Send(p->send_buf, p->count, MPI_BYTE, p->peer, ping, p->comm);
+            if (err == MPI_SUCCESS)
+                err = MPI_Recv(p->recv_buf, p->count, MPI_BYTE, p->peer, pong, p->comm, MPI_STATUS_IGNORE);
+            fb_stamp(p->times, i, &start);
+        } else {
+            err = MPI_Recv(p->recv_buf, p->count, MPI_BYTE, p->peer, ping, p->comm, MPI_STATUS_IGNORE);
+            if (err == MPI_SUCCESS)
+                err = MPI_Send(p->send_buf, p->count, MPI_BYTE, p->peer, pong, p->comm);
+        }
+    }
+    p->err = err;
+    return NULL;
+}
+
+int fb_pingpong_mt(MPI_Fint comm_handle, int peer, int initiator, int threads, int senders, void **bufs,
+                   long long size, long long iterations, int64_t *times)
+{
+    pthread_t ids[FB_MAX_THREADS];
+    mt_part parts[FB_MAX_THREADS];
+    int provided, started = 0, count, err = as_count(size, &count);
     if (err != MPI_SUCCESS)
         return err;
-    /* One passive-target epoch for the whole loop, as osu_put_latency; the target does nothing meanwhile. */
-    err = MPI_Win_lock(MPI_LOCK_SHARED, target, 0, win);
+    if (threads < 1 || threads > FB_MAX_THREADS || senders < 1)
+        return MPI_ERR_ARG;
+    if ((err = MPI_Query_thread(&provided)) != MPI_SUCCESS)
+        return err;
+    if (provided != MPI_THREAD_MULTIPLE)
+        return FB_UNSUPPORTED;
+    for (int k = 0; k < threads; k++) {
+        parts[k] = (mt_part){MPI_Comm_f2c(comm_handle), peer, initiator, k, threads, senders, count, MPI_SUCCESS,
+                             bufs[2 * k], bufs[2 * k + 1], iterations, times};
+        if (pthread_create(&ids[k], NULL, mt_thread, &parts[k]) != 0) {
+            err = MPI_ERR_OTHER;
+            break;
+        }
+        started++;
+    }
+    for (int k = 0; k < started; k++) {
+        pthread_join(ids[k], NULL);
+        if (err == MPI_SUCCESS)
+            err = parts[k].err;
+    }
+    return err;
+}
+
+/* fb_pingpong_synced: osu_latency_mp's loop, a barrier of `comm` before every round trip, each round trip stamped
+ * alone (the barrier untimed). */
+int fb_pingpong_synced(MPI_Fint comm_handle, int peer, int initiator, void *send_buf, void *recv_buf, long long size,
+                       long long iterations, int64_t *times)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_handle);
+    int count, err = as_count(size, &count);
     if (err != MPI_SUCCESS)
         return err;
-    /* One untimed operation opens the epoch: a library may take the lock lazily, with the first operation or
-     * flush, and OSU's loop pays that inside its warm-up, not in a timed operation. */
-    TRY(put ? MPI_Put(local_buf, count, MPI_BYTE, target, 0, count, MPI_BYTE, win)
-            : MPI_Get(local_buf, count, MPI_BYTE, target, 0, count, MPI_BYTE, win));
-    TRY(MPI_Win_flush(target, win));
-    if (put)
-        TIMED_BACK_TO_BACK(
-            for (int w = 0; w < per_flush; w++)
-                TRY(MPI_Put(local_buf, count, MPI_BYTE, target, 0, count, MPI_BYTE, win));
-            TRY(MPI_Win_flush(target, win)));
-    else
-        TIMED_BACK_TO_BACK(
-            for (int w = 0; w < per_flush; w++)
-                TRY(MPI_Get(local_buf, count, MPI_BYTE, target, 0, count, MPI_BYTE, win));
-            TRY(MPI_Win_flush(target, win)));
+    for (long long i = 0; i < iterations; i++) {
+        TRY(MPI_Barrier(comm));
+        if (initiator) {
+            int64_t start = fb_now_ns();
+            TRY(MPI_Send(send_buf, count, MPI_BYTE, peer, TAG, comm));
+            TRY(MPI_Recv(recv_buf, count, MPI_BYTE, peer, TAG, comm, MPI_STATUS_IGNORE));
+            fb_stamp(times, i, &start);
+        } else {
+            TRY(MPI_Recv(recv_buf, count, MPI_BYTE, peer, TAG, comm, MPI_STATUS_IGNORE));
+            TRY(MPI_Send(send_buf, count, MPI_BYTE, peer, TAG, comm));
+        }
+    }
 out:
-    unlocked = MPI_Win_unlock(target, win);
-    return err != MPI_SUCCESS ? err : unlocked;
+    return err;
+}
+
+/* osu_latency_mp's forked processes: `n` children of this rank that wait, touching nothing (no MPI, no Python),
+ * until they are killed; their ids in pids. Returns how many were forked. */
+int fb_fork_idle(int n, int *pids)
+{
+    int forked = 0;
+    for (; forked < n; forked++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            break;
+        if (pid == 0) {
+            for (;;)
+                pause();
+        }
+        pids[forked] = (int)pid;
+    }
+    return forked;
+}
+
+/* fb_rma_sync: OSU's one-sided tests (osu_put_latency, osu_get_latency, osu_put_bw, osu_get_bw, osu_put_bibw,
+ * osu_acc_latency, osu_get_acc_latency, osu_fop_latency, osu_cas_latency) under each synchronisation OSU's -s names.
+ * One operation is `op` (_mpicodes.h's RMA_OP_*): Put, Get, Accumulate and Get_accumulate of `size` bytes as
+ * MPI_SIGNED_CHAR (OSU's MPI_CHAR; MPI defines MPI_SUM on the signed char type), Fetch_and_op (MPI_SUM) and
+ * Compare_and_swap of one MPI_INT64_T. A sample is `per_epoch` operations (a window, or 1) and what closes them:
+ *
+ *   lock          lock (shared; exclusive for Get_accumulate, as OSU), operations, unlock
+ *   flush         operations, flush, inside one lock for the whole loop (opened by one untimed operation)
+ *   flush_local   as flush, with MPI_Win_flush_local
+ *   lock_all      lock_all, operations, unlock_all
+ *   pscw          round trip (latency): start, operations, complete, then post and wait for the peer's;
+ *                 both ways (bibw): post, start, operations, complete, wait on both sides;
+ *                 one way (bw): start, operations, complete; the target posts and waits
+ *   fence         round trip: fence, operations, fence, then a fence around the peer's; both ways: fence,
+ *                 operations, fence on both sides; one way: fence, operations, fence; the target fences twice
+ *
+ * A round trip's sample is halved (OSU divides by 2 there), rounded down to the nanosecond. The initiator times;
+ * the target of pscw and fence makes its part of every sample untimed, and of the passive ones nothing. */
+typedef struct {
+    int op;
+    void *origin, *result, *compare;
+    int count;
+    MPI_Datatype type;
+    int peer;
+    MPI_Aint disp;
+    MPI_Win win;
+} rma_call;
+
+static int rma_once(const rma_call *c)
+{
+    switch (c->op) {
+    case RMA_OP_PUT:
+        return MPI_Put(c->origin, c->count, c->type, c->peer, c->disp, c->count, c->type, c->win);
+    case RMA_OP_GET:
+        return MPI_Get(c->result, c->count, c->type, c->peer, c->disp, c->count, c->type, c->win);
+    case RMA_OP_ACC:
+        return MPI_Accumulate(c->origin, c->count, c->type, c->peer, c->disp, c->count, c->type, MPI_SUM, c->win);
+    case RMA_OP_GET_ACC:
+        return MPI_Get_accumulate(c->origin, c->count, c->type, c->result, c->count, c->type, c->peer, c->disp,
+                                  c->count, c->type, MPI_SUM, c->win);
+    case RMA_OP_FOP:
+        return MPI_Fetch_and_op(c->origin, c->result, c->type, c->peer, c->disp, MPI_SUM, c->win);
+    case RMA_OP_CAS:
+        return MPI_Compare_and_swap(c->origin, c->compare, c->result, c->type, c->peer, c->disp, c->win);
+    default:
+        return MPI_ERR_ARG;
+    }
+}
+
+/* `n` operations, the first error returned. */
+static int rma_ops(const rma_call *c, int n)
+{
+    int err = MPI_SUCCESS;
+    for (int k = 0; k < n && err == MPI_SUCCESS; k++)
+        err = rma_once(c);
+    return err;
+}
+
+/* One sample's epoch of an active synchronisation, on either side. `mine`: this side's operations (0 for a one-way
+ * target). */
+static int rma_active_epoch(const rma_call *c, int sync, int round_trip, int both_ways, int initiator, int mine,
+                            MPI_Group peer_group)
+{
+    int err;
+    if (sync == RMA_SYNC_FENCE) {
+        if (round_trip && !initiator) { /* the initiator's epoch, then ours */
+            if ((err = MPI_Win_fence(0, c->win)) || (err = MPI_Win_fence(0, c->win)))
+                return err;
+            if ((err = rma_ops(c, mine)))
+                return err;
+            return MPI_Win_fence(0, c->win);
+        }
+        if ((err = MPI_Win_fence(0, c->win)) || (err = rma_ops(c, mine)) || (err = MPI_Win_fence(0, c->win)))
+            return err;
+        return round_trip ? MPI_Win_fence(0, c->win) : MPI_SUCCESS;
+    }
+    /* post/start/complete/wait */
+    if (both_ways) {
+        if ((err = MPI_Win_post(peer_group, 0, c->win)) || (err = MPI_Win_start(peer_group, 0, c->win)))
+            return err;
+        if ((err = rma_ops(c, mine)) || (err = MPI_Win_complete(c->win)))
+            return err;
+        return MPI_Win_wait(c->win);
+    }
+    if (round_trip && !initiator) {
+        if ((err = MPI_Win_post(peer_group, 0, c->win)) || (err = MPI_Win_wait(c->win)))
+            return err;
+        if ((err = MPI_Win_start(peer_group, 0, c->win)) || (err = rma_ops(c, mine)))
+            return err;
+        return MPI_Win_complete(c->win);
+    }
+    if (!initiator) /* one way's target */
+        return (err = MPI_Win_post(peer_group, 0, c->win)) ? err : MPI_Win_wait(c->win);
+    if ((err = MPI_Win_start(peer_group, 0, c->win)) || (err = rma_ops(c, mine)) || (err = MPI_Win_complete(c->win)))
+        return err;
+    if (round_trip && ((err = MPI_Win_post(peer_group, 0, c->win)) || (err = MPI_Win_wait(c->win))))
+        return err;
+    return MPI_SUCCESS;
+}
+
+int fb_rma_sync(MPI_Fint win_handle, int peer, int initiator, int op, int sync, int round_trip, int both_ways,
+                void *origin_buf, void *result_buf, void *compare_buf, long long size, long long disp, int per_epoch,
+                long long iterations, int64_t *times)
+{
+    rma_call c = {op, origin_buf, result_buf, compare_buf, 0, MPI_SIGNED_CHAR, peer, (MPI_Aint)disp,
+                  MPI_Win_f2c(win_handle)};
+    int passive = sync == RMA_SYNC_LOCK || sync == RMA_SYNC_FLUSH || sync == RMA_SYNC_FLUSH_LOCAL
+                  || sync == RMA_SYNC_LOCK_ALL;
+    int lock_type = op == RMA_OP_GET_ACC ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED;
+    int mine = (initiator || round_trip || both_ways) ? per_epoch : 0;
+    int locked = 0, err = MPI_SUCCESS, unlocked;
+    MPI_Group window_group = MPI_GROUP_NULL, peer_group = MPI_GROUP_NULL;
+    if (op == RMA_OP_FOP || op == RMA_OP_CAS) {
+        c.type = MPI_INT64_T;
+        c.count = 1;
+    } else if ((err = as_count(size, &c.count)) != MPI_SUCCESS) {
+        return err;
+    }
+    if (per_epoch < 1 || op < RMA_OP_PUT || op > RMA_OP_CAS || sync < RMA_SYNC_LOCK || sync > RMA_SYNC_FENCE)
+        return MPI_ERR_ARG;
+    if (passive) {
+        if (!initiator)
+            return MPI_SUCCESS; /* the target does nothing while it is timed, which is the point of RMA */
+        switch (sync) {
+        case RMA_SYNC_LOCK:
+            TIMED_BACK_TO_BACK(TRY(MPI_Win_lock(lock_type, peer, 0, c.win)); TRY(rma_ops(&c, per_epoch));
+                               TRY(MPI_Win_unlock(peer, c.win)));
+            break;
+        case RMA_SYNC_LOCK_ALL:
+            TIMED_BACK_TO_BACK(TRY(MPI_Win_lock_all(0, c.win)); TRY(rma_ops(&c, per_epoch));
+                               TRY(MPI_Win_unlock_all(c.win)));
+            break;
+        default:
+            TRY(MPI_Win_lock(lock_type, peer, 0, c.win));
+            locked = 1;
+            /* One untimed operation opens the epoch: a library may take the lock lazily (as fb_rma). */
+            TRY(rma_once(&c));
+            TRY(MPI_Win_flush(peer, c.win));
+            if (sync == RMA_SYNC_FLUSH)
+                TIMED_BACK_TO_BACK(TRY(rma_ops(&c, per_epoch)); TRY(MPI_Win_flush(peer, c.win)));
+            else
+                TIMED_BACK_TO_BACK(TRY(rma_ops(&c, per_epoch)); TRY(MPI_Win_flush_local(peer, c.win)));
+        }
+        goto out;
+    }
+    if (sync == RMA_SYNC_PSCW) {
+        TRY(MPI_Win_get_group(c.win, &window_group));
+        TRY(MPI_Group_incl(window_group, 1, &peer, &peer_group));
+    }
+    if (initiator) {
+        int64_t last = fb_now_ns();
+        for (long long i = 0; i < iterations; i++) {
+            TRY(rma_active_epoch(&c, sync, round_trip, both_ways, 1, mine, peer_group));
+            fb_stamp(times, i, &last);
+            if (round_trip)
+                times[i] /= 2;
+        }
+    } else {
+        UNTIMED(TRY(rma_active_epoch(&c, sync, round_trip, both_ways, 0, mine, peer_group)));
+    }
+out:
+    if (locked) {
+        unlocked = MPI_Win_unlock(peer, c.win);
+        err = err != MPI_SUCCESS ? err : unlocked;
+    }
+    if (peer_group != MPI_GROUP_NULL)
+        MPI_Group_free(&peer_group);
+    if (window_group != MPI_GROUP_NULL)
+        MPI_Group_free(&window_group);
+    return err;
 }
 
 /* The congestion kernel (mpi_congestion.py). Codes of the canary tests and congestor patterns, and the tags of the

@@ -24,6 +24,8 @@ from fabricbench.transports.cbuild import CLoopUnavailable  # also the mpi trans
 SOURCE = Path(__file__).with_name("_mpiloop.c")
 CODES = Path(__file__).with_name("_mpicodes.h")
 C_OPS = cbuild.read_codes(CODES, "OP_")  # fb_collective's code of each collective kernel, as the C loop numbers them
+RMA_OPS = cbuild.read_codes(CODES, "RMA_OP_")  # fb_rma_sync's one-sided operations ("put", "get_acc", "fop", ...)
+RMA_SYNCS = cbuild.read_codes(CODES, "RMA_SYNC_")  # fb_rma_sync's synchronisations, OSU's -s names ("flush_local")
 NO_WRAPPER = "no MPI compiler wrapper found (set MPICC, or install the MPI's development package)"
 
 _HANDLE = _FLAG = ctypes.c_int  # MPI_Fint, ranks, flags and codes are C ints
@@ -34,7 +36,10 @@ SIGNATURES = {
     "fb_pingpong": [_HANDLE, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _INT64, _BUFFER],
     "fb_window": [_HANDLE, *[_FLAG] * 5, _BUFFER, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_collective": [_HANDLE, _FLAG, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
-    "fb_rma": [_HANDLE, _FLAG, _FLAG, _BUFFER, _INT64, _FLAG, _INT64, _BUFFER],
+    "fb_pingpong_synced": [_HANDLE, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _INT64, _BUFFER],
+    "fb_fork_idle": [_FLAG, _BUFFER],
+    "fb_pingpong_mt": [_HANDLE, *[_FLAG] * 4, _BUFFER, _INT64, _INT64, _BUFFER],
+    "fb_rma_sync": [_HANDLE, *[_FLAG] * 6, *[_BUFFER] * 3, _INT64, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_canary": [_HANDLE, _HANDLE, *[_FLAG] * 3, *[_BUFFER] * 4, _INT64, _FLAG, _FLAG, _BUFFER, _FLAG, _BUFFER]
     + [_INT64, _BUFFER],
     "fb_congestor": [*[_HANDLE] * 3, _FLAG, _FLAG, *[_BUFFER] * 3, _INT64, _FLAG, _BUFFER],

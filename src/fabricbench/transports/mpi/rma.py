@@ -1,8 +1,13 @@
-"""Transport ``mpi-rma``: one-sided Put and Get, as osu_put_latency / osu_put_bw.
+"""Transport ``mpi-rma``: OSU's one-sided tests: Put and Get latency and bandwidth, Put both ways, Accumulate,
+Get_accumulate, Fetch_and_op and Compare_and_swap.
 
-The window comes from ``MPI_Win_allocate`` and synchronisation is passive
-target lock/flush, OSU's defaults. Rank 0 is the origin and rank N/2 the
-target; the target does nothing while it is timed, which is the point of RMA.
+The window and the synchronisation are OSU's -w and -s (``--rma-window``,
+``--rma-sync``), with OSU's defaults: ``MPI_Win_allocate`` and passive-target
+lock/flush, except osu_put_bibw's post/start/complete/wait (it synchronises
+actively only, pscw or fence). Rank 0 is the origin and rank N/2 the target;
+under a passive synchronisation the target does nothing while it is timed,
+which is the point of RMA. Under pscw and fence a latency is OSU's: each side
+operates on the other's window in turn and the round trip is halved.
 
 The windows are host memory only: with ``--buffer cuda`` (which the mpi options
 carry for both transports) every kernel's row says unsupported, and the
@@ -17,7 +22,7 @@ from fabricbench.buffers import POISON, filled, nothing, pattern, poisoned
 from fabricbench.lazy import np
 from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Transport
-from fabricbench.transports.mpi.cloop import CLoop
+from fabricbench.transports.mpi.cloop import RMA_OPS, RMA_SYNCS, CLoop
 from fabricbench.transports.mpi.transport import (
     MPI_OPTIONS,
     MPITransport,
@@ -28,9 +33,87 @@ from fabricbench.transports.mpi.transport import (
     require_success,
     times_address,
 )
+from fabricbench.transports.options import OptionGroup
 
-ORIGIN_SEED = 101
-TARGET_SEED = 202
+ORIGIN_SEED = 101  # + the rank: what each rank puts, accumulates or swaps in
+TARGET_SEED = 202  # + the rank: what a window holds for Get to read
+
+# OSU's -w and -s words, and the lines OSU prints for them (osu_util_mpi.c's win_info and sync_info).
+WINDOWS = {"create": "MPI_Win_create", "allocate": "MPI_Win_allocate", "dynamic": "MPI_Win_create_dynamic"}
+SYNCS = {
+    "lock": "MPI_Win_lock/unlock",
+    "pscw": "MPI_Win_post/start/complete/wait",
+    "fence": "MPI_Win_fence",
+    "flush": "MPI_Win_flush",
+    "flush_local": "MPI_Win_flush_local",
+    "lock_all": "MPI_Win_lock_all/unlock_all",
+}
+# The row's method: what closes each sample's operations.
+SYNC_METHODS = {
+    "lock": "lock/unlock",
+    "pscw": "post/start/complete/wait",
+    "fence": "fence",
+    "flush": "lock/flush",
+    "flush_local": "lock/flush_local",
+    "lock_all": "lock_all/unlock_all",
+}
+ACTIVE = ("pscw", "fence")  # the target takes part in every sample
+FLUSHED = ("flush", "flush_local")  # one lock for the loop, opened by one untimed operation
+DEFAULT_WINDOW = "allocate"
+SUMS = ("acc", "get_acc")  # MPI_SUM on signed bytes
+SMALL_ADDEND = 63  # a sum's bytes are 1..63: start 0 plus the check's two at most stays below 127
+
+
+def rma_op(kernel: Kernel) -> str:
+    """fb_rma_sync's operation for a kernel: put, get, acc, get_acc, fop or cas."""
+    return kernel.name.removesuffix("-bibw").removesuffix("-bw").replace("-", "_")
+
+
+def default_sync(kernel: Kernel) -> str:
+    """OSU's -s default: flush, or pscw for osu_put_bibw, which synchronises actively only."""
+    return "pscw" if kernel.directions == 2 else "flush"
+
+
+def sync_reason(kernel: Kernel, sync: str, ranks: int) -> str | None:
+    """Why a kernel cannot run under ``sync`` on ``ranks`` ranks (OSU refuses it too), or None."""
+    if kernel.directions == 2 and sync not in ACTIVE:
+        return f"{kernel.name} synchronises actively (--rma-sync pscw or fence), as osu_put_bibw"
+    if sync == "fence" and ranks != 2:
+        return "--rma-sync fence makes every rank of the window fence with the pair: it runs on 2 ranks, as OSU"
+    return None
+
+
+class RMAOptions(OptionGroup):
+    """mpi-rma's window creation and synchronisation: OSU's -w and -s."""
+
+    name = "rma"
+
+    def add_arguments(self, parser, role: str) -> None:
+        if role != "run":
+            return
+        group = parser.add_argument_group("mpi-rma transport")
+        group.add_argument(
+            "--rma-window",
+            choices=list(WINDOWS),
+            help="how each window is made, OSU's -w: MPI_Win_create over a buffer, MPI_Win_allocate (default) or "
+            "MPI_Win_create_dynamic with the buffer attached",
+        )
+        group.add_argument(
+            "--rma-sync",
+            choices=list(SYNCS),
+            help="how operations are completed, OSU's -s: lock/unlock, flush or flush_local inside one lock "
+            "(flush: the default), lock_all/unlock_all, post/start/complete/wait (pscw) or fence; put-bibw "
+            "takes pscw (its default) or fence",
+        )
+
+    def parse(self, args, role: str) -> dict:
+        if role != "run":
+            return {}
+        given = {"window": args.rma_window, "sync": args.rma_sync}
+        return {key: value for key, value in given.items() if value is not None}
+
+
+RMA_OPTIONS = RMAOptions()
 
 
 def buffer_unsupported(options: dict) -> str | None:
@@ -42,96 +125,190 @@ def buffer_unsupported(options: dict) -> str | None:
     return None
 
 
+def operand(op: str, size: int, rank: int) -> np.ndarray:
+    """What ``rank`` puts, accumulates, adds or swaps in (bytes). A sum's operands stay small enough that the check's
+    few sums never overflow: MPI leaves a signed overflow to the library, and Open MPI's vector MPI_SUM on signed
+    chars saturates where MPICH's wraps."""
+    if op == "fop":
+        return np.array([ORIGIN_SEED + rank], dtype=np.int64).view(np.uint8)
+    data = filled(size, ORIGIN_SEED + rank)
+    if op in SUMS:
+        data %= SMALL_ADDEND
+        data += 1
+    return data
+
+
 class OneSided(Case):
-    def __init__(self, comm, kernel: Kernel, size: int, window: int, cloop: CLoop | None):
+    """One rank's part in a one-sided kernel: its window, what it sends from and fetches into, and its loop."""
+
+    def __init__(self, comm, kernel: Kernel, size: int, window: int, cloop: CLoop | None, window_kind: str, sync: str):
         super().__init__()
         MPI = import_mpi()
-        self.cloop = cloop
-        self.method = f"{'c' if cloop else 'python'} loop, lock/flush"
+        self.cloop, self.sync, self.window_kind = cloop, sync, window_kind
+        extra = "" if window_kind == DEFAULT_WINDOW else f", {WINDOWS[window_kind]}"
+        self.method = f"{'c' if cloop else 'python'} loop, {SYNC_METHODS[sync]}{extra}"
         self.what = f"mpi-rma {kernel.name} at {size} B"
+        self.op = rma_op(kernel)
         self.size = size
-        self.put = kernel.name.startswith("put")
         self.window = window if kernel.windowed else 0
-        self.rank = comm.Get_rank()
+        self.per_epoch = self.window or 1
+        self.round_trip = sync in ACTIVE and not kernel.windowed  # OSU's pscw and fence latencies: each way, halved
+        self.both_ways = kernel.directions == 2
+        self.comm, self.rank = comm, comm.Get_rank()
         role = partner_of(kernel, self.rank, comm.Get_size())
         self.active = role is not None
         self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
-        self.win = MPI.Win.Allocate(size, 1, MPI.INFO_NULL, comm)
-        self.memory = np.frombuffer(self.win.tomemory(), dtype=np.uint8)
-        # Written before timing: the target's window holds data for Get, the
-        # origin's buffer holds data for Put.
-        self.memory[:] = pattern(size, TARGET_SEED) if not self.put else POISON
-        if self.initiator:
-            self.local = filled(size, ORIGIN_SEED) if self.put else poisoned(size)
-            self.received = nothing() if self.put else self.local
-        elif self.active:
-            self.received = self.memory if self.put else nothing()
-        if self.initiator and cloop:
-            self.c_args = (self.win.py2f(), self.peer, int(self.put), self.local.ctypes.data, size, self.window)
+        issues = self.active and (self.initiator or self.round_trip or self.both_ways)
+        self.outgoing = self.per_epoch + (sync in FLUSHED) if self.initiator else (self.per_epoch if issues else 0)
+        self.incoming = 0
+        if self.active and not self.initiator:
+            self.incoming = self.per_epoch + (sync in FLUSHED)
+        elif self.initiator and (self.round_trip or self.both_ways):
+            self.incoming = self.per_epoch
+        self.window_start = self._window_start(self.rank)
+        self.base = self.memory = None
+        self._open_window(comm, window_kind)
+        self.memory[:] = self.window_start
+        self.origin = operand(self.op, size, self.rank)
+        self.result = poisoned(size)
+        self.compare = self._window_start(self.rank)  # cas: swap while the target holds what it started with
+        if self.active and cloop:
+            buffers = (self.origin.ctypes.data, self.result.ctypes.data, self.compare.ctypes.data)
+            self.c_args = (self.win.py2f(), self.peer, int(self.initiator), RMA_OPS[self.op], RMA_SYNCS[sync])
+            self.c_args += (int(self.round_trip), int(self.both_ways), *buffers, size, self.disp, self.per_epoch)
 
-    def expected(self):
-        if self.received.size == 0:
+    def _window_start(self, rank: int) -> np.ndarray:
+        """What a rank's window holds before each run: Get's data; 0 for the sums to start from; else POISON."""
+        if self.op == "get":
+            return pattern(self.size, TARGET_SEED + rank)
+        return np.full(self.size, 0 if self.op in (*SUMS, "fop") else POISON, np.uint8)
+
+    def _open_window(self, comm, kind: str) -> None:
+        """The window (collective on ``comm``), ``memory`` (a byte view of this rank's part) and ``disp`` (where
+        the peer's part starts, for its operations: 0 but for a dynamic window's address)."""
+        MPI = import_mpi()
+        self.disp = 0
+        if kind == "allocate":
+            self.win = MPI.Win.Allocate(self.size, 1, MPI.INFO_NULL, comm)
+            self.memory = np.frombuffer(self.win.tomemory(), dtype=np.uint8)
+            return
+        self.base = self.memory = poisoned(self.size)
+        if kind == "create":
+            self.win = MPI.Win.Create(self.base, 1, MPI.INFO_NULL, comm)
+            return
+        self.win = MPI.Win.Create_dynamic(MPI.INFO_NULL, comm)
+        self.win.Attach(self.base)
+        addresses = comm.allgather(MPI.Get_address(self.base))
+        self.disp = addresses[self.peer] if self.active else 0
+
+    @property
+    def received(self) -> np.ndarray:
+        """What this rank's check reads: its window where the peer wrote into it (put, acc, get_acc, fop, cas),
+        then what its own operations fetched (get, get_acc, fop, cas)."""
+        if not getattr(self, "active", False):
             return nothing()
-        return pattern(self.size, ORIGIN_SEED if self.put else TARGET_SEED)
+        parts = []
+        if self.incoming and self.op != "get":
+            parts.append(self.memory)
+        if self.outgoing and self.op not in ("put", "acc"):
+            parts.append(self.result)
+        return np.concatenate(parts) if parts else nothing()
+
+    @received.setter
+    def received(self, value) -> None:  # Case.__init__ sets it; the window and result are what is checked
+        pass
+
+    def expected(self) -> np.ndarray:
+        """What ``received`` holds after one run of one iteration from the start (poison): ``incoming`` operations
+        of the peer on this window, ``outgoing`` of this rank on the peer's."""
+        if not self.active:
+            return nothing()
+        peer_origin, own_origin = operand(self.op, self.size, self.peer), self.origin
+        parts = []
+        if self.incoming and self.op != "get":
+            parts.append(self._after(self._window_start(self.rank), peer_origin, self.incoming))
+        if self.outgoing and self.op not in ("put", "acc"):
+            if self.op == "get":
+                parts.append(self._window_start(self.peer))
+            else:  # the peer's window before this rank's last operation
+                parts.append(self._after(self._window_start(self.peer), own_origin, self.outgoing - 1))
+        return np.concatenate(parts) if parts else nothing()
+
+    def _after(self, start: np.ndarray, added: np.ndarray, operations: int) -> np.ndarray:
+        """A window's bytes after ``operations`` of this kernel's operation with operand ``added``, from ``start``."""
+        if operations == 0:
+            return start.copy()
+        if self.op == "put":
+            return added.copy()
+        if self.op in SUMS:
+            return start + np.uint8(operations) * added
+        if self.op == "fop":
+            return (start.view(np.int64) + operations * added.view(np.int64)).view(np.uint8)
+        return added.copy()  # cas: the first swaps in the operand; the later ones compare and leave it
 
     def poison(self) -> None:
         MPI = import_mpi()
-        if self.received is self.memory:
-            # The target writes its own window inside an exclusive epoch.
+        # A passive target returns from its run at once: the origin's last operations may still be on their way
+        # into its window, and an accumulate landing after the poison would be counted in the check.
+        self.comm.Barrier()
+        if self.active:
+            # This rank writes its own window inside an exclusive epoch.
             self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
-            self.memory[:] = POISON
+            self.memory[:] = self.window_start
             self.win.Unlock(self.rank)
-        else:
-            self.received[:] = POISON
+        self.result[:] = POISON
 
     def run(self, iterations: int, times: memoryview) -> None:
-        if not self.initiator:
+        if not self.active:
             return
         if self.cloop:
-            require_success(self.cloop.lib.fb_rma(*self.c_args, iterations, times_address(times)), self.what)
+            done = self.cloop.lib.fb_rma_sync(*self.c_args, iterations, times_address(times))
+            require_success(done, self.what)
             return
+        if not self.initiator:
+            return
+        self._run_python(iterations, times)
+
+    def _run_python(self, iterations: int, times: memoryview) -> None:
+        """Put or Get with lock/flush (what MPIRMATransport.unsupported leaves the Python loop), as fb_rma_sync."""
         MPI = import_mpi()
         win, target, clock = self.win, self.peer, time.perf_counter_ns
-        message = [self.local, self.size, MPI.BYTE]
-        operation = win.Put if self.put else win.Get
+        put = self.op == "put"
+        message = [self.origin if put else self.result, self.size, MPI.BYTE]
+        operation = win.Put if put else win.Get
         flush = win.Flush
-        per_flush = range(self.window or 1)
+        per_flush = range(self.per_epoch)
         win.Lock(target, MPI.LOCK_SHARED)
         try:
-            # One untimed operation opens the epoch (a library may take the lock lazily), as in fb_rma.
+            # One untimed operation opens the epoch (a library may take the lock lazily), as in fb_rma_sync.
             operation(message, target)
             flush(target)
             last = clock()
-            if self.window:
-                for i in range(iterations):
-                    for _ in per_flush:
-                        operation(message, target)
-                    flush(target)
-                    now = clock()
-                    times[i] = now - last
-                    last = now
-            else:
-                for i in range(iterations):
+            for i in range(iterations):
+                for _ in per_flush:
                     operation(message, target)
-                    flush(target)
-                    now = clock()
-                    times[i] = now - last
-                    last = now
+                flush(target)
+                now = clock()
+                times[i] = now - last
+                last = now
         finally:
             win.Unlock(target)
 
     def close(self) -> None:
-        self.memory = self.received = nothing()
+        self.memory = nothing()
+        if self.window_kind == "dynamic":
+            self.win.Detach(self.base)
         self.win.Free()
+        self.base = None
 
 
 class MPIRMATransport(Transport):
     name = "mpi-rma"
-    kernels = frozenset({"put", "get", "put-bw", "get-bw"})
+    kernels = frozenset({"put", "get", "put-bw", "get-bw", "put-bibw", "acc", "get-acc", "fop", "cas"})
     default_kernels = ("put", "get", "put-bw")
     needs_launcher = True
     osu_name = "MPI"
-    option_groups = (MPI_OPTIONS,)  # the same MPI, loop and library as the mpi transport
+    option_groups = (MPI_OPTIONS, RMA_OPTIONS)  # the same MPI, loop and library as the mpi transport; OSU's -w, -s
     doctor = MPITransport.doctor
 
     @classmethod
@@ -141,16 +318,21 @@ class MPIRMATransport(Transport):
         preflight_loop(MPI_OPTIONS.of(settings))
 
     @classmethod
-    def osu_header_lines(cls, kernel: Kernel) -> list[str]:
+    def osu_header_lines(cls, kernel: Kernel, transport_options: dict | None = None) -> list[str]:
         if kernel.name not in cls.kernels:
             return []
-        return ["# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush"]
+        rma = RMA_OPTIONS.of(transport_options or {})
+        window = WINDOWS[rma.get("window", DEFAULT_WINDOW)]
+        sync = SYNCS[rma.get("sync", default_sync(kernel))]
+        return [f"# Window creation: {window}", f"# Synchronization: {sync}"]
 
     def __init__(self, ctrl, plan):
         import_mpi()
         self.comm = ctrl.comm.Dup()
         self.window = plan.window
         options = MPI_OPTIONS.of(plan.transport_options)
+        rma = RMA_OPTIONS.of(plan.transport_options)
+        self.window_kind, self.sync = rma.get("window", DEFAULT_WINDOW), rma.get("sync")
         self.buffer_reason = buffer_unsupported(options)
         self.buffer = options.get("buffer", "host")  # the rows say what was asked for, beside why it was not run
         try:
@@ -159,14 +341,28 @@ class MPIRMATransport(Transport):
             self.comm.Free()
             raise
 
+    def _sync(self, kernel: Kernel) -> str:
+        return self.sync or default_sync(kernel)
+
     def unsupported(self, kernel: Kernel) -> str | None:
-        return super().unsupported(kernel) or self.buffer_reason
+        found = super().unsupported(kernel) or self.buffer_reason
+        found = found or sync_reason(kernel, self._sync(kernel), self.comm.Get_size())
+        if found or self.cloop:
+            return found
+        python_loop = self._sync(kernel) == "flush" and self.window_kind != "dynamic"
+        if kernel.name.removesuffix("-bw") not in ("put", "get") or not python_loop:
+            return (
+                f"the python loop times put and get (and their -bw) with lock/flush on an allocated or created "
+                f"window; {kernel.name} with {SYNC_METHODS[self._sync(kernel)]} is timed in C only"
+            )
+        return None
 
     def case(self, kernel: Kernel, size: int) -> Case:
-        return OneSided(self.comm, kernel, size, self.window, self.cloop)
+        return OneSided(self.comm, kernel, size, self.window, self.cloop, self.window_kind, self._sync(kernel))
 
     def metadata(self) -> dict:
-        return {"rma_window": "MPI_Win_allocate", "rma_sync": "MPI_Win_lock/flush"} | loop_metadata(self.cloop)
+        sync = {"rma_sync": SYNCS[self.sync]} if self.sync else {"rma_sync": "OSU's default per kernel"}
+        return {"rma_window": WINDOWS[self.window_kind]} | sync | loop_metadata(self.cloop)
 
     def close(self) -> None:
         self.comm.Free()

@@ -23,9 +23,12 @@ are chosen per run, and the row's ``method`` says both:
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -481,6 +484,99 @@ class Collective(Case):
             self.request = None
 
 
+class ThreadedPingPong(Case):
+    """osu_latency_mt: one sample is one thread's round trip; each thread of a side has its own buffers, and the
+    check reads thread 0's (the only one a one-iteration run uses)."""
+
+    def __init__(self, comm, kernel: Kernel, size: int, threads: list[int], cloop: CLoop | None):
+        super().__init__()
+        if cloop is None:
+            raise Unsupported("latency-mt's threads run in the C loop only")
+        if MPI.Query_thread() != MPI.THREAD_MULTIPLE:  # MPI started before the run's kernels were known
+            raise Unsupported("MPI did not start at MPI_THREAD_MULTIPLE, which latency-mt's threads need")
+        self.cloop, self.what = cloop, f"mpi {kernel.name} at {size} B"
+        senders, receivers = threads
+        self.method = f"c loop, blocking, {senders}:{receivers} threads"
+        role = partner_of(kernel, comm.Get_rank(), comm.Get_size())
+        self.active = role is not None
+        self.peer, self.initiator = role if role else (MPI.PROC_NULL, False)
+        count = senders if self.initiator else receivers
+        seed = _send_seed(comm.Get_rank())
+        self.buffers = [buffer for _ in range(count) for buffer in (filled(size, seed), poisoned(size))]
+        self.addresses = (ctypes.c_void_p * len(self.buffers))(*(b.ctypes.data for b in self.buffers))
+        self.received = self.buffers[1] if self.active else nothing()
+        self.c_args = (comm.py2f(), self.peer, int(self.initiator), count, senders, self.addresses, size)
+
+    def expected(self):
+        return pattern(len(self.received), _send_seed(self.peer))
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        if not self.active:
+            return
+        require_success(self.cloop.lib.fb_pingpong_mt(*self.c_args, iterations, times_address(times)), self.what)
+
+
+class ForkedPingPong(Case):
+    """osu_latency_mp: a barrier of both ranks before every round trip, the round trip timed alone, while each rank
+    has forked idle processes (fb_fork_idle: they wait in pause() and touch nothing; close() kills and reaps them)."""
+
+    def __init__(self, comm, kernel: Kernel, size: int, processes: list[int], cloop: CLoop | None):
+        super().__init__()
+        if cloop is None:
+            raise Unsupported("latency-mp forks in the C loop only")
+        if comm.Get_size() != 2:
+            raise Unsupported("latency-mp's barrier before every round trip takes the whole job: 2 ranks, as OSU's")
+        self.cloop, self.what = cloop, f"mpi {kernel.name} at {size} B"
+        senders, receivers = processes
+        self.method = f"c loop, blocking, {senders}:{receivers} forked processes"
+        self.peer, self.initiator = partner_of(kernel, comm.Get_rank(), comm.Get_size())
+        self.send, self.recv = filled(size, _send_seed(comm.Get_rank())), poisoned(size)
+        self.received = self.recv
+        self.c_args = (comm.py2f(), self.peer, int(self.initiator), self.send.ctypes.data, self.recv.ctypes.data, size)
+        count = senders if self.initiator else receivers
+        self.pids = (ctypes.c_int * max(count, 1))()
+        self.forked = cloop.lib.fb_fork_idle(count, self.pids) if count else 0
+        if self.forked != count:
+            self.close()
+            raise Unsupported(f"fork() made {self.forked} of latency-mp's {count} processes")
+
+    def expected(self):
+        return pattern(len(self.received), _send_seed(self.peer))
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        done = self.cloop.lib.fb_pingpong_synced(*self.c_args, iterations, times_address(times))
+        require_success(done, self.what)
+
+    def close(self) -> None:
+        for pid in self.pids[: self.forked]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        self.forked = 0
+
+
+class StartUp(Case):
+    """osu_init's figure: how long this rank's MPI_Init took (control.mpi.INIT_TIMED, timed as the rank started). Every
+    sample is that one figure; nothing is sent, so there is nothing to check."""
+
+    def __init__(self):
+        super().__init__()
+        from fabricbench.control.mpi import INIT_TIMED
+
+        if not INIT_TIMED:
+            raise Unsupported("MPI was initialised before fabricbench could time MPI_Init")
+        self.initiator = True
+        self.checks = False  # nothing is sent: -c has nothing to check
+        self.init_ns = INIT_TIMED["ns"]
+        self.method = f"MPI_Init_thread(MPI_THREAD_{INIT_TIMED['level'].upper()}), timed once as the rank started"
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        for i in range(iterations):
+            times[i] = self.init_ns
+
+
 @functools.cache
 def probe_mpi() -> Diagnosis:
     """MPI as a rank would load it, found in a child process: initialising MPI in ``doctor`` itself
@@ -535,6 +631,18 @@ class MPIOptions(OptionGroup):
             "staged (--buffer cuda): copy GPU buffers through pinned host memory around blocking calls",
         )
         group.add_argument(
+            "--mpi-threads",
+            type=thread_counts,
+            metavar="SENDERS:RECEIVERS",
+            help="latency-mt: the threads of the sending rank and of the answering one (OSU's -t; default 1:2)",
+        )
+        group.add_argument(
+            "--mpi-processes",
+            type=process_counts,
+            metavar="SENDER:RECEIVER",
+            help="latency-mp: idle processes the sending rank and the answering one fork (OSU's -t; default 0:2)",
+        )
+        group.add_argument(
             "--buffer",
             choices=["host", "cuda"],
             help="mpi: where the messages live: host memory (default), or CuPy GPU memory (OSU's -d cuda); "
@@ -545,11 +653,40 @@ class MPIOptions(OptionGroup):
         if role != "run":
             return {}
         place_of(args.buffer, args.method == "staged")  # --method staged names a place only GPU buffers have
-        given = {"method": args.method, "buffer": args.buffer}
+        given = {"method": args.method, "buffer": args.buffer, "threads": args.mpi_threads}
+        given["processes"] = args.mpi_processes
         return {key: value for key, value in given.items() if value is not None}
 
 
 MPI_OPTIONS = MPIOptions()
+DEFAULT_THREADS = [1, 2]  # osu_latency_mt's: one sender thread, two receiver threads
+MAX_THREADS = 128  # osu_latency_mt's most, and the C loop's (FB_MAX_THREADS)
+
+
+DEFAULT_PROCESSES = [0, 2]  # osu_latency_mp's: no process forked by the sender, two by the receiver
+
+
+def _counts(text: str, alone: str, lowest: int, what: str) -> list[int]:
+    """OSU's -t: ``SENDERS:RECEIVERS``, or ``RECEIVERS`` alone (``alone`` senders), each ``lowest`` (the senders)
+    or 1 (the receivers) to MAX_THREADS."""
+    parts = text.split(":") if ":" in text else [alone, text]
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: {what}")
+    senders, receivers = int(parts[0]), int(parts[1])
+    if not (lowest <= senders <= MAX_THREADS and 1 <= receivers <= MAX_THREADS):
+        raise argparse.ArgumentTypeError(f"{text!r}: {what}")
+    return [senders, receivers]
+
+
+def thread_counts(text: str) -> list[int]:
+    """osu_latency_mt's -t: ``SENDERS:RECEIVERS`` threads, or ``RECEIVERS`` alone (one sender), each 1 to 128."""
+    return _counts(text, "1", 1, f"SENDERS:RECEIVERS, each 1 to {MAX_THREADS} threads")
+
+
+def process_counts(text: str) -> list[int]:
+    """osu_latency_mp's -t: ``SENDER:RECEIVER`` forked processes (0 to 128, at least 1 for the receiver), or
+    ``RECEIVER`` alone (none for the sender)."""
+    return _counts(text, "0", 0, f"SENDER:RECEIVER forked processes, 0 to {MAX_THREADS} (the receiver at least 1)")
 
 
 class MPITransport(Transport):
@@ -574,6 +711,10 @@ class MPITransport(Transport):
             "pairs-bw",
             "bisection",
             "congestion",
+            "init",
+            "hello",
+            "latency-mt",
+            "latency-mp",
         }
     )
     default_kernels = (
@@ -600,10 +741,32 @@ class MPITransport(Transport):
         return place_of(settings.get("buffer"), settings.get("method") == "staged")
 
     @classmethod
-    def osu_title_variant(cls, kernel, transport_options: dict) -> str:
-        """--method persistent on a collective: OSU's *_persistent programs (MPI_*_init), "Persistent" in the title."""
+    def osu_header_lines(cls, kernel: Kernel, transport_options: dict | None = None) -> list[str]:
+        """osu_latency_mt's thread counts (its "%d \n" leaves a space after the first), osu_latency_mp's processes."""
+        settings = MPI_OPTIONS.of(transport_options or {})
+        if kernel.osu_layout == "processes":
+            senders, receivers = settings.get("processes", DEFAULT_PROCESSES)
+            return [
+                f"# Number of forked processes in sender: {senders}",
+                f"# Number of forked processes in receiver: {receivers}",
+            ]
+        if not kernel.mpi_threads:
+            return []
+        senders, receivers = settings.get("threads", DEFAULT_THREADS)
+        return [f"# Number of Sender threads: {senders} ", f"# Number of Receiver threads: {receivers}"]
+
+    @classmethod
+    def osu_title(cls, kernel: Kernel, transport_options: dict) -> str:
+        """--method persistent, as OSU's *_persistent programs name themselves: osu_latency_persistent,
+        osu_bw_persistent and osu_bibw_persistent "... Persistent Test"; a persistent collective (MPI_*_init)
+        "Persistent" before "Latency Test" (``Allgather Persistent Latency Test``)."""
         persistent = MPI_OPTIONS.of(transport_options).get("method") == "persistent"
-        return "Persistent" if persistent and kernel.collective else ""
+        if persistent and kernel.pairing is Pairing.ONE:
+            return f"{kernel.osu_title.removesuffix(' Test')} Persistent Test"
+        if persistent and kernel.collective:
+            head, latency, tail = kernel.osu_title.rpartition(" Latency Test")
+            return f"{head} Persistent{latency}{tail}" if latency else f"{kernel.osu_title} (Persistent)"
+        return kernel.osu_title
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:
@@ -628,6 +791,8 @@ class MPITransport(Transport):
         options = MPI_OPTIONS.of(plan.transport_options)
         self.comm = ctrl.comm.Dup()
         self.method = options.get("method") or DEFAULT_METHOD
+        self.threads = options.get("threads", DEFAULT_THREADS)
+        self.processes = options.get("processes", DEFAULT_PROCESSES)
         self.window = plan.window
         self.place = self.buffer_place(plan.transport_options)
         self.buffer = self.place.name
@@ -643,6 +808,16 @@ class MPITransport(Transport):
             raise
 
     def case(self, kernel: Kernel, size: int) -> Case:
+        if kernel.family == "startup":
+            return StartUp()
+        if kernel.osu_layout == "processes":
+            if self.cuda is not None:
+                raise Unsupported("latency-mp runs host buffers")
+            return ForkedPingPong(self.comm, kernel, size, self.processes, self.cloop)
+        if kernel.mpi_threads:
+            if self.cuda is not None:
+                raise Unsupported("latency-mt runs host buffers")
+            return ThreadedPingPong(self.comm, kernel, size, self.threads, self.cloop)
         if self.cuda is not None:
             route = cuda_path(kernel, self.place.staged, self.cuda_aware)
             if route == "no buffers":  # barrier: nothing on the GPU, so the host loop, on any MPI
