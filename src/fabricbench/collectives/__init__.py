@@ -17,6 +17,7 @@ from fabricbench.collectives import (
     alltoall,
     barrier,
     bcast,
+    neighbor,
     reduce,
     reduce_scatter,
 )
@@ -25,3 +26,4 @@ from fabricbench.collectives.spec import CollectiveSpec
 COLLECTIVES: dict[str, CollectiveSpec] = {
     module.SPEC.name: module.SPEC for module in (allreduce, allgather, alltoall, bcast, reduce, reduce_scatter, barrier)
 }
+COLLECTIVES.update((spec.name, spec) for spec in neighbor.SPECS)  # on OSU's graph topology

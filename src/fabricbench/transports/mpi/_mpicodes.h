@@ -8,3 +8,9 @@
 #define OP_REDUCE 4
 #define OP_REDUCE_SCATTER 5
 #define OP_BARRIER 6
+/* The neighbourhood collectives, on a distributed graph communicator (fb_neighbor, fb_icollective). */
+#define OP_NEIGHBOR_ALLGATHER 40
+#define OP_NEIGHBOR_ALLGATHERV 41
+#define OP_NEIGHBOR_ALLTOALL 42
+#define OP_NEIGHBOR_ALLTOALLV 43
+#define OP_NEIGHBOR_ALLTOALLW 44
