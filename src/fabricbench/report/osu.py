@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from fabricbench import __version__
 from fabricbench.argtypes import decimal
+from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import Kernel, Pairing, get_kernel
 from fabricbench.measure.schema import is_measured
@@ -48,6 +49,12 @@ class Columns:
     # The run's Plan.transport_options: each transport's declared buffer place in them gives OSU's -d title
     # ("MPI-CUDA") and buffer lines.
     transport_options: dict = field(default_factory=dict)
+
+    @property
+    def nonblocking(self) -> bool:
+        """Whether the run times the collectives' non-blocking forms (mpi's --method nonblocking): OSU's osu_i*
+        layout."""
+        return self.transport_options.get("mpi", {}).get("method") == "nonblocking"
 
     @classmethod
     def from_plan(cls, plan) -> Columns:
@@ -113,9 +120,11 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     kernel = get_kernel(kernel_name)
     cls = transport_class(transport)
     place = cls.buffer_place(columns.transport_options)
+    nonblocking = columns.nonblocking and kernel.collective
     lines = [
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        title(transport, kernel_name, place.osu_device),
+        title(transport, kernel_name, place.osu_device, nonblocking),
+        *([nonblocking_figures.OVERALL_LINE, ""] if nonblocking else []),
         *cls.osu_header_lines(kernel),
         *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
     ]
@@ -127,13 +136,15 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     return "\n".join(lines)
 
 
-def title(transport: str, kernel_name: str, device: str = "") -> str:
-    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``."""
+def title(transport: str, kernel_name: str, device: str = "", nonblocking: bool = False) -> str:
+    """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``;
+    ``nonblocking``: the collective's osu_i* title (``# OSU MPI Non-blocking Allreduce Latency Test v7.4``)."""
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
     if device:
         library = f"{library}-{device}"
-    return f"# OSU {get_kernel(kernel_name).osu_title.format(lib=library)} {OSU_VERSION}"
+    text = nonblocking_figures.TITLES[kernel_name] if nonblocking else get_kernel(kernel_name).osu_title
+    return f"# OSU {text.format(lib=library)} {OSU_VERSION}"
 
 
 def _message_rate(kernel) -> bool:
@@ -144,6 +155,8 @@ def _message_rate(kernel) -> bool:
 def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
     """OSU's column header: ``"%-*s%*s"`` of "# Size" (10) and the value's name (FIELD), then the optional columns."""
     kernel = get_kernel(kernel_name)
+    if columns.nonblocking and kernel.collective:
+        return _nonblocking_header(kernel, columns)
     text = f"{'# Size':<{SIZE_FIELD}}"
     if _message_rate(kernel):
         text += f"{'MB/s':>{FIELD}}{'Messages/s':>{FIELD}}"
@@ -168,6 +181,8 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     if not is_measured(row.get("status", "")):
         return f"# {row['status']}"
     kernel = get_kernel(row["kernel"])
+    if columns.nonblocking and kernel.collective:
+        return _nonblocking_line(kernel, row, columns)
     text = f"{row['size_B']:<{SIZE_FIELD}d}"
     if _message_rate(kernel):
         text += f"{row['bw_MBps']:{FIELD}.2f}{row['msgrate_per_s']:{FIELD}.2f}"
@@ -182,6 +197,53 @@ def line(row: dict, columns: Columns = Columns()) -> str:
             )
     else:
         text += f"{row['lat_mean_us']:{FIELD}.2f}"
+    if columns.validate:
+        text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
+    for percent in columns.percentiles:
+        text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
+    return text
+
+
+# The non-blocking collectives' columns after the overall time (OSU's print_only_header_nbc and print_stats_nbc):
+# (header, the row's column), the short set and -f's full set.
+NONBLOCKING_SHORT = (("Compute(us)", "compute_us"), ("Pure Comm.(us)", "pure_comm_us"), ("Overlap(%)", "overlap_pct"))
+NONBLOCKING_FULL = (
+    ("Compute(us)", "compute_us"),
+    ("Coll. Init(us)", "init_us"),
+    ("MPI_Test(us)", "test_us"),
+    ("MPI_Wait(us)", "wait_us"),
+    ("Pure Comm.(us)", "pure_comm_us"),
+    ("Min Comm.(us)", "pure_comm_min_us"),
+    ("Max Comm.(us)", "pure_comm_max_us"),
+    ("Overlap(%)", "overlap_pct"),
+)
+NO_SIZE_OVERALL = 13  # osu_ibarrier's overall time, "%*.*f" 13 wide where there is no size column
+
+
+def _nonblocking_header(kernel: Kernel, columns: Columns) -> str:
+    """osu_i*'s column header: "# Size" (10) and "Overall(us)" (FIELD), or "# Overall(us)" alone where there is no
+    size (osu_ibarrier); the figures (-f: all eight); then Validation and the tail latencies, as OSU orders them."""
+    text = f"{'# Size':<{SIZE_FIELD}}{'Overall(us)':>{FIELD}}" if kernel.moves_data else "# Overall(us)"
+    for name, _ in NONBLOCKING_FULL if columns.full else NONBLOCKING_SHORT:
+        text += f"{name:>{FIELD}}"
+    if columns.validate:
+        text += f"{'Validation':>{FIELD}}"
+    for percent in columns.percentiles:
+        text += f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}"
+    return text
+
+
+def _nonblocking_line(kernel: Kernel, row: dict, columns: Columns) -> str:
+    """One size of osu_i*: the size (10) and the overall time (FIELD), or the overall time alone (13) for
+    osu_ibarrier; then each figure (FIELD, 2 decimals), Pass/Fail and the tail latencies of the overall time."""
+    overall = row["lat_rank_avg_us"]
+    text = (
+        f"{row['size_B']:<{SIZE_FIELD}d}{overall:{FIELD}.2f}"
+        if kernel.moves_data
+        else f"{overall:{NO_SIZE_OVERALL}.2f}"
+    )
+    for _, column in NONBLOCKING_FULL if columns.full else NONBLOCKING_SHORT:
+        text += f"{row[column]:{FIELD}.2f}"
     if columns.validate:
         text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
     for percent in columns.percentiles:
