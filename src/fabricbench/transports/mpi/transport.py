@@ -564,7 +564,7 @@ class MPIOptions(OptionGroup):
             "--test-calls",
             type=int,
             metavar="N",
-            help="--method nonblocking: MPI_Test calls spread over each dummy compute (OSU's -t; default 0, none)",
+            help="with --method nonblocking: MPI_Test calls spread over each dummy compute (OSU's -t; default 0, none)",
         )
         group.add_argument(
             "--buffer",
