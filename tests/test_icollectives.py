@@ -51,6 +51,10 @@ def _check_nonblocking(rows, ranks: int) -> None:
     assert (measured.pure_comm_us <= measured.pure_comm_max_us).all()
     assert (measured.test_us == 0).all()  # no MPI_Test calls asked for (OSU's default)
     assert (measured.lat_rank_avg_us > 0).all() and (measured.init_us >= 0).all() and (measured.wait_us >= 0).all()
+    # nccl-tests' algbw over the pure communication: allgather's S·n bytes over it
+    allgather = measured[measured.kernel == "allgather"]
+    expected = allgather.size_B * ranks / (allgather.pure_comm_us * 1e-6) / 1e9
+    assert (abs(allgather.algbw_GBps - expected) <= 1e-9 + 1e-6 * expected).all()
     if ranks < neighbor.MIN_RANKS:
         refused = rows[neighbours]
         assert set(refused.kernel) == set(NEIGHBOR)

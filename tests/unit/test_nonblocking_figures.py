@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fabricbench.collectives import neighbor
-from fabricbench.collectives.nonblocking import FIGURES, overlap_percent, row_fields
+from fabricbench.collectives.nonblocking import FIGURES, bandwidths, overlap_percent, row_fields
+from fabricbench.measure.kernels import get_kernel
 from fabricbench.report import osu
 
 
@@ -42,6 +43,14 @@ def test_row_fields_are_osus_means_over_ranks_and_extremes_of_pure_communication
     assert fields["test_us"] == pytest.approx(1.0) and fields["wait_us"] == pytest.approx(2.0)
     assert fields["init_us"] == pytest.approx(1.0)
     assert fields["overlap_pct"] == pytest.approx(100 - (20.0 - 14.0) / 15.0 * 100)
+
+
+def test_bandwidths_are_over_the_pure_communication_not_the_overall_time():
+    found = bandwidths(get_kernel("allgather"), 1000, 4, {"pure_comm_us": 2.0})
+    assert found["algbw_GBps"] == pytest.approx(4000 / 2e-6 / 1e9)  # S·n bytes over 2 us
+    assert found["busbw_GBps"] == pytest.approx(found["algbw_GBps"] * 3 / 4)
+    assert all(math.isnan(v) for v in bandwidths(get_kernel("barrier"), 0, 4, {"pure_comm_us": 2.0}).values())
+    assert all(math.isnan(v) for v in bandwidths(get_kernel("allgather"), 8, 4, {"pure_comm_us": 0.0}).values())
 
 
 @pytest.mark.parametrize(

@@ -61,3 +61,14 @@ def row_fields(per_rank_ns: np.ndarray) -> dict[str, float]:
         "wait_us": float(mean[WAIT]),
         "overlap_pct": overlap_percent(mean[OVERALL], mean[COMPUTE], mean[TEST], mean[PURE]),
     }
+
+
+def bandwidths(kernel, size: int, ranks: int, fields: dict) -> dict[str, float]:
+    """A non-blocking row's algbw_GBps and busbw_GBps (nccl-tests' formulas, ``Kernel.bandwidth``'s) over its pure
+    communication: the overall time holds the dummy compute, which moves nothing. NaN where the kernel moves no
+    data or nothing was timed."""
+    pure_s = fields["pure_comm_us"] / 1e6
+    if not kernel.moves_data or not pure_s > 0:
+        return {"algbw_GBps": float("nan"), "busbw_GBps": float("nan")}
+    algbw = kernel.collective_spec.algbw_bytes(size, ranks) / pure_s / 1e9
+    return {"algbw_GBps": algbw, "busbw_GBps": algbw * kernel.busbw_factor(ranks)}

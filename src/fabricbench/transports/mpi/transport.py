@@ -457,6 +457,7 @@ class CLoopCollective(Case):
         self.cloop, self.nonblocking = cloop, nonblocking
         self.method = f"c loop, {'nonblocking' if nonblocking else 'blocking'}"
         self.what = f"mpi {kernel.name} at {size} B"
+        self.kernel, self.size = kernel, size
         spec = kernel.collective_spec
         rank, ranks = comm.Get_rank(), comm.Get_size()
         self.comm, self.graph = comm, None
@@ -498,6 +499,10 @@ class CLoopCollective(Case):
             everyone = np.zeros((self.comm.Get_size(), nonblocking_figures.FIGURES))
             self.comm.Allgather(figures, everyone)
             self.row_fields = nonblocking_figures.row_fields(everyone)
+            # nccl-tests' bandwidths over the pure communication, not over the overall time, which holds the compute
+            self.row_fields |= nonblocking_figures.bandwidths(
+                self.kernel, self.size, everyone.shape[0], self.row_fields
+            )
 
     def close(self) -> None:
         if self.graph is not None:
