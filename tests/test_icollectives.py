@@ -6,7 +6,6 @@ OSU's layout under ``mpiexec -n 4``."""
 from __future__ import annotations
 
 import re
-import statistics
 import subprocess
 from pathlib import Path
 
@@ -85,18 +84,25 @@ def test_every_nonblocking_and_neighbourhood_collective_validates_under_open_mpi
 
 
 def test_pure_communication_is_the_blocking_collectives_time_within_the_noise(tmp_path):
-    # The pure communication (Iallreduce + Wait) against MPI_Allreduce in a run of its own: medians over sizes within
-    # a factor of 10 either way, a bound the shared machine's noise cannot cross but a wrong unit or a compute
-    # counted as communication would.
-    args = ["-k", "allreduce", "-m", "4:256", "-i", "30", "-x", "3", "--format", "none"]
-    blocking = fabricbench("run", *args, "--out", str(tmp_path / "blocking"), timeout=300)
-    assert blocking.returncode == 0, blocking.stderr
-    nonblocking = fabricbench("run", *args, "--method", "nonblocking", "--out", str(tmp_path / "nb"), timeout=300)
-    assert nonblocking.returncode == 0, nonblocking.stderr
-    plain, overlapped = read_rows(tmp_path / "blocking")[0], read_rows(tmp_path / "nb")[0]
-    ratio = statistics.median(overlapped.pure_comm_us) / statistics.median(plain.lat_rank_avg_us)
-    assert 0.1 < ratio < 10, ratio
-    assert overlapped.overlap_pct.between(0, 100).all()
+    # The pure communication (Iallreduce + Wait) against MPI_Allreduce in a launch of its own: the least over sizes of
+    # each within a factor of 10 either way, a bound a wrong unit or a compute counted as communication would cross.
+    # This shared machine drops a whole launch into a slow mode now and then (a rank descheduled for milliseconds
+    # in most samples), so a pair of launches that disagrees is run again, up to three pairs; one pair in the
+    # noise passes.
+    args = ["-k", "allreduce", "-m", "4:4K", "-i", "30", "-x", "3", "--format", "none"]
+    ratios = []
+    for attempt in range(3):
+        blocking, nonblocking = tmp_path / f"blocking-{attempt}", tmp_path / f"nonblocking-{attempt}"
+        ran = fabricbench("run", *args, "--out", str(blocking), timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        ran = fabricbench("run", *args, "--method", "nonblocking", "--out", str(nonblocking), timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        plain, overlapped = read_rows(blocking)[0], read_rows(nonblocking)[0]
+        assert overlapped.overlap_pct.between(0, 100).all()
+        ratios.append(overlapped.pure_comm_us.min() / plain.lat_rank_avg_us.min())
+        if 0.1 < ratios[-1] < 10:
+            return
+    pytest.fail(f"the pure communication over the blocking allreduce, three pairs of launches: {ratios}")
 
 
 def test_test_calls_are_made_within_the_compute_and_timed(tmp_path):
