@@ -329,17 +329,18 @@ def build(setup: Setup, directory: Path, source: Path = SOURCE) -> Path:
     return binary
 
 
-def selected(groups, only: str | None, ranks: int) -> tuple[Group, ...]:
+def selected(groups, only: str | None, ranks: int, max_size: int | None = None) -> tuple[Group, ...]:
     """The groups that run: those of ``only``'s kernels (every group without it), each less the kernels not named,
-    and none that needs more ranks than ``ranks``."""
+    none that needs more ranks than ``ranks``, and each up to ``max_size`` bytes (none that starts above it)."""
     wanted = set(only.split(",")) if only else None
     if wanted and (unknown := wanted - set(KERNEL_ORDER)):
         raise SystemExit(f"--only: no kernel {', '.join(sorted(unknown))} here; known: {', '.join(KERNEL_ORDER)}")
     kept = []
     for group in groups:
         kernels = tuple(k for k in group.kernels if wanted is None or k in wanted)
-        if kernels and ranks >= group.min_ranks:
-            kept.append(replace(group, kernels=kernels))
+        hi = group.hi if max_size is None else min(group.hi, max_size)
+        if kernels and ranks >= group.min_ranks and group.lo <= hi:
+            kept.append(replace(group, kernels=kernels, hi=hi))
     return tuple(kept)
 
 
@@ -621,6 +622,9 @@ def main() -> int:
         help="a comma list of the kernels to run (their groups, less the others), as named here: e.g. "
         "iallreduce,ibarrier,neighbor_alltoall; default: every kernel",
     )
+    parser.add_argument(
+        "--max-size", type=int, help="the largest size of every group, in bytes (default: each group's own)"
+    )
     parser.add_argument("--json", type=Path, help="also write every pair and C program figure to this file")
     parser.add_argument("--replay", type=Path, help="measure nothing: render the tables from a --json file again")
     parser.add_argument(
@@ -632,7 +636,8 @@ def main() -> int:
     args = parser.parse_args()
     reps = args.reps or (MIN_REPS if args.quick else DEFAULT_REPS)
     check_reps(parser, reps)
-    groups = tuple(scaled(g, args.ranks, args.quick) for g in selected(GROUPS, args.only, args.ranks))
+    chosen = selected(GROUPS, args.only, args.ranks, args.max_size)
+    groups = tuple(scaled(g, args.ranks, args.quick) for g in chosen)
     if args.agree < 1:
         parser.error("--agree is a factor of at least 1")
     KEEP["agree"] = args.agree
