@@ -545,13 +545,15 @@ def measure_group(setup, binaries, group, loops, order, work: Path, series: dict
 
 def run_header(args, setup: Setup, groups, reps: int, elapsed: float, load: float) -> list[str]:
     """What ran, on what: the lines above the tables."""
-    method = " ".join(METHOD_ARGS) or "its default --method"
+    methods = sorted({f"--method {g.method}" for g in groups if g.method})
+    method = ", ".join([" ".join(METHOD_ARGS) or "its default --method"] * any(not g.method for g in groups) + methods)
+    references = ", ".join(sorted({g.source.name for g in groups}))
     c_init = "MPI_Init_thread(MPI_THREAD_MULTIPLE)" if setup.c_thread_multiple else "MPI_Init, as OSU"
     counts = "; ".join(
         f"{','.join(g.kernels)} {size_words(g.lo)}-{size_words(g.hi)}: {g.iterations}/{g.warmup}" for g in groups
     )
     return [
-        f"# fabricbench's MPI C loop (--loop c, {method}) against osu_reference.c, {setup.ranks} ranks, {reps} reps"
+        f"# fabricbench's MPI C loop (--loop c, {method}) against {references}, {setup.ranks} ranks, {reps} reps"
         f"{' (--quick: a tenth of the iterations)' if args.quick else ''}, {elapsed:.0f} s; load average "
         f"{load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs",
         f"# MPI library: {setup.library}",
