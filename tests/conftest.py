@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import softroce_run
 from support import fabricbench
 
 UNIT = Path(__file__).parent / "unit"
@@ -63,9 +64,26 @@ def finished_runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The unit tier (tests/unit: pure functions, no process) runs first, so it fails fast.
+    """The unit tier (tests/unit: pure functions, no process) runs first, so it fails fast; the SoftRoCE VM
+    test runs last, as it waits for the VM run that went on beside every other test.
 
     testpaths lists tests/unit before tests, but pytest 9 folds a path into its parent when both are
     given (no test runs twice), and tests/unit would then come after tests/test_*.py alphabetically.
     """
-    items.sort(key=lambda item: not item.path.is_relative_to(UNIT))
+    items.sort(key=lambda item: (not item.path.is_relative_to(UNIT), item.path.name == softroce_run.TEST_FILE))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the SoftRoCE VM run now, when its test is selected and can run here: its emulated guest takes
+    minutes on one core, the host tests take the other."""
+    if session.config.option.collectonly or softroce_run.skip_reason():
+        return
+    if any(item.path.name == softroce_run.TEST_FILE for item in session.items):
+        softroce_run.current = softroce_run.VMRun()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the VM run however the session ended (passed, failed with -x, Ctrl-C), and drop its files."""
+    if softroce_run.current is not None:
+        softroce_run.current.close()
+        softroce_run.current = None

@@ -15,6 +15,7 @@ from fabricbench.transports import cbuild
 from fabricbench.transports.cbuild import CLoopUnavailable, Recipe
 from fabricbench.transports.mpi import cloop as mpi_cloop
 from fabricbench.transports.ofi import cloop as ofi_cloop
+from fabricbench.transports.ucx import cloop as ucx_cloop
 from fabricbench.transports.verbs import cloop as verbs_cloop
 from support import PYTHON, clean_env
 
@@ -111,7 +112,7 @@ def test_the_runtime_header_is_on_every_builds_include_path(recipe):
     assert all(0 <= t < 10**9 for t in times)
 
 
-@pytest.mark.parametrize("loop", [mpi_cloop, verbs_cloop, ofi_cloop], ids=["mpi", "verbs", "ofi"])
+@pytest.mark.parametrize("loop", [mpi_cloop, verbs_cloop, ofi_cloop, ucx_cloop], ids=["mpi", "verbs", "ofi", "ucx"])
 def test_the_codes_python_reads_are_the_numbers_the_compiler_sees(recipe, loop):
     names = list(cbuild._defines(loop.CODES))
     body = "".join(f"    out[{i}] = {name};\n" for i, name in enumerate(names))

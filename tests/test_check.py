@@ -121,3 +121,50 @@ def test_check_starts_a_run_and_judges_it(tmp_path):
     result = fabricbench("check", thresholds(tmp_path, PASSING), "--", "run", "-k", "nosuch", "--out", str(out / "x"))
     assert result.returncode == 2 and not (out / "x").exists()
     one_error_line(result.stderr, "nosuch")
+
+
+def test_a_failing_check_writes_a_junit_report_naming_each_failing_row_and_its_figures(finished, tmp_path):
+    from junitparser import Failure, JUnitXml
+
+    report = tmp_path / "check.xml"
+    text = PASSING.replace("max_lat_p50_us = 1000000", "max_lat_p50_us = 0.001")
+    result = fabricbench("check", thresholds(tmp_path, text), str(finished), "--junit", str(report))
+    assert result.returncode == 1, result.stdout + result.stderr
+    xml = JUnitXml.fromfile(str(report))
+    latency_suite, bw_suite = list(xml)
+    rows, _ = read_rows(finished)
+    latency, bw = rows[rows.kernel == "latency"], rows[(rows.kernel == "bw") & (rows.size_B >= 64)]
+    assert (xml.tests, xml.failures, xml.errors, xml.skipped) == (len(latency) + len(bw), len(latency), 0, 0)
+    # One case per row the threshold covers; each failure carries the row, what it measured and what was allowed.
+    assert latency_suite.name == "threshold 1, line 2" and len(latency_suite) == len(latency) == 11
+    for case, (_, row) in zip(latency_suite, latency.iterrows(), strict=True):
+        (failure,) = case.result
+        assert isinstance(failure, Failure) and failure.type == "max_lat_p50_us"
+        size = case.name.removeprefix("mpi latency ")
+        assert failure.message == f"mpi latency {size}: lat_p50_us {row.lat_p50_us:.4g}, expected <= 0.001"
+    assert [case.name for case in latency_suite][:2] == ["mpi latency 1 B", "mpi latency 2 B"]
+    assert len(bw_suite) == len(bw) == 5 and all(case.is_passed for case in bw_suite)
+
+
+def test_a_passing_check_writes_a_junit_report_of_passed_cases(finished, tmp_path):
+    from junitparser import JUnitXml
+
+    report = tmp_path / "check.xml"
+    result = fabricbench("check", "--junit", str(report), thresholds(tmp_path, PASSING), str(finished))
+    assert result.returncode == 0, result.stdout + result.stderr
+    xml = JUnitXml.fromfile(str(report))
+    cases = [case for suite in xml for case in suite]
+    assert len(cases) == xml.tests == 16 and all(case.is_passed for case in cases)
+    assert (xml.failures, xml.errors, xml.skipped) == (0, 0, 0)
+
+
+def test_a_junit_path_that_cannot_be_written_is_one_line_and_exit_2_before_any_run(finished, tmp_path):
+    missing = tmp_path / "nowhere" / "check.xml"
+    result = fabricbench("check", thresholds(tmp_path, PASSING), str(finished), "--junit", str(missing))
+    assert result.returncode == 2 and result.stdout == ""
+    one_error_line(result.stderr, "no folder")
+    out = tmp_path / "never"
+    path = thresholds(tmp_path, PASSING)
+    result = fabricbench("check", "--junit", str(tmp_path), path, "--", "run", "--out", str(out))
+    assert result.returncode == 2 and not out.exists()
+    one_error_line(result.stderr, "is a folder")

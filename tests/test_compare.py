@@ -218,7 +218,7 @@ def test_compare_needs_no_mpi(finished_runs, tmp_path):
     assert (tmp_path / "comparison.csv").exists()
 
 
-def test_runs_record_schema_version_6_and_read_without_migration(finished_runs, compared):
+def test_runs_record_the_schema_version_and_read_without_migration(finished_runs, compared):
     result, _ = compared
     metadata = json.loads((finished_runs["a"] / "metadata.json").read_text())
     assert metadata["schema_version"] == SCHEMA_VERSION

@@ -118,10 +118,10 @@ def fits(path: Path) -> dict[tuple[str, str], list[dict]]:
 
 @netns
 def test_model_recovers_the_shaped_rate_and_a_latency_runs_alpha(shaped_link, tmp_path):
-    # The modelled run: latency from 1 B (each size about 0.4 s, so thousands of samples where they are cheap),
-    # and a stream from 16 KiB to 1 MiB appended to the same table. Then a separate latency run alike.
+    # The modelled run: latency from 1 B (each size about 0.2 s, so thousands of samples where they are cheap and
+    # dozens at 64 KiB), and a stream from 16 KiB to 1 MiB appended to the same table; then a separate latency run.
     both, latency = tmp_path / "both", tmp_path / "latency"
-    sweep = ["-k", "latency", "-m", "1:64K", "--max-time", "0.4", "-x", "2"]
+    sweep = ["-k", "latency", "-m", "1:64K", "--max-time", "0.2", "-x", "2"]
     peer_run(both, *sweep, "--label", "both")
     peer_run(both, "-k", "bw", "-m", "16K:1M", "-W", "4", "-i", "3", "-x", "1", "--append", "--label", "both")
     peer_run(latency, *sweep, "--label", "latency")

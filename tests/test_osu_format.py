@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import dataclass, replace
 
 import pytest
 
+from fabricbench.errors import UsageError
+from fabricbench.launch import osu_shims
+from fabricbench.measure.kernels import get_kernel
 from fabricbench.report import osu as osu_text
 from support import MPIEXEC, clean_env, fabricbench, one_error_line, read_rows
 
@@ -177,6 +181,149 @@ def test_osu_text_is_osus_printf_layout_line_by_line(transport, kernel, row, col
     assert len(osu_text.line(row, columns)) == len(head)  # every column sits under its name
 
 
+# --- Every shim's layout, from OSU's printf formats -----------------------------------------------------------------
+# What OSU 7.4 prints for each program, read from its source and described here apart from report/osu.py: the
+# lines between the title and the column header (print_preamble, print_header_one_sided, osu_mbw_mr's own), the
+# value columns and the table's figure under each, whether a size column leads (show_size), whether -f adds Min/Max/
+# Iterations, and whether -z's tails are latencies or bandwidths. Every program in BENCHMARKS must name its layout
+# in LAYOUT_OF: one without FAILS test_every_shim_has_its_osu_layout_described, never skipped.
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One of OSU's layouts. A column is (heading, the table's figure under it), or (heading, figure, width, "d") for
+    an integer column of another width (Iterations: "%*lu" 12 wide)."""
+
+    before: tuple[str, ...]  # the lines after the title ({T}: the datatype, {pairs}, {W})
+    values: tuple[tuple, ...]  # the value columns
+    size: bool = True  # OSU's show_size: "%-10d" first, and "# Size" heading it
+    full: tuple[tuple, ...] | None = None  # the value columns with -f (None: -f does not change them)
+    tails: str = "Lat"  # -z: "Tail Lat(us)" of lat_p* or "Tail BW(MB/s)" of bw_win_p*
+    first_width: int = 17  # without a size column: the first value's "%*.*f" width ("# " heads its name)
+
+
+DATATYPE = "# Datatype: {T}."
+ONE_SIDED = ("# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_flush", DATATYPE)
+AVERAGE = (("Avg Latency(us)", "lat_rank_avg_us"),)
+MIN_MAX_ITERATIONS = (
+    ("Min Latency(us)", "lat_rank_min_us"),
+    ("Max Latency(us)", "lat_rank_max_us"),
+    ("Iterations", "iterations", 12, "d"),
+)
+OSU_LAYOUTS = {
+    "pt2pt-latency": Layout((DATATYPE,), (("Avg Latency(us)", "lat_mean_us"),)),
+    "pt2pt-bandwidth": Layout((DATATYPE,), (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
+    "mbw-mr": Layout(
+        ("# [ pairs: {pairs} ] [ window size: {W} ]", DATATYPE),
+        (("MB/s", "bw_MBps"), ("Messages/s", "msgrate_per_s")),
+        tails="BW",
+    ),
+    "collective": Layout((DATATYPE,), AVERAGE, full=AVERAGE + MIN_MAX_ITERATIONS),
+    "collective-no-size": Layout((), AVERAGE, size=False, full=AVERAGE + MIN_MAX_ITERATIONS),
+    "one-sided-latency": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),)),
+    "one-sided-bandwidth": Layout(ONE_SIDED, (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
+}
+# Each program's layout and its BENCHMARK string (the title, "%s" standing for "-CUDA" and the like).
+LAYOUT_OF = {
+    "osu_latency": ("pt2pt-latency", "OSU MPI%s Latency Test"),
+    "osu_multi_lat": ("pt2pt-latency", "OSU MPI%s Multi Latency Test"),
+    "osu_bw": ("pt2pt-bandwidth", "OSU MPI%s Bandwidth Test"),
+    "osu_bibw": ("pt2pt-bandwidth", "OSU MPI%s Bi-Directional Bandwidth Test"),
+    "osu_mbw_mr": ("mbw-mr", "OSU MPI%s Multiple Bandwidth / Message Rate Test"),
+    "osu_allreduce": ("collective", "OSU MPI%s Allreduce Latency Test"),
+    "osu_allgather": ("collective", "OSU MPI%s Allgather Latency Test"),
+    "osu_alltoall": ("collective", "OSU MPI%s All-to-All Personalized Exchange Latency Test"),
+    "osu_bcast": ("collective", "OSU MPI%s Broadcast Latency Test"),
+    "osu_reduce": ("collective", "OSU MPI%s Reduce Latency Test"),
+    "osu_reduce_scatter": ("collective", "OSU MPI%s Reduce_scatter Latency Test"),
+    "osu_barrier": ("collective-no-size", "OSU MPI%s Barrier Latency Test"),
+    "osu_put_latency": ("one-sided-latency", "OSU MPI_Put%s Latency Test"),
+    "osu_get_latency": ("one-sided-latency", "OSU MPI_Get%s Latency Test"),
+    "osu_put_bw": ("one-sided-bandwidth", "OSU MPI_Put%s Bandwidth Test"),
+    "osu_get_bw": ("one-sided-bandwidth", "OSU MPI_Get%s Bandwidth Test"),
+}
+# The command lines each shim's layout is checked under: those its program takes and fabricbench honours.
+OPTION_SETS = ("", "-c", "-f", "-z", "-z50,99", "-z 50,99", "-f -c -z", "-T mpi_int", "-T mpi_float -c -z90", "-m 8")
+OPTION_SETS += ("-R 0", "-R 0 -c")
+# One figure per column the table may hold, each its own, so that a column printed from another figure shows.
+FIGURES = {"lat_mean_us": 1.25, "lat_rank_avg_us": 2.5, "lat_rank_min_us": 2.25, "lat_rank_max_us": 2.75}
+FIGURES |= {"bw_MBps": 1234.5, "msgrate_per_s": 98765.25, "lat_p50_us": 3.5, "lat_p90_us": 4.5, "lat_p99_us": 5.5}
+FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_MBps": 1300.25, "iterations": 1000}
+
+
+def _layout_cases() -> list[tuple[str, str]]:
+    """(program, command line) for every shim and every option set it takes (the refused ones are the unit tests')."""
+    cases = []
+    for name in sorted(osu_shims.BENCHMARKS):
+        for line in OPTION_SETS:
+            try:
+                osu_shims.parse(name, line.split())
+            except UsageError:
+                continue
+            cases.append((name, line))
+    return cases
+
+
+@pytest.mark.parametrize("name", sorted(osu_shims.BENCHMARKS))
+def test_every_shim_has_its_osu_layout_described(name):
+    assert name in LAYOUT_OF, f"{name} has a shim but no OSU layout here: describe it from OSU 7.4's printf formats"
+    assert LAYOUT_OF[name][0] in OSU_LAYOUTS, f"{name}'s layout {LAYOUT_OF[name][0]!r} is not described"
+    assert any(case[0] == name for case in _layout_cases())  # at least its plain command line is checked
+
+
+def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[str], str]:
+    """OSU's lines after the title and one data line of FIGURES, from its printf formats, for this command line."""
+    layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
+    head = printf("%-*s", 10, "# Size") if layout.size else ""
+    line = printf("%-*d", 10, 64) if layout.size else ""
+    shown = layout.full if "f" in values and layout.full else layout.values
+    shown = shown[:1] if values.get("R") == "0" else shown  # osu_mbw_mr's -R 0: MB/s alone
+    for number, (heading, figure, *form) in enumerate(shown):
+        width, kind = form or (FIELD_WIDTH, "f")
+        if not (layout.size or number):  # print_only_header's "# Avg Latency(us)" and print_stats' 17-wide average
+            head += "# " + heading
+            line += printf("%*.*f", layout.first_width, FLOAT_PRECISION, FIGURES[figure])
+        elif kind == "d":
+            head += printf("%*s", width, heading)
+            line += printf("%*lu", width, FIGURES[figure])
+        else:
+            head += printf("%*s", width, heading)
+            line += printf("%*.*f", width, FLOAT_PRECISION, FIGURES[figure])
+    if columns.validate:
+        head += printf("%*s", FIELD_WIDTH, "Validation")
+        line += printf("%*s", FIELD_WIDTH, "Pass")
+    for percent in columns.percentiles:
+        unit = "Tail BW(MB/s)" if layout.tails == "BW" else "Tail Lat(us)"
+        head += printf("%*sP%d " + unit, FIELD_WIDTH - len("Px " + unit) - (percent > 9), "", percent)
+        figure = f"bw_win_p{percent:g}_MBps" if layout.tails == "BW" else f"lat_p{percent:g}_us"
+        line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES[figure])
+    before = [text.format(T=datatype, pairs=1, W=64) for text in layout.before]
+    return [*before, head], line
+
+
+@pytest.mark.parametrize(("name", "line"), _layout_cases())
+def test_every_shims_layout_is_osus_printf_layout(name, line):
+    request = osu_shims.parse(name, line.split())
+    bench, argv = request.bench, osu_shims.run_argv(request, "OUT")
+
+    def after(flag):
+        return argv[argv.index(flag) + 1] if flag in argv else ""
+
+    percentiles = tuple(float(p) for p in after("--osu-percentiles").split(",") if p)
+    columns = osu_text.Columns("-c" in argv, "--osu-full" in argv, percentiles, after("--osu-datatype"))
+    columns = replace(columns, rate="--osu-no-rate" not in argv)
+    kernel = get_kernel(bench.kernel).with_datatype(columns.datatype)
+    osu_text.check_columns(kernel, columns, bench.transport)  # what the run's plan checks: nothing refused
+    lines = osu_text.header(bench.transport, bench.kernel, 64, 1, columns).splitlines()
+    expected_head, expected_line = _osu_prints(name, request.values, columns, kernel.osu_datatype)
+    assert lines[0].startswith("# fabricbench ")  # the one line that names fabricbench
+    assert lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
+    assert lines[2:] == expected_head
+    row = {"kernel": bench.kernel, "status": "ok", "size_B": 64 if kernel.moves_data else 0}
+    row |= FIGURES | {"validation": "pass"}
+    assert osu_text.line(row, columns) == expected_line
+
+
 def _blocks(text: str) -> dict[str, list[str]]:
     blocks, title = {}, None
     for line in text.splitlines():
@@ -235,7 +382,7 @@ def shims(tmp_path_factory):
     return folder
 
 
-def osu(shims, tmp_path, name: str, *args: str, env: dict | None = None):
+def osu(shims, tmp_path, name: str, *args: str, env: dict | None = None, ranks: int = 2):
     """``mpiexec -n 2 NAME ARGS`` with the shims on PATH, in an empty working directory that must stay empty (OSU
     leaves it as it was), the results root $FABRICBENCH_OSU_RESULTS = tmp_path/results unless ``env`` says
     otherwise; returns the run and its results folder (or None)."""
@@ -245,7 +392,7 @@ def osu(shims, tmp_path, name: str, *args: str, env: dict | None = None):
     run_env = clean_env({"PATH": f"{shims}:{MPIEXEC.rsplit('/', 1)[0]}:/usr/bin:/bin"})
     run_env.update({"FABRICBENCH_OSU_RESULTS": str(tmp_path / "results")} if env is None else env)
     run = subprocess.run(
-        [MPIEXEC, "-n", "2", name, *args], capture_output=True, text=True, timeout=120, env=run_env, cwd=cwd
+        [MPIEXEC, "-n", str(ranks), name, *args], capture_output=True, text=True, timeout=120, env=run_env, cwd=cwd
     )
     assert sorted(cwd.iterdir()) == before, "a shim left something in the working directory"
     found = RESULTS_LINE.search(run.stderr)
@@ -370,11 +517,12 @@ def test_shim_results_go_under_the_per_user_data_directory_and_stderr_says_where
         (
             "osu_allreduce",
             ["-m", "8", "-T", "mpi_double"],
-            "allreduce sums MPI_CHAR, MPI_INT or MPI_FLOAT",  # refused by rank 0's plan
+            "-T mpi_double: OSU 7.4 knows mpi_char, mpi_int, mpi_float and all",
         ),
-        ("osu_latency", ["-m", "8", "-T", "mpi_int"], "latency moves MPI_CHAR only"),
-        ("osu_bw", ["-m", "8", "-z"], "tail columns (-z) for bw"),
-        ("osu_latency", ["-m", "8", "-G"], "cannot honour option -G"),
+        ("osu_latency", ["-m", "8", "-T", "mpi_double"], "-T mpi_double: OSU 7.4 knows mpi_char"),
+        ("osu_bibw", ["-m", "8", "-z"], "osu_bibw: -z: tail bandwidths: rank 0's window of both directions"),
+        ("osu_latency", ["-m", "8", "-G", "tty"], "osu_latency: -G: graphs of per-iteration values"),
+        ("osu_latency", ["-m", "8", "-f"], "osu_latency: invalid option -f"),
     ],
 )
 def test_shim_refuses_what_it_cannot_honour_in_one_line(shims, tmp_path, name, args, problem):
@@ -390,6 +538,96 @@ def test_shim_help_and_version_once_under_mpiexec(shims, tmp_path):
     assert run.returncode == 0 and run.stdout.count("Usage: osu_bw") == 1
     assert "the working directory is left as it was" in run.stdout
     run, _ = osu(shims, tmp_path, "osu_bw", "-v")
-    assert (
-        run.returncode == 0 and run.stdout.startswith("# OSU MPI Bandwidth Test v7.4") and run.stdout.count("\n") == 1
-    )
+    assert run.returncode == 0 and run.stdout == "# OSU MPI Bandwidth Test v7.4\n"  # OSU's line, and nothing else
+
+
+def test_shim_bw_tail_bandwidths_are_its_windows_rates(shims, tmp_path):
+    # OSU's osu_bw -z: "P50 Tail BW(MB/s)" columns, each window's bytes over its time, smallest first.
+    run, folder = osu(shims, tmp_path, "osu_bw", "-m", "4096:8192", "-x", "1", "-i", "20", "-W", "8", "-z")
+    assert run.returncode == 0, run.stderr
+    head = [line for line in run.stdout.splitlines() if line.startswith("# Size")]
+    assert head == ["# Size      Bandwidth (MB/s) P50 Tail BW(MB/s) P90 Tail BW(MB/s) P99 Tail BW(MB/s)"]
+    table = read_rows(folder)[0].set_index("size_B")
+    for size, bw, p50, p90, p99 in _data(run.stdout):
+        row = table.loc[int(size)]
+        assert _printed(bw, row.bw_MBps) and _printed(p50, row.bw_win_p50_MBps)
+        assert _printed(p90, row.bw_win_p90_MBps) and _printed(p99, row.bw_win_p99_MBps)
+        assert float(p50) <= float(p90) <= float(p99) <= row.bw_peak_MBps * 1.000001  # no window beats the fastest
+    for line in _data_lines(run.stdout):
+        assert masked(line) == masked(as_osu_prints_it(line, 1, tails=3))
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_shim_barrier_prints_no_size_column_as_osu(shims, tmp_path, full):
+    # osu_barrier on 4 ranks: OSU's "# Avg Latency(us)" header and its average alone, 17 wide (print_stats without
+    # show_size), with -f its Min/Max/Iterations; -m is read and ignored, as OSU does.
+    args = ["-m", "8", "-x", "2", "-i", "30", *(["-f"] if full else [])]
+    run, folder = osu(shims, tmp_path, "osu_barrier", *args, ranks=4)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    head = "# Avg Latency(us)" + ("   Min Latency(us)   Max Latency(us)  Iterations" if full else "")
+    assert lines[1:3] == ["# OSU MPI Barrier Latency Test v7.4", head]
+    data = _data_lines(run.stdout)
+    row = read_rows(folder)[0].iloc[0]
+    assert len(data) == 1 and row.ranks == 4 and row.size_B == 0
+    expected = printf("%*.*f", 17, FLOAT_PRECISION, row.lat_rank_avg_us)
+    if full:
+        expected += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, row.lat_rank_min_us)
+        expected += printf("%*.*f%*lu", FIELD_WIDTH, FLOAT_PRECISION, row.lat_rank_max_us, 12, 30)
+    assert data == [expected]
+
+
+def test_shim_mbw_mr_without_rate_prints_mb_per_s_alone(shims, tmp_path):
+    # osu_mbw_mr -R 0 on 4 ranks (2 pairs); its option string has no "+", so -R after the buffer places is read too.
+    run, folder = osu(shims, tmp_path, "osu_mbw_mr", "-m", "64:128", "-x", "1", "-i", "5", "D", "D", "-R", "0", ranks=4)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[2:4] == ["# [ pairs: 2 ] [ window size: 64 ]", "# Datatype: MPI_CHAR."]
+    assert lines[4] == printf("%-*s%*s", 10, "# Size", FIELD_WIDTH, "MB/s")
+    table = read_rows(folder)[0].set_index("size_B")
+    for size, mbps in _data(run.stdout):
+        assert _printed(mbps, table.bw_MBps[int(size)])
+    assert [int(d[0]) for d in _data(run.stdout)] == [64, 128]
+
+
+def test_shim_latency_of_ints_moves_whole_ints_from_4_bytes(shims, tmp_path):
+    run, folder = osu(shims, tmp_path, "osu_latency", "-m", "16", "-x", "1", "-i", "20", "-T", "mpi_int", "-c")
+    assert run.returncode == 0, run.stderr
+    assert "# Datatype: MPI_INT." in run.stdout.splitlines()
+    rows, meta = read_rows(folder)
+    assert [int(d[0]) for d in _data(run.stdout)] == [4, 8, 16] == sorted(rows.size_B)  # 1 and 2 B hold no int
+    assert set(rows.validation) == {"pass"} and [s["datatype"] for s in meta["steps"]] == ["MPI_INT"]
+
+
+@pytest.mark.parametrize("name", sorted(osu_shims.BENCHMARKS))
+def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, name):
+    # Each stand-in as a harness runs it: 2 ranks for a point-to-point or one-sided test, 4 for a collective; small
+    # sizes, few iterations. Its lines are OSU's (the layout described above) and its figures the table's.
+    bench = osu_shims.BENCHMARKS[name]
+    kernel = get_kernel(bench.kernel)
+    ranks = 4 if kernel.collective else 2
+    run, folder = osu(shims, tmp_path, name, "-m", "1:8", "-x", "1", "-i", "5", ranks=ranks)
+    assert run.returncode == 0, run.stderr
+    layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
+    columns = osu_text.Columns(datatype=osu_shims.osu_datatype(bench, {}) or "")
+    expected_head, _ = _osu_prints(name, {}, columns, kernel.with_datatype(columns.datatype).osu_datatype)
+    expected_head = [line.replace("pairs: 1 ]", f"pairs: {ranks // 2} ]") for line in expected_head]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("# fabricbench ") and lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
+    assert lines[2 : 2 + len(expected_head)] == expected_head
+    table = read_rows(folder)[0]
+    data = _data_lines(run.stdout)
+    assert len(data) == len(table) == (1 if not kernel.moves_data else len(set(table.size_B)))
+    for line, (_, row) in zip(data, table.sort_values("size_B").iterrows(), strict=True):
+        fields = line.split()
+        if layout.size:
+            rebuilt = printf("%-*d", 10, int(fields[0]))
+            rebuilt += "".join(printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, float(f)) for f in fields[1:])
+            assert int(fields[0]) == row.size_B
+        else:
+            rebuilt = printf("%*.*f", 17, FLOAT_PRECISION, float(fields[0]))
+        assert line == rebuilt  # OSU's widths, whatever the figures
+        figures = fields[1:] if layout.size else fields
+        assert len(figures) == len(layout.values)
+        for value, (_, column, *_) in zip(figures, layout.values, strict=True):
+            assert _printed(value, row[column]), (column, value, row[column])

@@ -3,42 +3,30 @@
 scripts/softroce-vm.sh boots Debian's kernel under QEMU, brings up rxe0 and
 runs ``pytest tests/verbs`` inside; its exit status is the tests'. It installs
 what it needs (QEMU included) on first use and caches the kernel and venvs.
+The run starts with the session, beside the host tests (softroce_run.py; conftest.py
+starts it and runs this test last); this test waits for it and checks what it says.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import time
-
 import pytest
 
-from support import REPO
-
-REQUIRE_VM = os.environ.get("FABRICBENCH_REQUIRE_VM") == "1"
-VM_TIMEOUT = 2100  # seconds: set-up on a fresh machine (packages, kernel, venvs) plus the emulated run
+import softroce_run
 
 
 def test_verbs_tests_pass_on_softroce_in_the_vm():
-    # The runner installs QEMU and the rest itself where it can (root with apt, as in CI).
-    can_install = os.geteuid() == 0 and shutil.which("apt-get") is not None
-    if shutil.which("qemu-system-x86_64") is None and not can_install and not REQUIRE_VM:
-        pytest.skip(
-            "qemu-system-x86_64 is not installed and cannot be installed here (needs root and apt), "
-            "so the SoftRoCE VM tests did not run; FABRICBENCH_REQUIRE_VM=1 makes this a failure"
-        )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "FABRICBENCH_TEST_"))}
-    started = time.monotonic()
-    result = subprocess.run(
-        [str(REPO / "scripts" / "softroce-vm.sh")],
-        capture_output=True, text=True, timeout=VM_TIMEOUT, env=env, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    elapsed = time.monotonic() - started
+    reason = softroce_run.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    run = softroce_run.current
+    assert run is not None, "conftest.py did not start the SoftRoCE VM run for this session"
+    result = run.wait()
     output = result.stdout + result.stderr
-    assert result.returncode == 0, f"softroce-vm.sh exited {result.returncode} after {elapsed:.0f} s:\n{output[-6000:]}"
+    assert result.returncode == 0, (
+        f"softroce-vm.sh exited {result.returncode} after {result.elapsed:.0f} s:\n{output[-6000:]}"
+    )
     summary = [line for line in result.stdout.splitlines() if " passed" in line]
     assert summary, output[-6000:]
     # Inside the VM there is a device: nothing may be skipped or fail there.
     assert "skipped" not in summary[-1] and "failed" not in summary[-1], summary[-1]
-    print(f"SoftRoCE VM: {summary[-1].strip()} ({elapsed:.0f} s including boot)")
+    print(f"SoftRoCE VM: {summary[-1].strip()} ({result.elapsed:.0f} s including boot, beside the host tests)")

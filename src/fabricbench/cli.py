@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="tail latency columns, e.g. 50,90,99 (OSU's -z; from 50, 90, 99, 99.9)",
     )
     osu_columns.add_argument(
+        "--osu-no-rate",
+        action="store_true",
+        help="leave out the Messages/s column of a message-rate kernel (OSU's osu_mbw_mr -R 0)",
+    )
+    osu_columns.add_argument(
         "--osu-datatype",
         metavar="TYPE",
         type=nonempty("--osu-datatype", "give OSU's -T type, e.g. MPI_CHAR"),
@@ -310,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="hold a run to a thresholds file (TOML): one line per failing row, pair or host; exit 0 pass, 1 fail",
     )
+    check.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="also write the verdict as a JUnit XML report: a test case per threshold and row it covers, a failure "
+        "saying the row (link, kernel, size), its measured and its allowed figure; give it before THRESHOLDS",
+    )
     check.add_argument("thresholds", metavar="THRESHOLDS", help="the thresholds file (TOML, [[threshold]] tables)")
     check.add_argument(
         "target",
@@ -432,10 +443,28 @@ def _run_out(words: list[str]) -> str | None:
     return parsed.out
 
 
+def _junit_among(target: list[str], junit: str | None) -> tuple[list[str], str | None]:
+    """check's words after THRESHOLDS (argparse leaves them all to the target) without a --junit FILE among them,
+    and that FILE: ``check T.toml RUN --junit F`` as ``check --junit F T.toml RUN``. Words after ``--`` are run's."""
+    end = target.index("--") if "--" in target else len(target)
+    words, rest = list(target[:end]), target[end:]
+    for at, word in enumerate(words):
+        if word == "--junit" or word.startswith("--junit="):
+            given = word.partition("=")[2] if "=" in word else (words[at + 1] if at + 1 < len(words) else None)
+            if junit is not None:
+                raise UsageError("check --junit is given twice; give one FILE")
+            if not given:
+                raise UsageError("check --junit needs a FILE")
+            del words[at : at + (1 if "=" in word else 2)]
+            return words + rest, given
+    return target, junit
+
+
 def cmd_check(args, argv: list[str]) -> int:
     from fabricbench.analysis.thresholds import check
 
-    return check(args.thresholds, args.target, _run_out)
+    target, junit = _junit_among(args.target, args.junit)
+    return check(args.thresholds, target, _run_out, junit)
 
 
 def cmd_model(args, argv: list[str]) -> int:

@@ -313,7 +313,7 @@ def build_corpus() -> list[Case]:
     c.run("run names", "--osu-datatype unknown", "--format", "osu", "-k", "allreduce", "--osu-datatype", "MPI_DOUBLE")
     c.run("run names", "--osu-datatype empty", "--format", "osu", "-k", "allreduce", "--osu-datatype", "")
     c.run("run names", "--osu-datatype all", "--format", "osu", "-k", "allreduce", "--osu-datatype", "all")
-    c.run("run names", "--osu-datatype on latency", "--format", "osu", "--osu-datatype", "MPI_INT")
+    c.run("run names", "--osu-datatype unknown on latency", "--format", "osu", "--osu-datatype", "MPI_DOUBLE")
     for label, value in [
         ("empty", ""),
         ("a lone comma", ","),

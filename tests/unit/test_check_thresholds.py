@@ -10,11 +10,13 @@ import pytest
 from fabricbench.analysis.thresholds import (
     Threshold,
     judge,
+    junit_cases,
     parse_size,
     parse_thresholds,
     read_thresholds,
     slow_hosts,
     summary,
+    write_junit,
 )
 from fabricbench.errors import UsageError
 
@@ -269,3 +271,73 @@ def test_slow_hosts_needs_two_peers_and_a_majority():
     rows = matrix({("h1", "h2"), ("h1", "h3")})
     bad = [r for r in rows if r["bw_MBps"] < 50]
     assert list(slow_hosts(rows, bad)) == ["h1"]
+
+
+def outcomes(cases) -> list[tuple[str, list[str], str]]:
+    return [(case.name, case.failures, case.skipped) for case in cases]
+
+
+def test_junit_has_a_case_per_covered_row_failing_with_its_measured_and_allowed_figures():
+    (found,) = thresholds('kernel = ["latency", "bw"]\nsize = ":1K"\nmax_lat_p50_us = 10')
+    rows = [row(size=8, lat_p50_us=2.0), row(size=1024, lat_p50_us=40.0), row(kernel="bw", size=64, bw_MBps=9.0)]
+    cases = junit_cases(found, [*rows, row(size=4096, lat_p50_us=99)])
+    assert outcomes(cases) == [
+        ("mpi latency 8 B", [], ""),
+        ("mpi latency 1 KiB", ["mpi latency 1 KiB: lat_p50_us 40, expected <= 10"], ""),
+        ("mpi bw 64 B", [], "mpi bw 64 B: has no lat_p50_us"),  # covered, but nothing to hold it to
+    ]
+    assert cases[1].kinds == ["max_lat_p50_us"]
+
+
+def test_junit_fails_a_threshold_that_covers_nothing_and_skips_it_when_optional():
+    rows = [row(lat_p50_us=1.0)]
+    (case,) = junit_cases(thresholds('kernel = "bw"\nmin_bw_MBps = 1')[0], rows)
+    assert case.failures == ["mpi bw every size: covers no row; nothing was checked"] and not case.skipped
+    (case,) = junit_cases(thresholds('kernel = "bw"\nmin_bw_MBps = 1\noptional = true')[0], rows)
+    assert case.skipped and not case.failures
+    (case,) = junit_cases(thresholds('kernel = "latency"\nmax_lat_p50_us = 1')[0], [row(status="unsupported: x")])
+    assert "only rows that were not measured (unsupported: x)" in case.failures[0]
+
+
+def test_junit_fails_a_row_whose_data_failed_validation_and_a_limit_no_row_has():
+    (found,) = thresholds('kernel = "latency"\nmax_lat_p50_us = 10')
+    cases = junit_cases(found, [row(lat_p50_us=1.0, validation="fail")])
+    assert outcomes(cases) == [
+        ("mpi latency every size: lat_p50_us", ["no valid measured row has lat_p50_us"], ""),
+        ("mpi latency 8 B", ["mpi latency 8 B: received data failed validation; its figures do not stand"], ""),
+    ]
+
+
+def test_junit_names_the_link_of_each_failing_pair():
+    cases = junit_cases(PAIRS[0], matrix({("h1", "h3")}))
+    failing = [case.failures for case in cases if case.failures]
+    assert len(cases) == 12 and failing == [
+        ["tcp pairs-bw 1 MiB h1 -> h3 (ranks 0 -> 2, isolated): bw_MBps 12, expected >= 50"]
+    ]
+
+
+def test_the_junit_report_reads_back_with_hostile_names_kept_on_one_line(tmp_path):
+    from junitparser import JUnitXml
+
+    found = thresholds('name = "evil\\u001b[2J\\nname"\nkernel = "latency"\nmax_lat_p50_us = 10')
+    report = tmp_path / "check.xml"
+    write_junit(str(report), found, [row(lat_p50_us=20.0, src_host="")], None, "t.toml", run_code=3)
+    suite, run = JUnitXml.fromfile(str(report))
+    assert suite.name == "evil\\x1b[2J\\nname (threshold 1, line 1)"
+    (case,) = suite
+    assert case.result[0].message == "mpi latency 8 B: lat_p50_us 20, expected <= 10"
+    assert case.result[0].text.splitlines()[-1] == f"{suite.name}: mpi latency every size; max_lat_p50_us <= 10"
+    assert [(c.name, c.result[0].message) for c in run] == [("the run", "the run exited 3")]
+
+
+def test_junit_is_taken_from_checks_own_words_but_not_from_runs():
+    from fabricbench.cli import _junit_among
+
+    assert _junit_among(["run1", "--junit", "r.xml"], None) == (["run1"], "r.xml")
+    assert _junit_among(["--junit=r.xml", "run1"], None) == (["run1"], "r.xml")
+    words = ["--", "run", "--junit", "x"]  # run's words: run refuses what it does not know
+    assert _junit_among(words, "r.xml") == (words, "r.xml")
+    with pytest.raises(UsageError, match="given twice"):
+        _junit_among(["run1", "--junit", "b.xml"], "a.xml")
+    with pytest.raises(UsageError, match="needs a FILE"):
+        _junit_among(["run1", "--junit"], None)

@@ -144,7 +144,7 @@ def test_barrier_moves_no_data():
     assert kernel_sizes(kernel, (4, 65536)) == [0] and kernel_sizes(kernel, None) == [0]
     row = _row("barrier", 0, 4, 1000.0)
     assert math.isnan(row["algbw_GBps"]) and math.isnan(row["busbw_GBps"])
-    assert header("mpi", "barrier", 64, 1).splitlines()[2].startswith("# Size")  # no datatype line
+    assert header("mpi", "barrier", 64, 1).splitlines()[2] == "# Avg Latency(us)"  # no datatype line, no size
 
 
 def test_rows_take_algbw_and_busbw_from_the_spec():
@@ -161,7 +161,9 @@ def test_the_reductions_take_osus_minus_T_types_and_the_rest_move_bytes():
     assert REDUCTIONS == ["allreduce", "reduce", "reduce_scatter"]
     for name in REDUCTIONS:
         assert get_kernel(name).osu_datatypes == ("MPI_CHAR", "MPI_INT", "MPI_FLOAT")
-    assert get_kernel("allgather").osu_datatypes == ("MPI_CHAR",) and get_kernel("barrier").osu_datatypes == ()
+    # The others move bytes, and so the bytes of any type OSU's -T names; a barrier moves none.
+    assert get_kernel("allgather").osu_datatypes == ("MPI_CHAR", "MPI_INT", "MPI_FLOAT")
+    assert get_kernel("barrier").osu_datatypes == ()
 
 
 @pytest.mark.parametrize(
@@ -175,7 +177,9 @@ def test_a_reduction_with_minus_T_sums_that_type_from_one_element(name, datatype
     assert kernel_sizes(kernel, None)[:3] == [first, 2 * first, 4 * first]  # OSU's sweep: MPI_CHAR from 1 B
     assert kernel_sizes(kernel, (-1, 8)) == [s for s in (1, 2, 4, 8) if s >= first]
     assert get_kernel(name).with_datatype("MPI_DOUBLE") is get_kernel(name)  # refused by check_columns
-    assert get_kernel("alltoall").with_datatype(datatype) is get_kernel("alltoall")
+    moved = get_kernel("alltoall").with_datatype(datatype)  # bytes of the type: whole elements, the same spec
+    assert (moved.osu_datatype, moved.elem_bytes, moved.min_size) == (datatype.upper(), elem_bytes, first)
+    assert moved.collective_spec is get_kernel("alltoall").collective_spec
 
 
 @pytest.mark.parametrize("ranks", (2, 3, 200))  # 200 ranks: MPI_CHAR's sums wrap modulo 256, as MPI's do

@@ -188,10 +188,10 @@ def test_schema_6_gains_the_bisection_columns_blank_and_its_figures_as_nan():
     assert math.isnan(migrated["bw_p1_MBps"].iloc[0]) and math.isnan(migrated["aggregate_MBps"].iloc[0])
 
 
-def test_schema_7_gains_the_nonblocking_figures_as_nan():
+def test_schema_8_gains_the_nonblocking_figures_as_nan():
     frame = _schema_1_frame().assign(**OPTIONAL)
-    migrated, meta = migrate(frame, {"schema_version": 7, "os_release": "6.1.0-test"})
-    assert meta[MIGRATED] == f"read as schema 7; migrated to {SCHEMA_VERSION}"
+    migrated, meta = migrate(frame, {"schema_version": 8, "os_release": "6.1.0-test"})
+    assert meta[MIGRATED] == f"read as schema 8; migrated to {SCHEMA_VERSION}"
     assert all(math.isnan(migrated[column].iloc[0]) for column in NONBLOCKING_COLUMNS)
 
 

@@ -26,7 +26,8 @@ def test_each_group_name_is_declared_by_one_object():
     for group in _every_group():
         by_name.setdefault(group.name, set()).add(id(group))
     assert all(len(objects) == 1 for objects in by_name.values()), by_name
-    assert list(option_groups()) == ["mpi", "tcp", "verbs", "ofi", "gpu"]  # --help's order of their argparse groups
+    # --help's order of their argparse groups
+    assert list(option_groups()) == ["mpi", "tcp", "verbs", "ofi", "ucx", "gpu"]
 
 
 @pytest.mark.parametrize("name", list(TRANSPORTS))
@@ -43,6 +44,7 @@ def test_the_transports_that_share_options_share_a_group():
     assert groups["verbs"] == groups["verbs-send"] == groups["perftest"] == groups["perftest-send"] == ["verbs"]
     assert groups["nccl"] == groups["cuda-copy"] == ["gpu"]
     assert groups["ofi"] == ["ofi"]
+    assert groups["ucx"] == groups["ucx-perftest"] == ["ucx"]
     assert groups["tcp"] == ["tcp"]
 
 

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import stat
 
 import pytest
 
 from fabricbench.errors import UsageError
+from fabricbench.launch.osu_programs import LONG_OPTIONS
 from fabricbench.launch.osu_shims import (
     BENCHMARKS,
+    HONOURED,
+    NO_EFFECT,
+    REFUSED,
+    TREATMENTS,
+    getopt,
     osu_datatype,
     parse,
     results_dir,
     results_root,
     run_argv,
     script,
+    translate,
     usage,
+    version_text,
     write_shims,
 )
 from fabricbench.measure.kernels import get_kernel
@@ -58,29 +67,46 @@ def test_reframes_collective_line():
         ("osu_alltoall", "-f", ["--osu-full"]),
         ("osu_alltoall", "-z", ["--osu-percentiles", "50,90,99"]),  # OSU's default list
         ("osu_alltoall", "-z50,99", ["--osu-percentiles", "50,99"]),  # getopt's attached optional value
-        ("osu_bw", "-z 90", ["--osu-percentiles", "90"]),
-        ("osu_bw", "--tail-lat=99.9", ["--osu-percentiles", "99.9"]),
+        ("osu_alltoall", "-z 50,99", ["--osu-percentiles", "50,90,99"]),  # "-z 50,99": -z, then OSU stops
+        ("osu_alltoall", "-z 50,99 -c -f", ["--osu-percentiles", "50,90,99"]),  # -c and -f left unread, as OSU
+        ("osu_bw", "-z50", ["--osu-percentiles", "50"]),  # its windows' bandwidths
+        ("osu_put_bw", "-z", ["--osu-percentiles", "50,90,99"]),
+        ("osu_alltoall", "--tail-lat=99.9", ["--osu-percentiles", "99"]),  # OSU's atoi: P99
+        ("osu_alltoall", "--tail=90", ["--osu-percentiles", "90"]),  # getopt_long: an unambiguous prefix
         ("osu_allreduce", "", ["--osu-datatype", "MPI_CHAR"]),  # OSU 7.4's default: a reduction sums MPI_CHAR
         ("osu_reduce", "-f", ["--osu-full", "--osu-datatype", "MPI_CHAR"]),
         ("osu_reduce_scatter", "", ["--osu-datatype", "MPI_CHAR"]),
-        ("osu_allreduce", "-T mpi_float", ["--osu-datatype", "mpi_float"]),
-        ("osu_allreduce", "-T mpi_int", ["--osu-datatype", "mpi_int"]),
+        ("osu_allreduce", "-T mpi_float", ["--osu-datatype", "MPI_FLOAT"]),
+        ("osu_allreduce", "-T mpi_int", ["--osu-datatype", "MPI_INT"]),
         ("osu_allgather", "", []),  # moves MPI_CHAR on its own
         ("osu_bcast", "-T MPI_CHAR", ["--osu-datatype", "MPI_CHAR"]),
         ("osu_bw", "-W 16", ["-W", "16"]),
         ("osu_bw", "--window-size=16", ["-W", "16"]),
         ("osu_latency", "-m4:64 -i100", ["-m", "4:64", "-i", "100"]),
-        ("osu_alltoall", "-cf", ["-c", "--osu-full"]),  # clustered flags, as getopt takes them
-        ("osu_bibw", "-d cpu H H", []),
-        ("osu_bibw", "-d cpu D D", []),  # positionals without -d cuda: host, as a CPU build of OSU
+        ("osu_alltoall", "-fc", ["-c", "--osu-full"]),  # clustered flags, as getopt takes them
+        ("osu_alltoall", "-cf", ["-c"]),  # -c's optional value is the rest: "f", which OSU ignores
+        ("osu_bibw", "H H", []),
+        ("osu_bibw", "D D -W 8", []),  # "+": OSU stops at D, and -W 8 is left unread
+        ("osu_mbw_mr", "D D -W 8", ["-W", "8"]),  # osu_mbw_mr's string has no "+": GNU getopt reads on
+        ("osu_allreduce", "D D", ["--osu-datatype", "MPI_CHAR"]),  # a CPU build ignores what follows the options
+        ("osu_latency", "-T mpi_int", ["--osu-datatype", "MPI_INT"]),  # bytes of ints
+        ("osu_latency", "-T MPI_INTEGER", ["--osu-datatype", "MPI_INT"]),  # OSU compares the first 7 letters
+        ("osu_bw", "-t 4 -b single -u 3", []),  # accepted, and without effect, as in OSU 7.4
+        ("osu_alltoall", "-a 8", []),
+        ("osu_reduce", "-k fixed:0", ["--osu-datatype", "MPI_CHAR"]),
+        ("osu_mbw_mr", "-R 1", []),
+        ("osu_mbw_mr", "-R 0", ["--osu-no-rate"]),  # MB/s alone
+        ("osu_barrier", "-m 8 -f", ["--osu-full"]),  # OSU reads -m here and ignores it
         ("osu_bibw", "D D", []),
         ("osu_bibw", "-d cuda D D", ["--buffer", "cuda"]),
         ("osu_bibw", "-d cuda H H", []),  # OSU's -d cuda H H: both buffers in host memory
         ("osu_bw", "-dcuda D D", ["--buffer", "cuda"]),
+        ("osu_bw", "-d CUDA D D", ["--buffer", "cuda"]),  # OSU's strncasecmp
         ("osu_bibw", "--accelerator=cuda D D", ["--buffer", "cuda"]),
         ("osu_mbw_mr", "-d cuda D D", ["--buffer", "cuda"]),
         ("osu_multi_lat", "-d cuda D D", ["--buffer", "cuda"]),
         ("osu_allgather", "-d cuda", ["--buffer", "cuda"]),  # a collective: every buffer on the GPU
+        ("osu_allgather", "-d cuda D D", ["--buffer", "cuda"]),  # OSU's accelerator build ignores them there
         ("osu_reduce_scatter", "-d cuda", ["--osu-datatype", "MPI_CHAR", "--buffer", "cuda"]),
         ("osu_barrier", "-d cuda", ["--buffer", "cuda"]),
         ("osu_put_latency", "-w allocate -s flush", []),
@@ -152,8 +178,9 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
     with_int = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, {"T": "mpi_int"}))
     if kernel.collective_spec and kernel.collective_spec.elements:  # a reduction sums what -T names
         assert (with_int.osu_datatype, with_int.elem_bytes, with_int.min_size) == ("MPI_INT", 4, 4)
-    else:  # the others move bytes only, and -T mpi_int is refused (check_columns) rather than run as bytes
-        assert with_int.osu_datatype == "MPI_CHAR"
+    else:  # the others move the bytes of ints: whole ints, from 4 B
+        assert (with_int.osu_datatype, with_int.elem_bytes) == ("MPI_INT", 4) and with_int.min_size >= 4
+        assert with_int.collective_spec == kernel.collective_spec  # the same bytes, moved as bytes
 
 
 @pytest.mark.parametrize(
@@ -163,32 +190,118 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_allreduce", "-d rocm", "-d rocm: fabricbench's GPU buffers are CUDA's only"),
         ("osu_latency", "-d openacc D D", "-d openacc: fabricbench's GPU buffers are CUDA's only"),
         ("osu_latency", "-d managed", "-d managed: fabricbench's GPU buffers are CUDA's only"),
-        ("osu_latency", "-d tpu", "-d 'tpu': not a buffer kind"),
+        ("osu_latency", "-d cpu", "-d cpu: not one of OSU's accelerator kinds"),  # OSU: Invalid Accel Type
+        ("osu_latency", "-d tpu", "-d tpu: not one of OSU's accelerator kinds"),
         ("osu_latency", "-d cuda", "-d cuda without buffer locations means H H"),
+        ("osu_latency", "-d cuda D", "-d cuda takes two buffer locations"),
         ("osu_bw", "-d cuda H D", "-d cuda H D: fabricbench puts both buffers in one place"),
         ("osu_latency", "-d cuda M M", "-d cuda M M: fabricbench has no managed"),
-        ("osu_put_latency", "-d cuda D D", "-d cuda: fabricbench's one-sided windows are host memory only"),
-        ("osu_get_bw", "-d cuda", "-d cuda: fabricbench's one-sided windows are host memory only"),
-        ("osu_allreduce", "-d cuda D D", "unexpected argument 'D'"),
-        ("osu_latency", "-f", "cannot honour option -f"),  # OSU's osu_latency has no -f
-        ("osu_latency", "-W 8", "cannot honour option -W"),
-        ("osu_latency", "-G", "cannot honour option -G"),
-        ("osu_latency", "--graph", "cannot honour option --graph"),
-        ("osu_latency", "D", "two of H, D, M"),
-        ("osu_latency", "X Y", "two of H, D, M"),
-        ("osu_allreduce", "D D", "unexpected argument 'D'"),
+        ("osu_latency", "-d cuda X Y", "buffer locations are two of H, D, M"),
+        ("osu_put_latency", "-d cuda D D", "-d cuda: fabricbench's mpi-rma buffers are host memory only"),
+        ("osu_get_bw", "-d cuda", "-d cuda: fabricbench's mpi-rma buffers are host memory only"),
+        ("osu_latency", "-f", "invalid option -f"),  # OSU's osu_latency has no -f
+        ("osu_latency", "-W 8", "invalid option -W"),
+        ("osu_put_latency", "-c", "invalid option -c"),  # no show_validation: no -c in its string
+        ("osu_put_latency", "-T mpi_int", "invalid option -T"),
+        ("osu_barrier", "-c", "invalid option -c"),
+        ("osu_latency", "--graph=tty", "-G: graphs of per-iteration values"),
+        ("osu_latency", "--nonesuch", "invalid option --nonesuch"),
+        ("osu_bw", "--w=8", "ambiguous option --w"),  # --window-size, --warmup
+        ("osu_latency", "-G tty", "-G: graphs"),
+        ("osu_latency", "-P cycles", "-P: PAPI"),
+        ("osu_latency", "-D cont", "-D: derived datatypes"),
+        ("osu_latency", "-I", "-I: MPI sessions"),
+        ("osu_allreduce", "-l", "-l: MPI_IN_PLACE"),
+        ("osu_mbw_mr", "-V", "-V: a sweep of window sizes"),
+        ("osu_mbw_mr", "-R 2", "-R 2: OSU takes 0 or 1"),
+        ("osu_mbw_mr", "-p 3", "-p 3: fabricbench pairs every rank"),
+        ("osu_bw", "-b multiple", "-b multiple: fabricbench's loops reuse one buffer"),
+        ("osu_reduce", "-k rotate", "-k rotate: fabricbench's root is rank 0"),
+        ("osu_reduce", "-k fixed:1", "-k fixed:1: fabricbench's root is rank 0"),
+        ("osu_bibw", "-z", "-z: tail bandwidths: rank 0's window of both directions"),
+        ("osu_mbw_mr", "-z", "-z: tail bandwidths: OSU multiplies rank 0's window rate by the pairs"),
+        ("osu_latency", "-z75", "-z75: fabricbench's table keeps the P50, P90, P99 columns only"),
+        ("osu_latency", "-z101", "-z101: OSU's percentiles are 0 to 100"),
+        ("osu_latency", "-T all", "OSU runs each in turn; fabricbench runs one datatype per run"),
+        ("osu_latency", "-T mpi_int -T mpi_float", "fabricbench runs one datatype per run"),
+        ("osu_allreduce", "-T mpi_double", "-T mpi_double: OSU 7.4 knows mpi_char, mpi_int, mpi_float and all"),
+        ("osu_latency", "-u 11", "-u 11: OSU takes 0 to 10"),
+        ("osu_alltoall", "-a 0", "-a 0: OSU's array size is at least 1"),
+        ("osu_latency", "-clog:/tmp/x", "fabricbench keeps each size's validation in its table"),
         ("osu_latency", "-m", "-m needs a value"),
-        ("osu_latency", "--validation=yes", "--validation takes no value"),
+        ("osu_latency", "--validation=yes -G x", "-G: graphs"),  # --validation's optional value is OSU's to read
+        ("osu_latency", "--full", "invalid option --full"),
         ("osu_put_latency", "-w create", "-w create: fabricbench uses MPI_Win_allocate windows only"),
         ("osu_get_bw", "-s fence", "-s fence: fabricbench uses lock/flush synchronisation only"),
-        ("osu_barrier", "-m 8", "cannot honour option -m"),
+        ("osu_gatherv", "", "OSU 7.4's osu_gatherv has no fabricbench kernel yet"),
         ("osu_nonesuch", "", "no OSU benchmark 'osu_nonesuch'"),
     ],
 )
 def test_what_fabricbench_cannot_honour_is_one_usage_error_naming_it(name, line, problem):
-    with pytest.raises(UsageError, match=problem.replace("(", r"\(")) as caught:
+    with pytest.raises(UsageError, match=problem.replace("(", r"\(").replace("+", r"\+")) as caught:
         parse(name, line.split())
     assert "\n" not in str(caught.value) and caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "read", "rest"),
+    [
+        ("osu_latency", "-m 8 D D -i 5", [("m", "8")], ["D", "D", "-i", "5"]),  # "+": the first argument ends them
+        ("osu_mbw_mr", "-m 8 D D -i 5", [("m", "8"), ("i", "5")], ["D", "D"]),  # no "+": GNU getopt reads on
+        ("osu_latency", "-z 50,99 -c", [("z", None)], ["50,99", "-c"]),  # an optional value only attached
+        ("osu_latency", "-z50,99 -c", [("z", "50,99"), ("c", None)], []),
+        ("osu_latency", "-cz", [("c", "z")], []),  # -c's optional value is the rest of the argument: "z"
+        ("osu_latency", "-m8 -- -i 5", [("m", "8")], ["-i", "5"]),
+        ("osu_latency", "-i5 -x 2", [("i", "5"), ("x", "2")], []),
+        ("osu_latency", "--message-size 8 --iter=5", [("m", "8"), ("i", "5")], []),
+        ("osu_latency", "--tail-lat 90", [("z", None)], ["90"]),  # long optional values only with "="
+        ("osu_latency", "-h -G x", [("h", None)], []),  # OSU answers -h before reading on
+        ("osu_latency", "-v", [("v", None)], []),
+    ],
+)
+def test_getopt_reads_as_osus_option_string(name, line, read, rest):
+    assert getopt(BENCHMARKS[name], line.split()) == (read, rest)
+
+
+def test_every_shim_takes_its_osu_programs_letters_and_d():
+    for bench in BENCHMARKS.values():
+        assert set(bench.program.letters) <= set(bench.letters) <= set(bench.program.letters + "d")
+        for letter in bench.letters:  # every letter has a treatment, and a refused one says why
+            treatment = bench.treatment(letter)
+            assert treatment.kind in (HONOURED, NO_EFFECT, REFUSED) and treatment.text
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+@pytest.mark.parametrize("letter", sorted(set(TREATMENTS)))
+def test_every_option_osu_accepts_is_honoured_or_refused_in_one_line(name, letter):
+    bench = BENCHMARKS[name]
+    kind = bench.takes(letter)
+    if kind is None:
+        with pytest.raises(UsageError, match=f"invalid option -{letter}"):
+            parse(name, [f"-{letter}"])
+        return
+    treatment = bench.treatment(letter)
+    value = {"required": [SAMPLE_VALUES.get(letter, "1")], "optional": [], "": []}[kind]
+    if letter == "d":
+        value += ["D", "D"] if bench.buffers else []
+    if treatment.kind == REFUSED:
+        with pytest.raises(UsageError) as caught:
+            parse(name, [f"-{letter}", *value])
+        assert str(caught.value) == f"{name}: -{letter}: {treatment.text}"
+    elif letter == "d" and not bench.gpu_buffers:
+        with pytest.raises(UsageError, match="host memory only"):
+            parse(name, [f"-{letter}", *value])
+    elif letter == "p":
+        with pytest.raises(UsageError, match="N/2 pairs on N ranks"):  # no launcher here: no rank count
+            parse(name, [f"-{letter}", *value])
+    else:
+        request = parse(name, [f"-{letter}", *value])
+        assert request.action == {"h": "help", "v": "version"}.get(letter, "run")
+
+
+# A value each option takes that fabricbench honours (the refused values are the table above).
+SAMPLE_VALUES = {"m": "8", "W": "8", "d": "cuda", "w": "allocate", "s": "flush", "T": "mpi_char", "k": "fixed:0"}
+SAMPLE_VALUES |= {"b": "single", "R": "1", "M": "1048576"}
 
 
 def test_help_and_version_are_answered_before_anything_is_checked():
@@ -253,3 +366,58 @@ def test_write_shims_makes_executables_and_keeps_a_real_osu_binary(tmp_path):
         write_shims(str(tmp_path / "osu"))
     assert (tmp_path / "osu" / "osu_bw").read_bytes() == b"\x7fELF real OSU"
     assert not (tmp_path / "osu" / "osu_latency").exists()  # nothing written when one is refused
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_minus_v_is_osus_version_line_alone(name, capsys, monkeypatch):
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    bench = BENCHMARKS[name]
+    assert translate([name, "-v"]) is None
+    printed = capsys.readouterr().out
+    assert printed == version_text(bench) + "\n" and re.fullmatch(r"# OSU MPI[ _]\S.* Test v7\.4\n", printed)
+    assert "fabricbench" not in printed
+    assert translate([name, "--vers"]) is None and capsys.readouterr().out == printed  # getopt_long's prefix
+    if bench.gpu_buffers:  # OSU's print_version_message after -d cuda: "-CUDA" after the library's name
+        translate([name, "-d", "cuda", "-v"])
+        assert capsys.readouterr().out == printed.replace("# OSU MPI", "# OSU MPI-CUDA", 1)
+
+
+def test_help_lists_each_option_of_the_program_with_what_it_becomes():
+    text = usage(BENCHMARKS["osu_barrier"])
+    assert "  -m, --message-size        no effect: there are no sizes to sweep" in text
+    assert "  -G, --graph               refused: graphs" in text
+    assert "-c, --validation" not in text and "-T, --type" not in text  # osu_barrier's string has neither
+    assert [line.split(",")[0].strip() for line in text.splitlines() if line.startswith("  -")] == [
+        f"-{letter}" for letter in BENCHMARKS["osu_barrier"].letters
+    ]
+
+
+def test_the_manifest_holds_osus_77_programs_by_family():
+    from fabricbench.launch.osu_programs import FAMILY_SIZES, PROGRAMS
+
+    counts = {}
+    for program in PROGRAMS.values():
+        counts[program.family] = counts.get(program.family, 0) + 1
+        assert program.optstring == "" or set(program.letters) <= {letter for letter, _ in LONG_OPTIONS.values()}
+    assert counts == FAMILY_SIZES and len(PROGRAMS) == 77
+    assert set(BENCHMARKS) <= set(PROGRAMS)  # every shim is one of OSU's programs
+    assert PROGRAMS["osu_latency"].takes("z") == "optional" and PROGRAMS["osu_latency"].takes("m") == "required"
+    assert PROGRAMS["osu_latency"].takes("h") == "" and PROGRAMS["osu_latency"].takes("f") is None
+    assert PROGRAMS["osu_mbw_mr"].permutes and not PROGRAMS["osu_bw"].permutes
+
+
+@pytest.mark.parametrize("limit", [1_000_000, 65_536, 4096])
+def test_minus_M_keeps_the_sizes_whose_buffers_fit_on_a_rank(monkeypatch, limit):
+    monkeypatch.setenv("PMI_SIZE", "4")
+    argv = _run("osu_alltoall", f"-M {limit} -m 1:1048576")
+    lo, hi = parse_size_range(argv[argv.index("-m") + 1])
+    kernel = get_kernel("alltoall")
+    assert lo == 1 and kernel.held_bytes(hi, 4, False) <= limit < kernel.held_bytes(2 * hi, 4, False)
+
+
+def test_minus_p_is_honoured_when_it_pairs_every_rank(monkeypatch):
+    monkeypatch.setenv("PMI_SIZE", "4")
+    assert parse("osu_mbw_mr", ["-p", "2"]).action == "run"
+    with pytest.raises(UsageError, match="-p 1: fabricbench pairs every rank r with r \\+ N/2.*4 ranks here"):
+        parse("osu_mbw_mr", ["-p", "1"])

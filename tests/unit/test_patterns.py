@@ -162,6 +162,7 @@ def test_the_capabilities_are_checked_on_the_class():
         "perftest",
         "perftest-send",
         "fi-pingpong",
+        "ucx-perftest",
     }
     assert not any(issubclass(Transport, c) for c in (PairCases, Routes, CongestionCases, SelfTimed))
     assert missing(Plain, None) is None and missing(classes["tcp"], PairCases) is None

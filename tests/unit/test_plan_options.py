@@ -136,7 +136,7 @@ BAD_JSON = [
     (_json(steps=[{"transport": "tcp", "kernel": "bw", "sizes": ["8"]}]), "bw size '8' is not a byte count"),
     (_json(steps=[{"transport": "tcp", "kernel": "bw", "sizes": [2**31]}]), "bw size 2147483648 B is outside"),
     (_json(steps=[{"transport": "tcp", "kernel": "barrier", "sizes": [8]}]), "barrier size 8 B is outside 0..0 B"),
-    (_json(steps=[{"transport": "tcp", "kernel": "bw", "sizes": [8], "datatype": "MPI_INT"}]), "bad datatype"),
+    (_json(steps=[{"transport": "tcp", "kernel": "bw", "sizes": [8], "datatype": "MPI_DOUBLE"}]), "bad datatype"),
 ]
 
 

@@ -167,7 +167,7 @@ def test_console_unsupported_row_is_a_comment_with_its_reason():
             1,
             [
                 "# OSU MPI Barrier Latency Test v7.4",
-                "# Size       Avg Latency(us)",
+                "# Avg Latency(us)",  # no size column: OSU's show_size 0
             ],
         ),
         (
@@ -231,16 +231,19 @@ def test_osu_lines_use_osus_field_widths():
         "1                       0.46"
     )
     assert osu.line(MSGRATE) == "1024                 1234.57        1205632.40"
-    assert osu.line(BARRIER) == "0                       3.50"  # a collective without -f: the average alone
+    assert osu.line(BARRIER) == "             3.50"  # no size column: OSU's average alone, 17 wide
     full = osu.Columns(full=True)
-    assert osu.line(BARRIER, full) == "0                       3.50              3.25              3.75        1000"
+    assert osu.line(BARRIER, full) == "             3.50              3.25              3.75        1000"
+    allreduce = BARRIER | {"kernel": "allreduce", "size_B": 4}
+    assert osu.line(allreduce) == "4                       3.50"  # a collective without -f: the average alone
     put = {"kernel": "put", "status": "ok", "size_B": 64, "lat_mean_us": 0.875}
     assert osu.line(put) == "64                      0.88"
 
 
 def test_osu_widths_hold_whatever_the_values():
     line = osu.line(
-        BARRIER | {"size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100}, osu.Columns(full=True)
+        BARRIER | {"kernel": "allreduce", "size_B": 1048576, "lat_rank_avg_us": 12345.678, "iterations": 100},
+        osu.Columns(full=True),
     )
     assert [line[:10], line[10:28], line[28:46], line[46:64], line[64:]] == [
         "1048576   ",
@@ -324,8 +327,10 @@ def test_osu_columns_a_kernel_cannot_fill_are_refused():
 
     with pytest.raises(UsageError, match="-T.*allreduce sums MPI_CHAR, MPI_INT or MPI_FLOAT"):
         osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_double"), "mpi")
-    with pytest.raises(UsageError, match="-T.*latency moves MPI_CHAR only"):
-        osu.check_columns(get_kernel("latency"), osu.Columns(datatype="mpi_int"), "mpi")
+    with pytest.raises(UsageError, match="-T.*latency moves MPI_CHAR, MPI_INT or MPI_FLOAT"):
+        osu.check_columns(get_kernel("latency"), osu.Columns(datatype="mpi_double"), "mpi")
+    ints = get_kernel("latency").with_datatype("mpi_int")  # the bytes of ints, on any transport
+    osu.check_columns(ints, osu.Columns(datatype="mpi_int"), "tcp")
     summing_chars = get_kernel("allreduce").with_datatype("mpi_char")
     osu.check_columns(summing_chars, osu.Columns(datatype="mpi_char"), "mpi")  # mpi sums OSU's default type
     with pytest.raises(
@@ -336,8 +341,13 @@ def test_osu_columns_a_kernel_cannot_fill_are_refused():
     osu.check_columns(get_kernel("allreduce"), osu.Columns(datatype="mpi_float"), "tcp")  # its own type
     with pytest.raises(UsageError, match="barrier: it moves no data"):
         osu.check_columns(get_kernel("barrier"), osu.Columns(datatype="MPI_CHAR"), "mpi")
-    with pytest.raises(UsageError, match="tail columns.*bw"):
-        osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)), "mpi")
+    with pytest.raises(UsageError, match="tail bandwidths.*bibw: rank 0's window of both directions"):
+        osu.check_columns(get_kernel("bibw"), osu.Columns(percentiles=(50.0,)), "mpi")
+    with pytest.raises(UsageError, match="tail bandwidths.*msgrate: OSU multiplies rank 0's window rate"):
+        osu.check_columns(get_kernel("msgrate"), osu.Columns(percentiles=(50.0,)), "mpi")
+    osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(50.0,)), "mpi")  # one pair's windows, one way
+    with pytest.raises(UsageError, match=r"P99.9 \(-z\) for bw: the table keeps P50, P90, P99 of windows"):
+        osu.check_columns(get_kernel("bw"), osu.Columns(percentiles=(99.9,)), "mpi")
     osu.check_columns(get_kernel("latency"), osu.Columns(True, False, (50.0,), "mpi_char"), "mpi")  # all fine
 
 
@@ -355,3 +365,34 @@ def test_osu_percentile_lists_refused(text, problem):
 
     with pytest.raises(UsageError, match=problem):
         osu.parse_percentiles(text)
+
+
+def test_osu_tail_bandwidths_are_the_windows_rates_smallest_first():
+    from fabricbench.lazy import np
+    from fabricbench.measure.stats import window_bandwidths
+
+    # 100 windows of 1 MB: 1 ms to 100 ms, so 1000 MB/s down to 10 MB/s; OSU sorts the rates up and takes
+    # sorted[round(N p / 100) - 1]: P50 is the 50th smallest rate, P99 the 99th.
+    samples = np.arange(1, 101, dtype=np.int64) * 1_000_000
+    rates = sorted(1_000_000 / (samples / 1e9) / 1e6)
+    assert window_bandwidths(samples, 1_000_000) == {
+        "bw_win_p50_MBps": rates[49],
+        "bw_win_p90_MBps": rates[89],
+        "bw_win_p99_MBps": rates[98],
+    }
+    assert window_bandwidths(np.array([0, 5], dtype=np.int64), 8) == {}  # a window timed at 0 ns has no rate
+    columns = osu.Columns(percentiles=(50.0, 99.0))
+    assert osu.column_header("bw", columns) == "# Size      Bandwidth (MB/s) P50 Tail BW(MB/s) P99 Tail BW(MB/s)"
+    row = {"kernel": "bw", "status": "ok", "size_B": 8, "bw_MBps": 1.5, "bw_win_p50_MBps": 1.0}
+    assert osu.line(row | {"bw_win_p99_MBps": 3.0}, columns) == f"{8:<10}{1.5:18.2f}{1.0:18.2f}{3.0:18.2f}"
+    # A loop whose windows do not hold their transit keeps no window rates: OSU's column says nan, not a figure.
+    assert osu.line(row, columns) == f"{8:<10}{1.5:18.2f}{1.0:18.2f}{'nan':>18}"
+
+
+def test_a_window_bandwidth_above_the_link_is_refused_with_the_peak():
+    from fabricbench.measure.rows import refuse_impossible
+
+    row = {"bw_MBps": 900.0, "bw_peak_MBps": 1500.0, "bw_win_p50_MBps": 950.0, "bw_win_p99_MBps": 1400.0}
+    refuse_impossible(row, 1, 1, 1000.0)
+    assert math.isnan(row["bw_peak_MBps"]) and math.isnan(row["bw_win_p99_MBps"])
+    assert row["bw_win_p50_MBps"] == 950.0 and row["bw_MBps"] == 900.0 and "bw_win_p99_MBps 1400" in row["note"]

@@ -42,7 +42,7 @@ def _run(folder: Path, parquet: bool = False, **metadata) -> Path:
     for row in _rows():
         writer.append(row)
     writer.close()
-    meta = {"schema_version": 7, "run_id": "r1", "label": "", "rows": len(_rows()), **metadata}
+    meta = {"schema_version": 8, "run_id": "r1", "label": "", "rows": len(_rows()), **metadata}
     (folder / META_NAME).write_text(json.dumps(meta))
     if parquet:
         write_parquet(folder, meta)
@@ -182,7 +182,7 @@ def test_a_row_count_other_than_the_metadatas_is_refused(tmp_path, metadata, why
 def test_the_counts_of_every_run_in_the_folder_add_up(tmp_path, metadata):
     run = _run(tmp_path / "run", **metadata)
     if "rows" not in metadata:
-        (run / META_NAME).write_text(json.dumps({"schema_version": 7, **metadata}))
+        (run / META_NAME).write_text(json.dumps({"schema_version": 8, **metadata}))
     frame, _ = load.read_run(str(run))
     assert len(frame) == 9
 

@@ -33,7 +33,7 @@ from fabricbench.measure.formatting import format_size
 from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.topology import TIERS, Topology
 from fabricbench.measure.verdict import slow_host
-from fabricbench.terminal import printable_lines
+from fabricbench.terminal import LINE, printable, printable_lines
 
 FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "tier", "optional", "name")
 # Limits on what the all-pairs verdict (measure.verdict) finds in the covered pairs rather than on a column:
@@ -558,6 +558,119 @@ def judge(thresholds: list[Threshold], rows: list[dict], fabric: Topology | None
     return verdict
 
 
+# --- the JUnit report (check --junit) -----------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One JUnit test case: a row a threshold covers, or the threshold itself where no row stands for what it says
+    (it covers no measured row, no row has a limit's column, a limit on the all-pairs verdict). ``failures``: one
+    ``what was measured, what was allowed`` each; ``skipped``: why nothing was held to the threshold."""
+
+    name: str
+    failures: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # the limits failed (max_lat_p50_us), or what else failed
+    skipped: str = ""
+    details: list[str] = field(default_factory=list)
+
+
+def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None = None) -> list[Case]:
+    """The test cases of one threshold: one per measured row it covers, held to each of its limits on a column the
+    row has; one per limit on the all-pairs verdict; one for what the text verdict fails as a whole (no covered
+    row, no row with a limit's column). An optional threshold's cases skip where the verdict only warns."""
+    covered = [row for row in rows if threshold.covers(row)]
+    measured = [row for row in covered if is_measured(row.get("status", ""))]
+    head = threshold.scope
+
+    def unjudged(name: str, why: str, kind: str) -> Case:
+        return Case(name, skipped=why) if threshold.optional else Case(name, [why], [kind])
+
+    if not measured:
+        why = "no row" if not covered else f"only rows that were not measured ({covered[0].get('status')})"
+        return [unjudged(head, f"{head}: covers {why}; nothing was checked", "no_row")]
+    valid = [row for row in measured if row.get("validation") != "fail"]
+    found = []
+    columns = [limit for limit in threshold.limits if limit.column not in VERDICT_COUNTS]
+    for limit in threshold.limits:
+        if limit.column in VERDICT_COUNTS:
+            verdict = Verdict()
+            _judge_count(verdict, threshold, limit, valid, fabric)  # its lines: "LEVEL text", the slow uplinks under
+            level = verdict.lines[0].split()[0]
+            first, *rest = (line.strip().split(" ", 1)[1].strip() for line in verdict.lines)
+            name = f"{head}: {limit.name}"
+            if level == "warn":
+                found.append(Case(name, skipped=first))
+            else:
+                found.append(Case(name, [first] if level == "FAIL" else [], [limit.name], details=rest))
+        elif not any(not math.isnan(_value(row, limit.column)) for row in valid):
+            found.append(unjudged(f"{head}: {limit.column}", f"no valid measured row has {limit.column}", limit.name))
+    for row in measured:
+        name = row_name(row)
+        case = Case(name)
+        if row.get("validation") == "fail":
+            case.failures.append(f"{name}: received data failed validation; its figures do not stand")
+            case.kinds.append("validation")
+        held = [limit for limit in columns if not math.isnan(_value(row, limit.column))]
+        for limit in held:
+            value = _value(row, limit.column)
+            if not limit.passes(value):
+                case.failures.append(f"{name}: {limit.column} {_number(value)}, expected {limit.expected}")
+                case.kinds.append(limit.name)
+        if not held and not case.failures:
+            case.skipped = f"{name}: has no {', '.join(dict.fromkeys(limit.column for limit in columns))}"
+        found.append(case)
+    return found
+
+
+def write_junit(path: str, thresholds: list[Threshold], rows: list[dict], fabric, source: str, run_code: int) -> None:
+    """The JUnit XML report of a check: a test suite per threshold, a test case per row it covers (``junit_cases``),
+    a failure's message saying the row (link, kernel, size) and its measured and allowed figures. What comes from
+    the thresholds file or the table passes ``printable``: XML 1.0 cannot hold most control characters."""
+    from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+    report = JUnitXml("fabricbench check")
+    groups = []
+    for threshold in thresholds:
+        limits = ", ".join(f"{limit.name} {limit.expected}" for limit in threshold.limits)
+        groups.append(
+            (threshold.where, f"{threshold.where}: {threshold.scope}; {limits}", junit_cases(threshold, rows, fabric))
+        )
+    if run_code:
+        groups.append(("fabricbench run", "", [Case("the run", [f"the run exited {run_code}"], ["exit_status"])]))
+    for name, said, cases in groups:
+        suite = TestSuite(printable(name, LINE))
+        suite.add_property("thresholds", printable(source, LINE))  # properties come before the cases
+        tests = []
+        for case in cases:
+            test = TestCase(printable(case.name, LINE), classname=printable(f"fabricbench check.{name}", LINE))
+            if case.failures:
+                failure = Failure(printable("; ".join(case.failures), LINE), ",".join(case.kinds))
+                failure.text = printable_lines([*case.failures, *case.details, *([said] if said else [])])
+                test.result = [failure]
+            elif case.skipped:
+                test.result = [Skipped(printable(case.skipped, LINE))]
+            tests.append(test)
+        suite.add_testcases(tests)  # counts once, not per case
+        report.add_testsuite(suite)
+    report.update_statistics()
+    try:
+        report.write(path, pretty=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the JUnit report {path!r}: {exc.strerror or exc}") from None
+
+
+def junit_path(path: str) -> str:
+    """``--junit FILE`` checked before anything runs: a file in a folder that exists, not a folder itself."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"--junit {path!r} is a folder; give a file to write the JUnit report to")
+    if not target.parent.is_dir():
+        raise UsageError(f"--junit {path!r}: no folder {str(target.parent)!r} to write the JUnit report in")
+    if not os.access(target.parent, os.W_OK):
+        raise UsageError(f"--junit {path!r}: the folder {str(target.parent)!r} is not writable")
+    return path
+
+
 def summary(verdict: Verdict, thresholds: int) -> str:
     outcome = "FAIL" if verdict.failures or not verdict.rows_checked else "pass"
     counts = f"{verdict.rows_checked} rows checked against {thresholds} thresholds"
@@ -605,14 +718,17 @@ def _start_run(words: list[str], run_out: RunOut) -> tuple[str, int]:
     return out, code
 
 
-def check(thresholds_path: str, target: list[str], run_out: RunOut) -> int:
+def check(thresholds_path: str, target: list[str], run_out: RunOut, junit: str | None = None) -> int:
     """``check THRESHOLDS RUN`` or ``check THRESHOLDS -- run ARGS``: print the verdict; 0 pass, 1 fail.
 
     ``run_out`` reads ``run``'s own words as ``run`` does (the command line's parser, which lives above this
-    module) and returns their --out, or None; it raises UsageError for words run would refuse."""
+    module) and returns their --out, or None; it raises UsageError for words run would refuse. ``junit``: a file
+    to write the verdict to as a JUnit XML report as well (``write_junit``)."""
     words = target[1:] if target[:1] == ["--"] else target
     if not words:
         raise UsageError("check needs a finished run's folder, or -- run ARGS to start one")
+    if junit is not None:
+        junit_path(junit)  # a bad path stops check before any run starts
     thresholds = read_thresholds(thresholds_path)  # a malformed file stops check before any run starts
     run_code = 0
     if words[0] == "run" and (len(words) > 1 or target[:1] == ["--"]):
@@ -632,6 +748,8 @@ def check(thresholds_path: str, target: list[str], run_out: RunOut) -> int:
     verdict = judge(thresholds, rows, fabric)
     if run_code:
         verdict.add("FAIL", f"the run exited {run_code}")
+    if junit is not None:  # first: the report stands even when the console is gone (check ... | head)
+        write_junit(junit, thresholds, rows, fabric, thresholds_path, run_code)
     # The lines quote the thresholds file's names and the table's hosts and labels.
     print(printable_lines([f"check: {thresholds_path} against {run} ({len(rows)} rows)", *verdict.lines]))
     print(summary(verdict, len(thresholds)))

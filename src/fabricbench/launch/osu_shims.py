@@ -1,46 +1,33 @@
 """Stand-ins for OSU 7.4's binaries: OSU's options in, OSU's text out, fabricbench's tidy table on the side.
 
-``fabricbench osu-shims DIR`` writes one small script per OSU benchmark that
-fabricbench covers (``osu_latency``, ``osu_allreduce``, ...). Each execs this
-Python with ``-m fabricbench osu NAME "$@"``, so under ``mpiexec -n 2
-osu_latency ...`` every rank is a rank of a launched job, exactly as
-``fabricbench run`` is. ``translate`` turns OSU's command line into a
-``fabricbench run`` command line (pure, unit-tested); the CLI then runs it.
+``fabricbench osu-shims DIR`` writes one small script per OSU program that fabricbench covers (``osu_latency``,
+``osu_allreduce``, ...). Each execs this Python with ``-m fabricbench osu NAME "$@"``, so under ``mpiexec -n 2
+osu_latency ...`` every rank is a rank of a launched job, exactly as ``fabricbench run`` is. ``parse`` reads OSU's
+command line as OSU 7.4's getopt does and ``run_argv`` turns it into a ``fabricbench run`` command line (pure,
+unit-tested); the CLI then runs it.
 
-What each OSU option becomes:
+The command line is read with the option string OSU 7.4's CPU build gives getopt for that program
+(``osu_programs.PROGRAMS``): a string starting with ``+`` stops at the first argument that is not an option
+(``osu_latency D D -m 8`` leaves ``-m 8`` unread, as OSU does), an optional value is taken only when attached
+(``-z50,99``; ``-z 50,99`` is ``-z`` with OSU's P50/P90/P99, and parsing stops at ``50,99``), and a long option may
+be shortened while it stays unambiguous, as getopt_long allows. To the CPU build's letters the shims add ``-d``,
+which OSU's CUDA build has: ``-d cuda`` puts the buffers in GPU memory where the transport can.
 
-- ``-m [MIN:]MAX``, ``-i``, ``-x``, ``-W``, ``-c``: fabricbench's own -m, -i, -x, -W, -c;
-- ``-f``: ``--osu-full`` (a collective's Min/Max/Iterations columns);
-- ``-z [LIST]``: ``--osu-percentiles LIST`` (OSU's default 50,90,99);
-- ``-T TYPE``: ``--osu-datatype TYPE``: what a reduction sums (MPI_CHAR, MPI_INT or MPI_FLOAT), the others'
-  MPI_CHAR; any other type is refused;
-- ``-d cpu``: host buffers;
-- ``-d cuda``: CuPy GPU buffers, ``--buffer cuda`` (mpi's ``-d cuda``): a collective's every buffer, as
-  OSU puts them; a point-to-point test's where its buffer positionals say so, as a CUDA build of OSU 7.4
-  reads them: ``D D`` both on the GPU, ``H H`` both in host memory. fabricbench puts both ends in one
-  place, so a mixed pair (``H D``) and managed memory (``M``) are refused, and so is ``-d cuda`` with no
-  pair (OSU would then use host memory, which is not what ``-d cuda`` is usually written for). The
-  one-sided tests refuse ``-d cuda``: mpi-rma's windows are host memory;
-- the ``H|D|M H|D|M`` buffer positionals without ``-d cuda``: a CPU build of OSU 7.4 reads them only
-  when built with an accelerator, and otherwise ignores them, so ``D D`` (which ReFrame's hpctestlib
-  always passes) runs host buffers there as here;
-- ``-w allocate`` and ``-s flush`` (one-sided): the window and synchronisation fabricbench uses.
+What each option becomes is the table TREATMENTS (a program's entry in BENCHMARKS may say otherwise for its own):
+honoured, accepted without effect where OSU 7.4 itself reads and ignores it (``-t`` on osu_bw, ``-m`` on
+osu_barrier, ``-a`` on a blocking collective), or refused in one line naming the option and why, exit 2: never a
+silent change of meaning. ``usage`` lists them for the program; ``benchmarks/osu_coverage.py`` tabulates them.
 
-What OSU 7.4 runs without being told, the shims run too: a reduction (``osu_allreduce``, ``osu_reduce``,
-``osu_reduce_scatter``) sums MPI_CHAR unless ``-T`` names MPI_INT or MPI_FLOAT (``osu_datatype``); and the sizes are
-OSU's sweep less those that hold no element, which OSU skips (``osu_sizes``): ``osu_latency`` starts at 1 B, not
-0, and a minimum of 0 in ``-m`` leaves OSU's own. The tidy table goes under one results root (``results_root``),
-never into the working directory.
-
-Anything else OSU has (``-d rocm``, ``-w create``, ``-T mpi_int`` on osu_latency, ``-T all``, an option this
-benchmark does not list) is refused in one line naming it, exit 2: never a silent change of meaning.
+What OSU 7.4 runs without being told, the shims run too: a reduction sums MPI_CHAR unless ``-T`` names MPI_INT or
+MPI_FLOAT (``osu_datatype``); and the sizes are OSU's sweep less those that hold no element, which OSU skips
+(``osu_sizes``): ``osu_latency`` starts at 1 B, not 0, and a minimum of 0 in ``-m`` leaves OSU's own. The tidy
+table goes under one results root (``results_root``), never into the working directory.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import re
 import secrets
 import shlex
 import sys
@@ -50,59 +37,116 @@ from pathlib import Path
 from fabricbench import __version__
 from fabricbench.collectives import neighbor
 from fabricbench.errors import UsageError
+from fabricbench.launch.osu_programs import LONG_OPTIONS, OSU_VERSION, PROGRAMS, Program
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.plan import parse_size_range
 from fabricbench.transports import transport_class
 
-OSU_VERSION = "7.4"
 RESULTS_VAR = "FABRICBENCH_OSU_RESULTS"  # the results root: a shim's results folders go under it
 OSU_DATATYPE = "MPI_CHAR"  # what OSU 7.4 moves (and a reduction sums) without -T
 MARKER = "# fabricbench osu-shims:"  # the line that tells our own shim from a real OSU binary in DIR
-DEFAULT_PERCENTILES = "50,90,99"  # OSU's -z without a list
-DEVICES = ("cuda", "managed", "rocm", "openacc", "sycl")  # OSU's accelerator kinds (-d)
+DEFAULT_PERCENTILES = (50, 90, 99)  # OSU's -z without a list
+KEPT_PERCENTILES = (50, 90, 99)  # the whole-number percentiles fabricbench's rows keep (lat_p50_us, ...)
+DEVICES = ("cuda", "managed", "openacc", "rocm", "cxl")  # OSU 7.4's accelerator kinds (-d)
 BUFFER_PLACES = ("H", "D", "M")  # OSU's host, device and managed buffer positionals
+OSU_TYPES = ("MPI_CHAR", "MPI_INT", "MPI_FLOAT")  # what OSU 7.4's -T knows, by prefix, besides "all"
+VALIDATION_WARMUP_MAX = 10  # OSU's VALIDATION_SKIP_MAX: the largest -u
+SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")  # the launched job's rank count
+
+HONOURED, NO_EFFECT, REFUSED = "honoured", "no effect", "refused"
 
 
 @dataclass(frozen=True)
-class Option:
-    letter: str
-    long: str
-    value: str  # "": a flag; "required"; "optional" (attached only, as getopt's "z::")
-    help: str
+class Treatment:
+    """What an OSU option becomes here: ``kind`` HONOURED (``text`` says how, and which values are refused),
+    NO_EFFECT (accepted as OSU 7.4 accepts it, and with no more effect there; ``text`` says why) or REFUSED
+    (``text`` is the reason, said in the one-line refusal)."""
+
+    kind: str
+    text: str
 
 
-OPTIONS = {
-    o.letter: o
-    for o in (
-        Option("m", "message-size", "required", "[MIN:]MAX  message sizes, powers of two from MIN to MAX"),
-        Option("i", "iterations", "required", "ITER  timed iterations per size (default: OSU's)"),
-        Option("x", "warmup", "required", "WARMUP  untimed iterations per size (default: OSU's)"),
-        Option("W", "window-size", "required", "SIZE  messages in flight (default 64)"),
-        Option("c", "validation", "", "check received data outside the timed region (Pass/Fail column)"),
-        Option("f", "full", "", "Min, Max and Iterations columns"),
-        Option("z", "tail-lat", "optional", "[LIST]  tail latency columns, e.g. 50,90,99 (default)"),
-        Option("T", "type", "required", "TYPE  datatype: the one fabricbench moves for this benchmark"),
-        Option("d", "accelerator", "required", "TYPE  buffers: cpu, or cuda (CuPy GPU memory: --buffer cuda)"),
-        Option("w", "win-option", "required", "OPTION  window creation: allocate"),
-        Option("s", "sync-option", "required", "OPTION  synchronisation: flush"),
-        Option("t", "num_test_calls", "required", "CALLS  MPI_Test calls during the dummy compute (default 0)"),
-        Option("h", "help", "", "this help"),
-        Option("v", "version", "", "OSU's version line"),
-    )
+# Every letter of OSU 7.4's MPI option strings, whatever the program; a BENCHMARKS entry may say otherwise for its own.
+TREATMENTS = {
+    "h": Treatment(HONOURED, "this help"),
+    "v": Treatment(HONOURED, "OSU's version line, as OSU prints it"),
+    "m": Treatment(HONOURED, "[MIN:]MAX: the sizes, OSU's sweep from MIN (its default where left out) to MAX"),
+    "i": Treatment(HONOURED, "ITER: timed iterations per size"),
+    "x": Treatment(HONOURED, "WARMUP: untimed iterations per size"),
+    "W": Treatment(HONOURED, "SIZE: messages in flight per window (default 64)"),
+    "f": Treatment(HONOURED, "Min and Max latency across the ranks, and Iterations columns"),
+    "c": Treatment(HONOURED, "the Validation column: received data checked outside the timed loop (-clog:DIR refused)"),
+    "z": Treatment(
+        HONOURED, "[LIST]: tail columns, P50, P90 and P99 of the iterations' latencies or windows' bandwidths"
+    ),
+    "T": Treatment(
+        HONOURED, "mpi_char, mpi_int or mpi_float: a reduction sums it, the others move its bytes (all refused)"
+    ),
+    "d": Treatment(HONOURED, "cuda: GPU buffers (CuPy), as OSU's CUDA build; OSU's other kinds refused"),
+    "w": Treatment(HONOURED, "allocate: MPI_Win_allocate windows (create and dynamic refused)"),
+    "s": Treatment(HONOURED, "flush: lock/flush synchronisation (OSU's other modes refused)"),
+    "M": Treatment(HONOURED, "SIZE: the largest size is one whose buffers fit SIZE bytes on a rank"),
+    "b": Treatment(HONOURED, "single: one buffer per side, OSU's default (multiple refused)"),
+    "k": Treatment(HONOURED, "fixed:0: rank 0 is the root, OSU's default (rotate and other roots refused)"),
+    "R": Treatment(HONOURED, "1: MB/s and Messages/s columns, OSU's default; 0: MB/s alone"),
+    "p": Treatment(HONOURED, "PAIRS: N/2 on N ranks, every rank paired (another count refused)"),
+    "t": Treatment(NO_EFFECT, "OSU 7.4 reads -t only in its multi-threaded, multi-process and non-blocking tests"),
+    "a": Treatment(NO_EFFECT, "the GPU arrays of OSU's non-blocking dummy compute, which a blocking test has none of"),
+    "u": Treatment(
+        NO_EFFECT,
+        "OSU's warm-ups after each iteration's validation fill; fabricbench fills and checks outside the timed "
+        "loop, so there are none to run",
+    ),
+    "G": Treatment(REFUSED, "graphs of per-iteration values are OSU's gnuplot output; fabricbench's go by `plot`"),
+    "P": Treatment(REFUSED, "PAPI hardware counters: fabricbench reads none (an OSU built without PAPI refuses -P)"),
+    "D": Treatment(REFUSED, "derived datatypes (cont, vect, indx): fabricbench's loops move contiguous buffers"),
+    "I": Treatment(REFUSED, "MPI sessions: fabricbench's ranks start MPI with MPI_Init (mpi4py)"),
+    "l": Treatment(REFUSED, "MPI_IN_PLACE: fabricbench's collectives time separate send and receive buffers"),
+    "V": Treatment(REFUSED, "a sweep of window sizes: fabricbench runs one window size per run (-W)"),
+    "N": Treatment(REFUSED, "neighbourhood topologies: this program has no neighbourhood kernel here"),
+    "r": Treatment(REFUSED, "a GPU compute target: OSU's CUDA-kernel build only"),
 }
-LONG = {o.long: o for o in OPTIONS.values()}
+# OSU's tail bandwidths where fabricbench has no honest per-window figure (report.osu.check_columns says the same).
+_TAIL_BIBW = Treatment(
+    REFUSED, "tail bandwidths: rank 0's window of both directions does not hold its bytes' transit (no peak either)"
+)
+_TAIL_MBW = Treatment(
+    REFUSED, "tail bandwidths: OSU multiplies rank 0's window rate by the pairs; fabricbench times no window of all"
+)
+_NO_SIZES = Treatment(NO_EFFECT, "there are no sizes to sweep; OSU 7.4 reads -m here and ignores it")
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    name: str
+    """One OSU program that has a shim: the transport and kernel that run it, and what it differs in."""
+
+    name: str  # OSU's, a key of osu_programs.PROGRAMS
     transport: str
     kernel: str
-    letters: str  # the options OSU 7.4's --help lists for it that fabricbench honours (h, v always)
-    buffers: bool = False  # takes OSU's two buffer-location positionals (the point-to-point tests)
+    buffers: bool = False  # takes OSU's two buffer-location positionals (the point-to-point tests, under -d cuda)
     min_size: int = 1  # OSU's default smallest size (MIN_MESSAGE_SIZE; 0 for its point-to-point latency tests)
     skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
+    own: tuple[tuple[str, Treatment], ...] = ()  # this program's treatments, over TREATMENTS
     method: str = ""  # mpi's --method where OSU's calls are not the default ones: "nonblocking" for osu_i*
+
+    @property
+    def program(self) -> Program:
+        return PROGRAMS[self.name]
+
+    @property
+    def letters(self) -> str:
+        """The letters its command line takes: its OSU CPU build's, and -d (OSU's CUDA build's) where OSU has one."""
+        letters = self.program.letters
+        return letters if "d" in letters or self.program.family == "startup" else letters + "d"
+
+    def takes(self, letter: str) -> str | None:
+        """``letter``'s value kind ("" a flag, "required", "optional"), None when this program has no such option."""
+        if letter == "d" and "d" in self.letters:
+            return "required"
+        return self.program.takes(letter)
+
+    def treatment(self, letter: str) -> Treatment:
+        return dict(self.own).get(letter) or TREATMENTS[letter]
 
     @property
     def gpu_buffers(self) -> bool:
@@ -110,44 +154,70 @@ class Benchmark:
         return any(place.on_gpu for place in transport_class(self.transport).buffer_places)
 
 
-_LAT, _BW, _MR = "mixczTd", "mixWczTd", "mixWcTd"
-_COLL, _RMA_LAT, _RMA_BW = "mixfczTd", "mixczdws", "mixWcdws"
-_NBC = _COLL + "t"  # osu_i*: also -t, the MPI_Test calls within the dummy compute
-# The collectives whose osu_i* program runs on fabricbench's kernel of the same name (osu_iallreduce: allreduce);
-# the neighbourhood ones' too (osu_ineighbor_alltoall).
-_NONBLOCKING = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter", *sorted(neighbor.NAMES))
+# osu_i*: -t is the MPI_Test calls within the dummy compute (--test-calls); the neighbourhood programs run OSU's
+# default topology only.
+_NBC_OWN = (("t", Treatment(HONOURED, "CALLS: MPI_Test calls spread over each dummy compute (default 0)")),)
+_NEIGHBOR_OWN = (
+    ("N", Treatment(REFUSED, "neighbourhood topologies: fabricbench runs OSU's default, a periodic ring of radius 1")),
+)
+# The collectives whose osu_i* program runs on fabricbench's kernel of the same name (osu_iallreduce: allreduce).
+_NONBLOCKING = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
+
+
+def _pt2pt(name: str, kernel: str, **more) -> Benchmark:
+    return Benchmark(name, "mpi", kernel, buffers=True, **more)
+
+
+def _collective(name: str, kernel: str, **more) -> Benchmark:
+    return Benchmark(name, "mpi", kernel, **more)
+
+
+def _one_sided(name: str, kernel: str, **more) -> Benchmark:
+    return Benchmark(name, "mpi-rma", kernel, buffers=True, **more)
+
+
+# One entry per OSU program with a shim, in osu_programs.PROGRAMS' families; a program's layout is its kernel's
+# (report.osu). Add a program here and its shim, its usage, its coverage line and its layout test follow.
 BENCHMARKS = {
     b.name: b
     for b in (
-        Benchmark("osu_latency", "mpi", "latency", _LAT, True, min_size=0),
-        Benchmark("osu_bw", "mpi", "bw", _BW, True),
-        Benchmark("osu_bibw", "mpi", "bibw", _BW, True),
-        Benchmark("osu_mbw_mr", "mpi", "msgrate", _MR, True),
-        Benchmark("osu_multi_lat", "mpi", "multi-latency", _LAT, True, min_size=0, skips_empty=False),  # sends 0 B
-        Benchmark("osu_allreduce", "mpi", "allreduce", _COLL),
-        Benchmark("osu_allgather", "mpi", "allgather", _COLL),
-        Benchmark("osu_alltoall", "mpi", "alltoall", _COLL),
-        Benchmark("osu_bcast", "mpi", "bcast", _COLL),
-        Benchmark("osu_reduce", "mpi", "reduce", _COLL),
-        Benchmark("osu_reduce_scatter", "mpi", "reduce_scatter", _COLL),
-        Benchmark("osu_barrier", "mpi", "barrier", "ixfzd"),
-        *(Benchmark(f"osu_{name}", "mpi", name, _COLL) for name in sorted(neighbor.NAMES)),
-        *(Benchmark(f"osu_i{name}", "mpi", name, _NBC, method="nonblocking") for name in _NONBLOCKING),
-        Benchmark("osu_ibarrier", "mpi", "barrier", "ixfzdt", method="nonblocking"),
-        Benchmark("osu_put_latency", "mpi-rma", "put", _RMA_LAT, True),
-        Benchmark("osu_get_latency", "mpi-rma", "get", _RMA_LAT, True),
-        Benchmark("osu_put_bw", "mpi-rma", "put-bw", _RMA_BW, True),
-        Benchmark("osu_get_bw", "mpi-rma", "get-bw", _RMA_BW, True),
+        # point-to-point
+        _pt2pt("osu_latency", "latency", min_size=0),
+        _pt2pt("osu_bw", "bw"),
+        _pt2pt("osu_bibw", "bibw", own=(("z", _TAIL_BIBW),)),
+        _pt2pt("osu_mbw_mr", "msgrate", own=(("z", _TAIL_MBW),)),
+        _pt2pt("osu_multi_lat", "multi-latency", min_size=0, skips_empty=False),  # sends its 0-byte size
+        # blocking collectives
+        _collective("osu_allreduce", "allreduce"),
+        _collective("osu_allgather", "allgather"),
+        _collective("osu_alltoall", "alltoall"),
+        _collective("osu_bcast", "bcast"),
+        _collective("osu_reduce", "reduce"),
+        _collective("osu_reduce_scatter", "reduce_scatter"),
+        _collective("osu_barrier", "barrier", own=(("m", _NO_SIZES),)),
+        # neighbourhood collectives on OSU's default ring, blocking and non-blocking; the non-blocking collectives
+        *(_collective(f"osu_{name}", name, own=_NEIGHBOR_OWN) for name in sorted(neighbor.NAMES)),
+        *(
+            _collective(f"osu_i{name}", name, method="nonblocking", own=_NBC_OWN + _NEIGHBOR_OWN)
+            for name in sorted(neighbor.NAMES)
+        ),
+        *(_collective(f"osu_i{name}", name, method="nonblocking", own=_NBC_OWN) for name in _NONBLOCKING),
+        _collective("osu_ibarrier", "barrier", method="nonblocking", own=(("m", _NO_SIZES), *_NBC_OWN)),
+        # one-sided
+        _one_sided("osu_put_latency", "put"),
+        _one_sided("osu_get_latency", "get"),
+        _one_sided("osu_put_bw", "put-bw"),
+        _one_sided("osu_get_bw", "get-bw"),
     )
 }
-# The one value fabricbench honours for an option that names how OSU works; anything else is refused.
-ONLY_VALUE = {"w": ("allocate", "MPI_Win_allocate windows"), "s": ("flush", "lock/flush synchronisation")}
 
 
 def benchmark(name: str) -> Benchmark:
     try:
         return BENCHMARKS[name]
     except KeyError:
+        if name in PROGRAMS:
+            raise UsageError(f"{name}: OSU {OSU_VERSION}'s {name} has no fabricbench kernel yet") from None
         raise UsageError(f"no OSU benchmark {name!r} here; known: {', '.join(BENCHMARKS)}") from None
 
 
@@ -156,110 +226,228 @@ class Request:
     """What one OSU command line asked for, checked."""
 
     bench: Benchmark
-    values: dict  # letter -> value ("" for a flag given)
+    values: dict  # letter -> value as given ("" for a flag or an optional value left out); -T's last
     action: str = "run"  # "run", "help" or "version"
     buffer: str = "host"  # fabricbench's --buffer: "host" or "cuda" (-d cuda)
+    percentiles: tuple[int, ...] = ()  # -z's, as OSU reads them
+    datatypes: tuple[str, ...] = ()  # -T's, as OSU reads them (each -T adds; "all" adds the three)
 
 
-def parse(name: str, argv: list[str]) -> Request:
-    """OSU's getopt-style command line for benchmark NAME; UsageError (one line) for anything not honoured."""
-    bench = benchmark(name)
-    allowed = bench.letters + "hv"
-    values: dict[str, str] = {}
-    positionals: list[str] = []
-    items = list(argv)
-    while items:
-        token = items.pop(0)
+def getopt(bench: Benchmark, argv: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """OSU's getopt_long over ``argv`` with ``bench``'s option string: the (letter, value) pairs in order (value
+    None for a flag, or an optional value not attached) and the arguments left. Stops after -h or -v, as OSU's
+    process_options returns there; an option this program lacks, or one missing its value, is one UsageError."""
+    name, found, rest = bench.name, [], []
+    items, at = list(argv), 0
+    while at < len(items):
+        token = items[at]
+        at += 1
         if token == "--":
-            positionals += items
+            rest += items[at:]
             break
         if token.startswith("--"):
             key, eq, attached = token[2:].partition("=")
-            option = LONG.get(key)
-            if option is None or option.letter not in allowed:
-                raise UsageError(f"{name}: fabricbench cannot honour option {token.split('=')[0]}")
-            if option.value == "required" and not eq:
-                if not items:
-                    raise UsageError(f"{name}: option --{key} needs a value")
-                attached = items.pop(0)
-            elif option.value == "" and eq:
-                raise UsageError(f"{name}: option --{key} takes no value")
-            values[option.letter] = attached
+            long, letter, kind = _long_option(bench, key)
+            if kind == "required" and not eq:
+                if at >= len(items):
+                    raise UsageError(f"{name}: option --{long} needs a value")
+                attached, at = items[at], at + 1
+            elif kind == "" and eq:
+                raise UsageError(f"{name}: option --{long} takes no value")
+            found.append((letter, attached if eq or kind == "required" else None))
+        elif token.startswith("-") and token != "-":
+            cluster = token[1:]
+            while cluster:
+                letter, cluster = cluster[0], cluster[1:]
+                kind = bench.takes(letter)
+                if kind is None:
+                    raise UsageError(f"{name}: invalid option -{letter} (OSU {OSU_VERSION}'s {name} has no -{letter})")
+                if kind == "required":
+                    if not cluster:
+                        if at >= len(items):
+                            raise UsageError(f"{name}: option -{letter} needs a value")
+                        cluster, at = items[at], at + 1
+                    found.append((letter, cluster))
+                    cluster = ""
+                elif kind == "optional":  # only attached: "-z 50,99" is -z, then an argument that ends the options
+                    found.append((letter, cluster or None))
+                    cluster = ""
+                else:
+                    found.append((letter, None))
+        elif bench.program.permutes:
+            rest.append(token)  # GNU getopt reads on past it
             continue
-        if not token.startswith("-") or token == "-":
-            positionals.append(token)
-            continue
-        cluster = token[1:]
-        while cluster:
-            letter, cluster = cluster[0], cluster[1:]
-            option = OPTIONS.get(letter)
-            if option is None or letter not in allowed:
-                raise UsageError(f"{name}: fabricbench cannot honour option -{letter}")
-            if option.value == "required":
-                if not cluster:
-                    if not items:
-                        raise UsageError(f"{name}: option -{letter} needs a value")
-                    cluster = items.pop(0)
-                values[letter], cluster = cluster, ""
-            elif option.value == "optional":
-                # getopt takes an optional value only attached (-z50,90); a separate list is accepted too.
-                if not cluster and items and re.fullmatch(r"[0-9.,]+", items[0]):
-                    cluster = items.pop(0)
-                values[letter], cluster = cluster, ""
-            else:
-                values[letter] = ""
-    if "h" in values:
-        return Request(bench, values, "help")
-    if "v" in values:
-        return Request(bench, values, "version")
-    _check_positionals(bench, positionals)
-    _check_values(bench, values)
-    return Request(bench, values, buffer=_buffer(bench, values.get("d"), positionals))
+        else:
+            rest += items[at - 1 :]  # "+": the first argument that is not an option ends them
+            break
+        if found and found[-1][0] in "hv":
+            break
+    return found, rest
 
 
-def _check_positionals(bench: Benchmark, positionals: list[str]) -> None:
-    if not positionals:
-        return
-    if not bench.buffers:
+def _long_option(bench: Benchmark, key: str) -> tuple[str, str, str]:
+    """(long name, letter, value kind) of ``--key``: OSU's long names whose letter this program takes, matched
+    exactly or by an unambiguous prefix, as getopt_long does."""
+    known = {long: spec for long, spec in LONG_OPTIONS.items() if bench.takes(spec[0]) is not None}
+    matches = [key] if key in known else [long for long in known if key and long.startswith(key)]
+    if len(matches) != 1:
+        what = f"ambiguous option --{key} ({', '.join('--' + m for m in matches)})" if matches else None
+        raise UsageError(f"{bench.name}: {what or f'invalid option --{key}'}")
+    long = matches[0]
+    letter, kind = known[long]
+    return long, letter, kind
+
+
+def parse(name: str, argv: list[str]) -> Request:
+    """OSU's command line for program NAME, read as OSU 7.4 reads it; UsageError (one line) for anything OSU
+    refuses or fabricbench does not honour."""
+    bench = benchmark(name)
+    found, rest = getopt(bench, argv)
+    values: dict[str, str] = {}
+    percentiles: tuple[int, ...] = ()
+    datatypes: list[str] = []
+    for letter, value in found:
+        if letter in "hv":
+            return Request(bench, values, "help" if letter == "h" else "version")
+        treatment = bench.treatment(letter)
+        if treatment.kind == REFUSED:
+            raise UsageError(f"{name}: -{letter}: {treatment.text}")
+        if letter == "d" and value:
+            value = value.lower()  # OSU compares the kinds' names without case
+        _check_value(bench, letter, value)
+        if letter == "z":
+            percentiles = _percentiles(bench, value)
+        elif letter == "T":
+            datatypes += _datatypes(bench, value)
+        values[letter] = value or ""
+    if len(datatypes) > 1:
         raise UsageError(
-            f"{bench.name}: unexpected argument {positionals[0]!r} (buffer locations are for point-to-point tests)"
+            f"{name}: -T {' '.join(datatypes)}: OSU runs each in turn; fabricbench runs one datatype per run, "
+            "since its rows carry no datatype column (give one -T)"
         )
-    if len(positionals) != 2 or any(p not in BUFFER_PLACES for p in positionals):
-        raise UsageError(f"{bench.name}: buffer locations are two of H, D, M (e.g. D D), got {' '.join(positionals)}")
+    if datatypes:
+        values["T"] = datatypes[0]
+    request = Request(bench, values, percentiles=percentiles, datatypes=tuple(datatypes))
+    request.buffer = _buffer(bench, values.get("d"), rest)
+    return request
 
 
-def _check_values(bench: Benchmark, values: dict) -> None:
-    device = values.get("d")
-    if device is not None and device not in ("cpu", "cuda"):
-        if device in DEVICES:
-            raise UsageError(f"{bench.name}: -d {device}: fabricbench's GPU buffers are CUDA's only (-d cuda)")
-        raise UsageError(f"{bench.name}: -d {device!r}: not a buffer kind (cpu, or one of {', '.join(DEVICES)})")
-    for letter, (only, what) in ONLY_VALUE.items():
-        if letter in values and values[letter] != only:
-            given = values[letter]
-            raise UsageError(f"{bench.name}: -{letter} {given}: fabricbench uses {what} only (-{letter} {only})")
+def _atoi(text: str) -> int:
+    """C's atoi: leading blanks, a sign, then digits; 0 where there are none."""
+    text = text.lstrip()
+    sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text[1:] if text[:1] == "+" else text)
+    number = len(digits) - len(digits.lstrip("0123456789"))
+    return sign * int(digits[:number]) if number else 0
 
 
-def _buffer(bench: Benchmark, device: str | None, positionals: list[str]) -> str:
-    """fabricbench's --buffer for OSU's -d and buffer positionals (both already checked one by one)."""
+def _world_size() -> int | None:
+    for var in SIZE_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return None
+
+
+def _check_value(bench: Benchmark, letter: str, value: str | None) -> None:
+    """Refuse, in one line, a value OSU 7.4 refuses or fabricbench does not honour for an accepted option."""
+    name, value = bench.name, value or ""
+    if letter == "d":
+        if value != "cuda":
+            if value.lower() in DEVICES:
+                raise UsageError(f"{name}: -d {value}: fabricbench's GPU buffers are CUDA's only (-d cuda)")
+            raise UsageError(
+                f"{name}: -d {value}: not one of OSU's accelerator kinds ({', '.join(DEVICES)}); "
+                "host buffers are the default, without -d"
+            )
+        if not bench.gpu_buffers:
+            raise UsageError(f"{name}: -d cuda: fabricbench's {bench.transport} buffers are host memory only")
+    elif letter == "c" and value.split(":")[0] == "log":
+        raise UsageError(f"{name}: -c{value}: fabricbench keeps each size's validation in its table, not in logs")
+    elif letter in "ws":
+        only, what = {"w": ("allocate", "MPI_Win_allocate windows"), "s": ("flush", "lock/flush synchronisation")}[
+            letter
+        ]
+        if value.lower() != only:
+            raise UsageError(f"{name}: -{letter} {value}: fabricbench uses {what} only (-{letter} {only})")
+    elif letter == "b" and value.lower() != "single":
+        if value.lower() == "multiple":
+            raise UsageError(f"{name}: -b multiple: fabricbench's loops reuse one buffer per side (-b single)")
+        raise UsageError(f"{name}: -b {value}: OSU takes single or multiple")
+    elif letter == "k":
+        kind, _, root = value.partition(":")
+        if kind.lower() != "fixed" or not root or _atoi(root) != 0:
+            raise UsageError(f"{name}: -k {value}: fabricbench's root is rank 0 (-k fixed:0)")
+    elif letter == "R" and _atoi(value) not in (0, 1):
+        raise UsageError(f"{name}: -R {value}: OSU takes 0 or 1")
+    elif letter == "p":
+        ranks = _world_size()
+        if ranks is None or _atoi(value) * 2 != ranks:
+            raise UsageError(
+                f"{name}: -p {value}: fabricbench pairs every rank r with r + N/2, N/2 pairs on N ranks "
+                f"({'run 2 x PAIRS ranks' if ranks is None else f'{ranks} ranks here'})"
+            )
+    elif letter == "u" and not 0 <= _atoi(value) <= VALIDATION_WARMUP_MAX:
+        raise UsageError(f"{name}: -u {value}: OSU takes 0 to {VALIDATION_WARMUP_MAX} validation warm-ups")
+    elif letter == "a" and _atoi(value) < 1:
+        raise UsageError(f"{name}: -a {value}: OSU's array size is at least 1")
+    elif letter == "M" and _atoi(value) < 1:
+        raise UsageError(f"{name}: -M {value}: not a memory limit in bytes")
+
+
+def _percentiles(bench: Benchmark, value: str | None) -> tuple[int, ...]:
+    """-z's list as OSU reads it (atoi of each comma-separated part, 0 to 100), each one fabricbench keeps."""
+    if value is None:
+        return DEFAULT_PERCENTILES
+    parts = [part for part in value.split(",") if part]
+    chosen = tuple(dict.fromkeys(_atoi(part) for part in parts))
+    for percent in chosen:
+        if not 0 <= percent <= 100:
+            raise UsageError(f"{bench.name}: -z{value}: OSU's percentiles are 0 to 100")
+        if percent not in KEPT_PERCENTILES:
+            kept = ", ".join(f"{p}" for p in KEPT_PERCENTILES)
+            raise UsageError(
+                f"{bench.name}: -z{value}: fabricbench's table keeps the P{kept.replace(', ', ', P')} columns only"
+            )
+    return chosen or DEFAULT_PERCENTILES
+
+
+def _datatypes(bench: Benchmark, value: str | None) -> list[str]:
+    """What one -T adds, as OSU 7.4 reads it: a type whose name starts its value (any case), or the three (all)."""
+    given = (value or "").upper()
+    if given.startswith("ALL"):
+        return list(OSU_TYPES)
+    for datatype in OSU_TYPES:
+        if given.startswith(datatype):
+            return [datatype]
+    raise UsageError(
+        f"{bench.name}: -T {value}: OSU {OSU_VERSION} knows mpi_char, mpi_int, mpi_float and all "
+        "(it would run MPI_CHAR instead)"
+    )
+
+
+def _buffer(bench: Benchmark, device: str | None, rest: list[str]) -> str:
+    """fabricbench's --buffer for OSU's -d and the arguments after the options. A CPU build of OSU ignores those
+    arguments; with -d (OSU's accelerator build) they are two buffer locations, or none."""
     if device != "cuda":
-        return "host"  # -d cpu, or no -d: the positionals are ignored, as a CPU build of OSU ignores them
-    if not bench.gpu_buffers:
-        raise UsageError(f"{bench.name}: -d cuda: fabricbench's one-sided windows are host memory only")
+        return "host"
+    if rest and len(rest) != 2:
+        raise UsageError(f"{bench.name}: -d cuda takes two buffer locations (e.g. D D) or none, got {' '.join(rest)}")
     if not bench.buffers:
-        return "cuda"  # a collective: OSU puts every buffer on the GPU
-    if not positionals:
+        return "cuda"  # a collective: OSU puts every buffer on the GPU (and ignores the locations)
+    if not rest:
         raise UsageError(
             f"{bench.name}: -d cuda without buffer locations means H H (host memory) to OSU: "
             "give D D for GPU buffers, or H H"
         )
-    if "M" in positionals:
-        raise UsageError(f"{bench.name}: -d cuda {' '.join(positionals)}: fabricbench has no managed (M) buffers")
-    if positionals[0] != positionals[1]:
+    if any(place not in BUFFER_PLACES for place in (p[:1] for p in rest)):
+        raise UsageError(f"{bench.name}: buffer locations are two of H, D, M (e.g. D D), got {' '.join(rest)}")
+    places = [p[:1] for p in rest]
+    if "M" in places:
+        raise UsageError(f"{bench.name}: -d cuda {' '.join(rest)}: fabricbench has no managed (M) buffers")
+    if places[0] != places[1]:
         raise UsageError(
-            f"{bench.name}: -d cuda {' '.join(positionals)}: fabricbench puts both buffers in one place (D D or H H)"
+            f"{bench.name}: -d cuda {' '.join(rest)}: fabricbench puts both buffers in one place (D D or H H)"
         )
-    return "cuda" if positionals[0] == "D" else "host"
+    return "cuda" if places[0] == "D" else "host"
 
 
 def results_root(env: dict | None = None) -> str:
@@ -296,8 +484,8 @@ def osu_sizes(bench: Benchmark, values: dict) -> str | None:
 
     OSU doubles from its minimum (``-m``'s, or its default where ``-m`` gives none or 0, which OSU refuses
     silently) and skips a size that holds no element of the datatype: osu_latency prints from 1 B, a
-    reduction of MPI_FLOAT from 4 B."""
-    if "m" not in bench.letters:
+    reduction of MPI_FLOAT from 4 B. ``-M`` keeps the sizes whose buffers fit its bytes on a rank."""
+    if bench.treatment("m").kind != HONOURED:
         return None
     kernel = get_kernel(bench.kernel).with_datatype(osu_datatype(bench, values) or "")
     given = values.get("m")
@@ -311,9 +499,23 @@ def osu_sizes(bench: Benchmark, values: dict) -> str | None:
     if bench.skips_empty:
         while first < kernel.elem_bytes:
             first = first * 2 if first else 1
-    if lo < 0 and first == kernel.min_size:
+    limit = _memory_cap(kernel, first, hi, values)
+    if lo < 0 and first == kernel.min_size and limit == hi:
         return given  # fabricbench starts where OSU does
-    return f"{first}:{hi}"
+    return f"{first}:{limit}"
+
+
+def _memory_cap(kernel, first: int, hi: int, values: dict) -> int:
+    """The largest size of the sweep from ``first`` to ``hi`` whose buffers (Kernel.held_bytes, with -c's
+    checks) fit -M's bytes on one rank of this job: ``hi`` without -M."""
+    if "M" not in values:
+        return hi
+    limit, ranks, size, kept = _atoi(values["M"]), _world_size() or 2, first, first
+    while size <= hi:
+        if kernel.held_bytes(size, ranks, "c" in values) > limit:
+            break
+        kept, size = size, size * 2 if size else 1
+    return kept
 
 
 def run_argv(request: Request, out_dir: str) -> list[str]:
@@ -322,7 +524,7 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
     argv = ["run", "-t", bench.transport, "-k", bench.kernel, "--format", "osu", "--label", bench.name]
     if bench.method:
         argv += ["--method", bench.method]
-    if "t" in values:
+    if "t" in values and bench.method == "nonblocking":
         argv += ["--test-calls", values["t"]]
     sizes = osu_sizes(bench, values)
     if sizes is not None:
@@ -334,8 +536,10 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
         argv.append("-c")
     if "f" in values:
         argv.append("--osu-full")
-    if "z" in values:
-        argv += ["--osu-percentiles", values["z"] or DEFAULT_PERCENTILES]
+    if "R" in values and _atoi(values["R"]) == 0:
+        argv.append("--osu-no-rate")
+    if request.percentiles:
+        argv += ["--osu-percentiles", ",".join(str(p) for p in request.percentiles)]
     datatype = osu_datatype(bench, values)
     if datatype:
         argv += ["--osu-datatype", datatype]
@@ -345,6 +549,7 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
 
 
 def usage(bench: Benchmark) -> str:
+    """The help: OSU's options for this program, each with what it becomes here."""
     places = " [H|D|M H|D|M]" if bench.buffers else ""
     lines = [
         f"Usage: {bench.name} [options]{places}",
@@ -355,15 +560,16 @@ def usage(bench: Benchmark) -> str:
         "",
         "Options:",
     ]
-    for letter in bench.letters + "hv":
-        option = OPTIONS[letter]
-        value, _, text = option.help.partition("  ") if option.value else ("", "", option.help)
-        lines.append(f"  -{letter}, --{option.long} {value}".ljust(38) + text)
-    if bench.buffers and not bench.gpu_buffers:
-        lines.append("Buffer locations are read as a CPU build of OSU reads them: host memory.")
-    elif bench.buffers:
+    longs = {letter: long for long, (letter, _) in LONG_OPTIONS.items()}
+    for letter in dict.fromkeys(bench.letters):
+        treatment = bench.treatment(letter)
+        how = {HONOURED: "", NO_EFFECT: "no effect: ", REFUSED: "refused: "}[treatment.kind]
+        lines.append(f"  -{letter}, --{longs[letter]:<20}{how}{treatment.text}")
+    if bench.buffers and bench.gpu_buffers:
         lines.append("Buffer locations: with -d cuda, D D puts both in GPU memory and H H both in host memory;")
-        lines.append("without it they are read as a CPU build of OSU reads them: host memory.")
+        lines.append("without it they are ignored, as a CPU build of OSU ignores them: host memory.")
+    elif bench.buffers:
+        lines.append("Buffer locations are ignored, as a CPU build of OSU ignores them: host memory.")
     return "\n".join(lines)
 
 
@@ -376,16 +582,19 @@ def translate(argv: list[str]) -> list[str] | None:
     request = parse(argv[0], argv[1:])
     if request.action != "run":
         if env_rank() == 0:  # under mpiexec every rank parses; one answers, as OSU's rank 0 does
-            print(usage(request.bench) if request.action == "help" else version_text(request.bench))
+            text = usage(request.bench) if request.action == "help" else version_text(request.bench, request.values)
+            print(text)
         return None
     return run_argv(request, results_dir(request.bench.name))
 
 
-def version_text(bench: Benchmark) -> str:
+def version_text(bench: Benchmark, values: dict | None = None) -> str:
+    """What OSU 7.4's -v prints (print_version_message): its title line alone, "-CUDA" in it where -d cuda came
+    first."""
     from fabricbench.report import osu
 
-    title = osu.title(bench.transport, bench.kernel, nonblocking=bench.method == "nonblocking")
-    return f"{title} (fabricbench {__version__})"
+    device = "CUDA" if (values or {}).get("d") == "cuda" else ""
+    return osu.title(bench.transport, bench.kernel, device, bench.method == "nonblocking")
 
 
 def script(name: str, python: str) -> str:

@@ -60,6 +60,12 @@ COPY_KERNELS = {
 }
 
 
+# A kernel that moves bytes (OSU's MPI_CHAR) moves OSU's other -T types as their bytes: the same bytes an MPI
+# library sends for size / element-size elements of that type between hosts of one byte order.
+MOVED_BYTES = "MPI_CHAR"
+MOVED_TYPES = {"MPI_CHAR": 1, "MPI_INT": 4, "MPI_FLOAT": 4}
+
+
 class Pairing(enum.Enum):
     """Which ranks a kernel's pattern lets exchange with which: what a transport's point-to-point case, the
     partner of each rank, the even rank count and OSU's layout ask, rather than the pattern's name."""
@@ -194,6 +200,8 @@ class Kernel:
         spec = self.collective_spec
         if spec and spec.elements:
             return tuple(element.osu_datatype for element in spec.elements)
+        if self.osu_datatype == MOVED_BYTES:  # bytes moved as OSU's -T type's: its elements' bytes
+            return tuple(MOVED_TYPES)
         return (self.osu_datatype,) if self.osu_datatype else ()
 
     def with_datatype(self, datatype: str) -> Kernel:
@@ -201,7 +209,13 @@ class Kernel:
         sizes and its datatype line. Itself when ``datatype`` is empty, its own, or one it cannot move (which
         report.osu.check_columns refuses)."""
         spec, wanted = self.collective_spec, datatype.upper()
-        if not wanted or wanted == self.osu_datatype or spec is None:
+        if not wanted or wanted == self.osu_datatype:
+            return self
+        if self.osu_datatype == MOVED_BYTES and wanted in MOVED_TYPES and not (spec and spec.elements):
+            # A kernel that moves bytes moves OSU's -T type as its bytes: whole elements, from one element up.
+            elem = MOVED_TYPES[wanted]
+            return replace(self, min_size=max(self.min_size, elem), elem_bytes=elem, osu_datatype=wanted)
+        if spec is None:
             return self
         for element in spec.elements:
             if element.osu_datatype == wanted:

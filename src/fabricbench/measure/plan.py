@@ -96,9 +96,11 @@ class OsuColumns:
     full: bool = False  # Min/Max latency and Iterations columns of a collective
     percentiles: tuple[float, ...] = ()  # tail latency columns, from PERCENTILES
     datatype: str = ""  # the datatype line, in OSU's capitals
+    rate: bool = True  # osu_mbw_mr's Messages/s column (OSU's -R 1, its default; -R 0 leaves it out)
 
     def check(self) -> None:
         _require(isinstance(self.full, bool), f"bad --osu-full flag {_shown(self.full)}")
+        _require(isinstance(self.rate, bool), f"bad --osu-no-rate flag {_shown(not self.rate)}")
         _require(
             isinstance(self.percentiles, tuple) and all(_is_number(p) and p in PERCENTILES for p in self.percentiles),
             f"bad --osu-percentiles {_shown(self.percentiles)}: choose from {', '.join(f'{p:g}' for p in PERCENTILES)}",

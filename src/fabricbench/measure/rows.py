@@ -6,9 +6,11 @@ import math
 from dataclasses import dataclass, field
 
 from fabricbench.lazy import np
-from fabricbench.measure.kernels import SAMPLE_LABELS, Kernel
+from fabricbench.measure.kernels import SAMPLE_LABELS, Kernel, Pairing
 from fabricbench.measure.schema import MEASURED
-from fabricbench.measure.stats import across_ranks, latency_stats, stability_note
+from fabricbench.measure.stats import WINDOW_PERCENTILES, across_ranks, latency_stats, stability_note, window_bandwidths
+
+WINDOW_COLUMNS = tuple(WINDOW_PERCENTILES.values())
 
 
 def rank_summary(initiator: bool, iterations: int, samples_ns: np.ndarray, valid: int) -> np.ndarray:
@@ -116,6 +118,8 @@ def measured_row(
     stats = latency_stats(samples_ns, divisor)
     stats.update(across_ranks(initiators[:, 2] / initiators[:, 1] / 1000.0 / divisor))
     holds_transit = len(samples_ns) > 0 and getattr(case, "window_holds_transit", True)
+    if has_window_bandwidths(kernel) and holds_transit:  # one pair's windows, each holding its bytes' transit
+        stats.update(window_bandwidths(samples_ns, kernel.message_bytes(size, len(gathered), case.window)))
     timing = Timing(
         stats,
         initiators[:, 1],
@@ -125,6 +129,13 @@ def measured_row(
         stability_note(samples_ns),
     )
     return timed_row(plan, transport, kernel, size, len(gathered), buffer, Loop.of(case), warmup, timing)
+
+
+def has_window_bandwidths(kernel: Kernel) -> bool:
+    """Whether its rows may carry per-window bandwidths (bw_win_p*_MBps): windows of one pair, one way. Rank 0's
+    window of a bidirectional kernel does not hold its bytes' transit, and a window of one of many pairs is not
+    what they move together."""
+    return kernel.windowed and kernel.pairing is Pairing.ONE and kernel.directions == 1
 
 
 def _mbps(value: float) -> str:
@@ -142,8 +153,10 @@ def refuse_impossible(row: dict, directions: int, pairs: int, link_MBps: float |
     """
     link = link_MBps if link_MBps is not None and link_MBps > 0 else None
     clauses = []
+    one_window = [(column, directions, "a window sample shorter than its bytes allow") for column in WINDOW_COLUMNS]
     for column, factor, why in (
         ("bw_peak_MBps", directions, "a window sample shorter than its bytes allow"),
+        *one_window,
         ("bw_MBps", directions * pairs, "windows timed shorter than their bytes allow"),
     ):
         value = row.get(column, math.nan)

@@ -41,6 +41,18 @@ def latency_stats(samples_ns: np.ndarray, divisor: int = 1) -> dict[str, float]:
     }
 
 
+WINDOW_PERCENTILES = {50.0: "bw_win_p50_MBps", 90.0: "bw_win_p90_MBps", 99.0: "bw_win_p99_MBps"}
+
+
+def window_bandwidths(samples_ns: np.ndarray, window_bytes: int) -> dict[str, float]:
+    """OSU's -z tail bandwidths of one initiator's windows: each window's bytes over its time in MB/s, smallest
+    first, by the nearest rank (so P99 is near the fastest window, as OSU sorts them)."""
+    if len(samples_ns) == 0 or (samples_ns <= 0).any():
+        return {}  # a window timed at 0 ns has no rate; the row's bandwidth says so
+    rates = np.sort(bandwidth_MBps(window_bytes, samples_ns.astype(np.float64) / 1e9))
+    return {column: nearest_rank(rates, percent) for percent, column in WINDOW_PERCENTILES.items()}
+
+
 def across_ranks(means_us: np.ndarray) -> dict[str, float]:
     """OSU's Min/Avg/Max columns: taken over the ranks' means, not over iterations."""
     if len(means_us) == 0:

@@ -12,13 +12,18 @@ The optional columns are OSU's, in OSU's order after the value(s): Min/Max
 latency and Iterations for a collective with ``-f`` (``Columns.full``), the
 Pass/Fail validation column with ``-c`` (``Columns.validate``), then tail
 latencies with ``-z`` (``Columns.percentiles``), as OSU's print_stats_validate
-and its point-to-point tests print them. ``-T`` names the datatype line
+and its point-to-point tests print them; a bandwidth test's tails are its
+windows' bandwidths (``bw_win_p*_MBps``, one pair one way only). ``-T`` names the datatype line
 (``Columns.datatype``); the kernel's own type otherwise. A reduction run with
-``-T`` sums that type (``Kernel.with_datatype``), on mpi only.
+``-T`` sums that type (``Kernel.with_datatype``), on mpi only; the other kernels
+move its bytes, on any transport. A kernel with no sizes (barrier) prints no
+size column (``shows_size``): OSU's ``# Avg Latency(us)`` header, then its
+average 17 wide.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fabricbench import __version__
@@ -26,14 +31,16 @@ from fabricbench.argtypes import decimal
 from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import Kernel, Pairing, get_kernel
+from fabricbench.measure.rows import has_window_bandwidths
 from fabricbench.measure.schema import is_measured
-from fabricbench.measure.stats import PERCENTILES
+from fabricbench.measure.stats import PERCENTILES, WINDOW_PERCENTILES
 from fabricbench.transports import TRANSPORTS, transport_class
 
 OSU_VERSION = "v7.4"
 FIELD = 18  # OSU's FIELD_WIDTH, as OSU's configure.ac defines it
 SIZE_FIELD = 10  # OSU's "%-*d" (and "%-*s" for "# Size") width of the size column
 ITERATIONS_FIELD = 12  # OSU prints the Iterations column narrower
+NO_SIZE_FIELD = 17  # OSU's "%*.*f" width of the average where it prints no size column (osu_barrier)
 PERCENTILE_COLUMNS = dict(zip(PERCENTILES, ("lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us"), strict=True))
 VALIDATION_WORDS = {"pass": "Pass", "fail": "Fail"}
 
@@ -46,6 +53,7 @@ class Columns:
     full: bool = False
     percentiles: tuple[float, ...] = ()
     datatype: str = ""
+    rate: bool = True  # a message-rate kernel's Messages/s column (osu_mbw_mr's -R 1; -R 0 leaves it out)
     # The run's Plan.transport_options: each transport's declared buffer place in them gives OSU's -d title
     # ("MPI-CUDA") and buffer lines.
     transport_options: dict = field(default_factory=dict)
@@ -63,6 +71,7 @@ class Columns:
             full=plan.osu.full,
             percentiles=plan.osu.percentiles,
             datatype=plan.osu.datatype,
+            rate=plan.osu.rate,
             transport_options=plan.transport_options,
         )
 
@@ -84,26 +93,36 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
     """Refuse, in one line, a column this kernel's rows cannot fill on ``transport`` (never print something else
     under its name). ``kernel`` is the one the run moves: ``with_datatype`` of -T's type where it can move it."""
-    if columns.percentiles and kernel.windowed:
-        raise UsageError(
-            f"tail columns (-z) for {kernel.name}: fabricbench keeps percentiles of window times, "
-            "not OSU's per-window bandwidths"
+    if columns.percentiles and kernel.windowed and not has_window_bandwidths(kernel):
+        why = (
+            "rank 0's window of both directions does not hold its bytes' transit"
+            if kernel.directions > 1
+            else "OSU multiplies rank 0's window rate by the pairs; fabricbench keeps no window of every pair at once"
         )
+        raise UsageError(f"tail bandwidths (-z) for {kernel.name}: {why}")
+    untabled = [p for p in columns.percentiles if kernel.windowed and p not in WINDOW_PERCENTILES]
+    if untabled:
+        kept = ", ".join(f"P{p:g}" for p in WINDOW_PERCENTILES)
+        raise UsageError(f"tail bandwidth P{untabled[0]:g} (-z) for {kernel.name}: the table keeps {kept} of windows")
+    if not columns.rate and not _message_rate(kernel):
+        raise UsageError(f"--osu-no-rate (-R 0) for {kernel.name}: it prints no message rate column")
     if columns.datatype:
         own = kernel.osu_datatype
         if not own:
             raise UsageError(f"datatype {columns.datatype} (-T) for {kernel.name}: it moves no data")
+        reduction = bool(kernel.collective_spec and kernel.collective_spec.elements)
         if columns.datatype.upper() != own:
             if len(kernel.osu_datatypes) > 1:
                 raise UsageError(
-                    f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} sums "
-                    f"{_either(kernel.osu_datatypes)}"
+                    f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} "
+                    f"{'sums' if reduction else 'moves'} {_either(kernel.osu_datatypes)}"
                 )
             raise UsageError(
                 f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} moves {own} only"
             )
         default = get_kernel(kernel.name).osu_datatype
-        if own != default and not transport_class(transport).osu_sums_any_type:
+        # Bytes are bytes on every transport; a sum of another type is the transport's to do.
+        if reduction and own != default and not transport_class(transport).osu_sums_any_type:
             classes = {name: transport_class(name) for name in TRANSPORTS}
             summing = [name for name, cls in classes.items() if cls.osu_sums_any_type and kernel.name in cls.kernels]
             raise UsageError(
@@ -157,9 +176,14 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
     kernel = get_kernel(kernel_name)
     if columns.nonblocking and kernel.collective:
         return _nonblocking_header(kernel, columns)
+    if not shows_size(kernel):  # print_only_header without show_size: "# Avg Latency(us)", then the options'
+        text = "# Avg Latency(us)"
+        if columns.full:
+            text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
+        return text + _tail_header(columns)
     text = f"{'# Size':<{SIZE_FIELD}}"
     if _message_rate(kernel):
-        text += f"{'MB/s':>{FIELD}}{'Messages/s':>{FIELD}}"
+        text += f"{'MB/s':>{FIELD}}" + (f"{'Messages/s':>{FIELD}}" if columns.rate else "")
     elif kernel.windowed:
         text += f"{'Bandwidth (MB/s)':>{FIELD}}"
     elif kernel.sample == "op" and not kernel.collective:  # one one-sided operation: osu_put_latency's header
@@ -170,9 +194,19 @@ def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
             text += f"{'Min Latency(us)':>{FIELD}}{'Max Latency(us)':>{FIELD}}{'Iterations':>{ITERATIONS_FIELD}}"
     if columns.validate:
         text += f"{'Validation':>{FIELD}}"
-    for percent in columns.percentiles:  # OSU: "%*sP%d Tail Lat(us)", padded to FIELD for a two-digit percentile
-        text += f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}"
-    return text
+    return text + _tail_header(columns, kernel.windowed)
+
+
+def _tail_header(columns: Columns, bandwidth: bool = False) -> str:
+    """OSU's "%*sP%d Tail Lat(us)" (a bandwidth test's "Tail BW(MB/s)") per -z percentile, padded to FIELD for a
+    two-digit percentile."""
+    unit = "Tail BW(MB/s)" if bandwidth else "Tail Lat(us)"
+    return "".join(f"{f'P{percent:g} {unit}':>{FIELD}}" for percent in columns.percentiles)
+
+
+def shows_size(kernel: Kernel) -> bool:
+    """Whether OSU prints a size column for it: not for a kernel with no sizes (osu_barrier's show_size 0)."""
+    return kernel.moves_data
 
 
 def line(row: dict, columns: Columns = Columns()) -> str:
@@ -183,9 +217,17 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     kernel = get_kernel(row["kernel"])
     if columns.nonblocking and kernel.collective:
         return _nonblocking_line(kernel, row, columns)
+    if not shows_size(kernel):  # print_stats without show_size: "%*.*f" 17 wide, no size
+        text = f"{row['lat_rank_avg_us']:{NO_SIZE_FIELD}.2f}"
+        if columns.full:
+            text += (
+                f"{row['lat_rank_min_us']:{FIELD}.2f}{row['lat_rank_max_us']:{FIELD}.2f}"
+                f"{row['iterations']:{ITERATIONS_FIELD}d}"
+            )
+        return text + "".join(f"{row[PERCENTILE_COLUMNS[p]]:{FIELD}.2f}" for p in columns.percentiles)
     text = f"{row['size_B']:<{SIZE_FIELD}d}"
     if _message_rate(kernel):
-        text += f"{row['bw_MBps']:{FIELD}.2f}{row['msgrate_per_s']:{FIELD}.2f}"
+        text += f"{row['bw_MBps']:{FIELD}.2f}" + (f"{row['msgrate_per_s']:{FIELD}.2f}" if columns.rate else "")
     elif kernel.windowed:
         text += f"{row['bw_MBps']:{FIELD}.2f}"
     elif kernel.collective:
@@ -199,8 +241,9 @@ def line(row: dict, columns: Columns = Columns()) -> str:
         text += f"{row['lat_mean_us']:{FIELD}.2f}"
     if columns.validate:
         text += f"{VALIDATION_WORDS.get(row.get('validation'), ''):>{FIELD}}"
-    for percent in columns.percentiles:
-        text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
+    tails = WINDOW_PERCENTILES if kernel.windowed else PERCENTILE_COLUMNS
+    for percent in columns.percentiles:  # NaN where a loop's windows do not hold their transit, or one was refused
+        text += f"{row.get(tails[percent], math.nan):{FIELD}.2f}"
     return text
 
 

@@ -131,12 +131,20 @@ def _osu_columns(args: argparse.Namespace, steps: list[Step]) -> OsuColumns:
     """--format osu's optional columns, each checked against every kernel of the run (UsageError)."""
     from fabricbench.report.osu import Columns, check_columns
 
-    given = args.osu_full or args.osu_percentiles or args.osu_datatype
+    given = args.osu_full or args.osu_percentiles or args.osu_datatype or args.osu_no_rate
     if not given:
         return OsuColumns()
     if args.output_format != "osu":
-        raise UsageError("--osu-full, --osu-percentiles and --osu-datatype shape OSU's text: add --format osu")
-    columns = Columns(args.validate, args.osu_full, tuple(args.osu_percentiles or ()), args.osu_datatype or "")
+        raise UsageError(
+            "--osu-full, --osu-percentiles, --osu-datatype and --osu-no-rate shape OSU's text: add --format osu"
+        )
+    columns = Columns(
+        args.validate,
+        args.osu_full,
+        tuple(args.osu_percentiles or ()),
+        args.osu_datatype or "",
+        rate=not args.osu_no_rate,
+    )
     for step in steps:
         check_columns(step.kernel_def, columns, step.transport)
-    return OsuColumns(columns.full, columns.percentiles, columns.datatype.upper())
+    return OsuColumns(columns.full, columns.percentiles, columns.datatype.upper(), columns.rate)

@@ -26,6 +26,8 @@ TRANSPORTS = {
     "perftest-send": ("fabricbench.transports.verbs.perftest", "PerftestSendTransport"),
     "ofi": ("fabricbench.transports.ofi.transport", "OFITransport"),
     "fi-pingpong": ("fabricbench.transports.ofi.fi_pingpong", "FiPingpongTransport"),
+    "ucx": ("fabricbench.transports.ucx.transport", "UCXTransport"),
+    "ucx-perftest": ("fabricbench.transports.ucx.ucx_perftest", "UCXPerftestTransport"),
     "nccl": ("fabricbench.transports.gpu.nccl", "NCCLTransport"),
     "cuda-copy": ("fabricbench.transports.gpu.cuda_copy", "CudaCopyTransport"),
 }

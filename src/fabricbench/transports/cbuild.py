@@ -323,6 +323,17 @@ LM_ID_NEWLM = -1  # dlmopen: a new link-map namespace
 RTLD_NOW = 2
 
 
+def mapped_libraries(marker: str, maps: str = "/proc/self/maps") -> set[str]:
+    """The shared libraries whose path holds ``marker`` ("/libfabric", "/libucp") that this process has mapped,
+    as their real paths; empty where /proc cannot say. A loop whose library is already mapped as another copy
+    (an MPI wheel's bundled one) opens apart from it (``open_apart``)."""
+    try:
+        with open(maps) as lines:
+            return {os.path.realpath(line.split()[-1]) for line in lines if marker in line and ".so" in line}
+    except OSError:
+        return set()
+
+
 def open_apart(path: Path) -> ctypes.CDLL:
     """A shared library opened in a link-map namespace of its own (glibc's dlmopen), so that it binds to its own
     dependencies even where this process has already loaded another library of the same soname (an MPI wheel's

@@ -38,6 +38,7 @@ from fabricbench.transports.cbuild import (
     Recipe,
     find_compiler,
     load_library,
+    mapped_libraries,
     read_codes,
     tool_output,
 )
@@ -371,11 +372,7 @@ def staying_put() -> Iterator[None]:
 
 def mapped_libfabric(maps: str = "/proc/self/maps") -> set[str]:
     """The libfabric files this process has mapped (their real paths); empty where /proc cannot say."""
-    try:
-        with open(maps) as lines:
-            return {os.path.realpath(line.split()[-1]) for line in lines if "/libfabric" in line and ".so" in line}
-    except OSError:
-        return set()
+    return mapped_libraries("/libfabric", maps)
 
 
 def load() -> OFILoop:

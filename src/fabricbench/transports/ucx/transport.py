@@ -1,0 +1,441 @@
+"""Transport ``ucx``: UCX's UCP between two ranks, timed in C: what Open MPI's pml/ucx, MPICH's ch4:ucx and
+NCCL's UCX plug-in sit on.
+
+UCX picks, per endpoint, the transports and devices (its "lanes") that reach
+the peer: shared memory (posix, sysv, cma, xpmem, knem) between ranks on one
+host, tcp, and InfiniBand or RoCE verbs (rc_verbs, ud_verbs, rc_mlx5, dc_mlx5)
+between hosts, limited by the user's UCX_TLS and UCX_NET_DEVICES. This
+transport measures UCP between rank 0 and rank N/2 with the loops of
+``_ucxloop.c`` (built on first use against the host's libucp):
+
+- latency: a ping-pong of tagged messages (ucp_tag_send_nbx /
+  ucp_tag_recv_nbx, as MPI over UCX uses them), or of stream or active
+  messages (``--ucx-api stream|am``); half the round trip, as osu_latency;
+- bw, bibw: a window of messages per sample, with osu_bw's 4-byte
+  acknowledgement (bw) or both ways at once (bibw);
+- put, get, put-bw, get-bw: ucp_put_nbx and ucp_get_nbx on the peer's
+  registered buffer through its packed rkey; a put sample ends with
+  ucp_ep_flush_nbx (the data is in the peer's memory), a get sample when its
+  requests complete; one operation per sample, or a window (-bw).
+
+Completions are driven by busy ucp_worker_progress or, with ``--ucx-progress
+wait``, by waiting on the worker's event descriptor. Worker addresses and
+rkeys travel over the control plane (MPI, or ``--peer``'s connection) as hex,
+each checked (length bounds, hex) before UCX reads it. What UCX chose is read
+from ``ucp_ep_print_info`` (UCX 1.13 has no ep_query for transports: see
+``cloop``) on both sides, after one tagged exchange has wired the endpoint
+up: the rows' method names rank 0's lanes (``c loop, tag, posix/memory,
+spin``), and the metadata every side's lanes and UCX_* variables.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from fabricbench.buffers import POISON, aligned, nothing, pattern, times_address
+from fabricbench.control import allgather_json
+from fabricbench.errors import PeerError, Unsupported
+from fabricbench.measure.kernels import Kernel, partner_of
+from fabricbench.transports.base import Case, Diagnosis, Transport
+from fabricbench.transports.ucx import cloop as ucx_cloop
+from fabricbench.transports.ucx.cloop import (
+    ADDRESS_BYTES,
+    API_CODES,
+    DESCRIBE_BYTES,
+    ERROR_BYTES,
+    RKEY_BYTES,
+    RMA_CODES,
+    Lane,
+    lanes_summary,
+    parse_lanes,
+    used_for,
+)
+from fabricbench.transports.ucx.options import (
+    MAX_ENV,
+    MAX_ENV_CHARS,
+    UCX_ENV_PREFIX,
+    UCX_OPTIONS,
+    UCXUnavailable,
+    ucx_environment,
+)
+
+MAX_LANES = 32  # lanes per endpoint taken from a peer's record
+CONTROL_BYTES = 64  # after the two halves: the acknowledgement, DONE and handshake messages
+MAX_WINDOW = 4096  # _ucxloop.c's MAX_WINDOW: the most messages a window holds
+TWO_SIDED = {
+    "tag": "ucp_tag_send_nbx/ucp_tag_recv_nbx",
+    "stream": "ucp_stream_send_nbx/ucp_stream_recv_nbx",
+    "am": "ucp_am_send_nbx to a receive handler",
+}
+RMA_CALLS = {"put": "ucp_put_nbx + ucp_ep_flush_nbx", "get": "ucp_get_nbx"}
+RMA_LANES = ("rma", "rma_bw")
+MESSAGE_LANES = ("am", "am_bw", "tag")  # tagged, stream and active messages go over UCP's am lanes (tag: offload)
+NO_RMA_LANE = "emulated over active messages"  # UCP's software RMA, where no lane does RMA itself (tcp)
+LANES_SOURCE = "ucp_ep_print_info (UCX 1.13 has no UCP_EP_ATTR_FIELD_TRANSPORTS for ucp_ep_query)"
+ZERO_STREAM = "a stream has no messages of 0 B (ucp_stream_recv_nbx waits for bytes)"
+
+
+def _seed(rank: int) -> int:
+    return rank + 1
+
+
+def check_environment(record: object, rank: int) -> dict[str, str]:
+    """Another rank's UCX_* record as the control plane brought it: a small dict of strings, else PeerError."""
+    if not isinstance(record, dict) or len(record) > MAX_ENV:
+        raise PeerError(f"rank {rank}'s UCX_* environment record is malformed")
+    for key, value in record.items():
+        if not (isinstance(value, str) and key.startswith(UCX_ENV_PREFIX)):
+            raise PeerError(f"rank {rank}'s UCX_* environment record is malformed")
+        if len(key) > MAX_ENV_CHARS or len(value) > MAX_ENV_CHARS:
+            raise PeerError(f"rank {rank}'s UCX_* environment record is malformed")
+    return record
+
+
+def decode_blob(text: object, rank: int, what: str, limit: int) -> bytes:
+    """A peer's worker address or packed rkey as the control plane brought it (hex), checked: 1 to ``limit``
+    bytes of hex, else PeerError naming ``what``."""
+    if not isinstance(text, str) or not 0 < len(text) <= 2 * limit or len(text) % 2:
+        raise PeerError(f"rank {rank} sent no usable UCX {what} (1 to {limit} B of hex)")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise PeerError(f"rank {rank} sent a UCX {what} that is not hex") from None
+
+
+def check_base(value: object, rank: int) -> int:
+    """A peer's registered buffer address: an unsigned 64-bit integer, else PeerError."""
+    if type(value) is not int or not 0 <= value < 1 << 64:
+        raise PeerError(f"rank {rank} sent a malformed UCX buffer address")
+    return value
+
+
+def lane_records(lanes: list[Lane]) -> list[list]:
+    """Lanes as the control plane carries them: [transport, device, [operations]]."""
+    return [[lane.transport, lane.device, list(lane.operations)] for lane in lanes]
+
+
+def check_lanes(record: object, rank: int) -> list[Lane]:
+    """A peer's lanes as the control plane brought them, each field a short printable string, else PeerError."""
+    if not isinstance(record, list) or len(record) > MAX_LANES:
+        raise PeerError(f"rank {rank}'s UCX lane record is malformed")
+    lanes = []
+    for index, item in enumerate(record):
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[2], list) and len(item[2]) <= 16):
+            raise PeerError(f"rank {rank}'s UCX lane record is malformed")
+        words = [item[0], item[1], *item[2]]
+        if not all(isinstance(w, str) and 0 < len(w) <= 64 and w.isprintable() and " " not in w for w in words):
+            raise PeerError(f"rank {rank}'s UCX lane record is malformed")
+        lanes.append(Lane(index, item[0], item[1], tuple(item[2])))
+    return lanes
+
+
+def open_refusal(said: str, version: str, environ=os.environ) -> str:
+    """The one line for a UCX that would not open: what it said, and what the user set that limits it."""
+    limits = [f"{name}={environ[name]}" for name in ("UCX_TLS", "UCX_NET_DEVICES") if environ.get(name)]
+    where = f" with {' '.join(limits)}" if limits else ""
+    return f"UCX {version} could not open a worker{where}: {said} (ucx_info -d lists the transports and devices)"
+
+
+class _Case(Case):
+    """This rank's part of one kernel at one size: data written, the receive half poisoned."""
+
+    def __init__(self, transport: UCXTransport, kernel: Kernel, size: int, calls: str):
+        super().__init__()
+        role = partner_of(kernel, transport.rank, transport.ranks)
+        self.active = role is not None
+        self.peer, self.initiator = role if role else (-1, False)
+        self.size = size
+        self.kernel = kernel
+        self.transport = transport
+        self.method = f"c loop, {calls}, {transport.progress}"
+        if not self.active:
+            return
+        region = transport.region
+        transport.memory[:size] = pattern(size, _seed(transport.rank))
+        transport.memory[region : region + size] = POISON
+        self.received = transport.memory[region : region + size]
+
+    def expected(self):
+        return pattern(len(self.received), _seed(self.peer))
+
+    def close(self) -> None:
+        self.received = nothing()
+
+
+class PingPong(_Case):
+    def __init__(self, transport, kernel, size):
+        super().__init__(transport, kernel, size, transport.two_sided_method())
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        if self.active:
+            t = self.transport
+            t.require_success(
+                t.lib.fb_pingpong(t.handle, self.size, iterations, int(self.initiator), times_address(times))
+            )
+
+
+class Stream(_Case):
+    """bw: the initiator sends a window and waits for the 4-byte ack; bibw: both send a window at once."""
+
+    def __init__(self, transport, kernel, size):
+        super().__init__(transport, kernel, size, f"{transport.two_sided_method()}, window {transport.window}")
+        both = kernel.directions == 2
+        self.window = transport.window
+        self.window_holds_transit = not both  # bibw's peer window may land before our stamp
+        self.sending = self.active and (self.initiator or both)
+        self.receiving = self.active and (both or not self.initiator)
+        if self.active and not self.receiving:
+            self.received = nothing()  # a one-way sender gets nothing back
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        if self.active:
+            t = self.transport
+            ack = int(self.kernel.directions == 1)
+            t.require_success(
+                t.lib.fb_stream(
+                    t.handle, self.size, self.window, iterations, int(self.sending), int(self.receiving), ack,
+                    times_address(times),
+                )
+            )  # fmt: skip
+
+
+class RMA(_Case):
+    """put, get (one operation per sample) and put-bw, get-bw (a window per sample) on the origin, rank 0; the
+    target drives progress until the origin's DONE message."""
+
+    def __init__(self, transport, kernel, size):
+        self.put = kernel.name.startswith("put")
+        self.window = transport.window if kernel.windowed else 0
+        calls = RMA_CALLS["put" if self.put else "get"] + (f", window {self.window}" if self.window else "")
+        super().__init__(transport, kernel, size, f"{calls}, {transport.rma_lanes()}")
+        if not self.active:
+            return
+        # A put lands in the target's receive half; a get in the origin's, from the target's send half.
+        receives = not self.initiator if self.put else self.initiator
+        if not receives:
+            self.received = nothing()
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        if not self.active:
+            return
+        t = self.transport
+        if not self.initiator:
+            t.require_success(t.lib.fb_wait_done(t.handle))
+            return
+        code = RMA_CODES[self.kernel.name]
+        t.require_success(t.lib.fb_rma(t.handle, code, self.size, self.window, iterations, times_address(times)))
+        t.require_success(t.lib.fb_signal_done(t.handle))
+
+
+class UCXTransport(Transport):
+    """UCP between rank 0 and rank N/2 (see the module docstring)."""
+
+    name = "ucx"
+    kernels = frozenset({"latency", "bw", "bibw", "put", "get", "put-bw", "get-bw"})
+    option_groups = (UCX_OPTIONS,)
+
+    @classmethod
+    def preflight(cls, settings: dict, ranks: int) -> None:
+        """No UCX or no compiler: one line, exit 2, before any rank starts (there is no Python loop)."""
+        ucx_cloop.load()
+
+    @classmethod
+    def preflight_local(cls, settings: dict, ranks: int) -> None:
+        """Where every rank runs here, a worker must open with this environment (a UCX_TLS that matches no
+        transport here is refused now, in one line, before any rank starts)."""
+        loop = ucx_cloop.load()
+        memory = aligned(2 * 8 + CONTROL_BYTES)
+        error = ctypes.create_string_buffer(ERROR_BYTES)
+        progress = int(UCX_OPTIONS.of(settings).get("progress", "spin") == "wait")
+        handle = loop.lib.fb_open(API_CODES["tag"], progress, memory.ctypes.data, memory.nbytes, 8, 1000, error,
+                                  ERROR_BYTES)  # fmt: skip
+        if not handle:
+            raise UCXUnavailable(open_refusal(error.value.decode(errors="replace"), loop.version))
+        loop.lib.fb_close(handle)
+
+    @classmethod
+    def doctor(cls) -> Diagnosis:
+        from fabricbench.transports.ucx.ucx_perftest import ucx_info_devices
+
+        try:
+            loop = ucx_cloop.load()
+        except UCXUnavailable as exc:
+            return Diagnosis(False, str(exc))
+        return Diagnosis(
+            True,
+            details={
+                "ucx": f"{loop.version}, {loop.library} ({loop.found})",
+                "timed loop": f"c loop, built with {loop.compiler} ({loop.path})",
+                "transports and devices (ucx_info -d)": ucx_info_devices(),
+                "UCX_* set": ucx_environment() or "none",
+            },
+        )
+
+    def __init__(self, ctrl, plan):
+        self.rank, self.ranks = ctrl.rank, ctrl.size
+        self.settings = settings = UCX_OPTIONS.of(plan.transport_options)
+        self.api = settings.get("api", "tag")
+        self.progress = settings.get("progress", "spin")
+        self.window = plan.window
+        self.timeout = plan.timeout
+        self.region = max([s for step in plan.steps if step.transport == self.name for s in step.sizes] + [8])
+        half = self.ranks // 2
+        self.pair = (0, half) if self.ranks >= 2 else ()
+        self.peer = {0: half, half: 0}.get(self.rank) if self.ranks >= 2 else None
+        self.handle = None
+        self.lib = None
+        self.loop = None
+        self.memory = nothing()
+        self.lanes: dict[int, list[Lane]] = {}
+        try:
+            self._open(ctrl)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, ctrl) -> None:
+        """Open this side, trade worker addresses and rkeys, connect, wire up, then trade what each endpoint
+        chose; every rank takes part in each exchange, and a failure on either side of the pair stops all."""
+        why = ""
+        address = rkey = base = None
+        if self.peer is not None:
+            try:
+                self.loop = ucx_cloop.load()
+                self.lib = self.loop.lib
+                address, rkey, base = self._open_worker()
+            except UCXUnavailable as exc:
+                why = str(exc)[:400]
+        mine = {"why": why, "address": address, "rkey": rkey, "base": base, "env": ucx_environment()}
+        table = allgather_json(ctrl, mine, "UCX address table")
+        for rank in self.pair:
+            said = table[rank].get("why")
+            if said:
+                said = said if isinstance(said, str) else "no reason given"
+                raise UCXUnavailable(f"rank {rank}: {said}")
+        self.environments = [check_environment(record.get("env"), r) for r, record in enumerate(table)]
+        connected = ""
+        if self.peer is not None:
+            record = table[self.peer]
+            peer_address = decode_blob(record.get("address"), self.peer, "worker address", ADDRESS_BYTES)
+            peer_rkey = decode_blob(record.get("rkey"), self.peer, "rkey", RKEY_BYTES)
+            peer_base = check_base(record.get("base"), self.peer)
+            connected = self._connect(peer_address, peer_rkey, peer_base)
+        self._check_all(ctrl, connected, "could not reach its peer")
+        wired = ""
+        lanes: list[Lane] = []
+        if self.peer is not None:
+            if self.lib.fb_handshake(self.handle):
+                wired = self.lib.fb_error(self.handle).decode(errors="replace")
+            else:
+                lanes = self._describe()
+        table = self._check_all(ctrl, wired, "could not exchange a first message", {"lanes": lane_records(lanes)})
+        self.lanes = {rank: check_lanes(table[rank].get("lanes"), rank) for rank in self.pair}
+
+    def _open_worker(self) -> tuple[str, str, int]:
+        self.memory = aligned(2 * self.region + CONTROL_BYTES)
+        self.memory[:] = POISON
+        error = ctypes.create_string_buffer(ERROR_BYTES)
+        timeout_ms = int(min(self.timeout, 2**31 / 1000) * 1000)
+        self.handle = self.lib.fb_open(
+            API_CODES[self.api], int(self.progress == "wait"), self.memory.ctypes.data, self.memory.nbytes,
+            self.region, timeout_ms, error, ERROR_BYTES,
+        )  # fmt: skip
+        if not self.handle:
+            raise UCXUnavailable(open_refusal(error.value.decode(errors="replace"), self.loop.version))
+        out = ctypes.create_string_buffer(max(ADDRESS_BYTES, RKEY_BYTES))
+        length = self.lib.fb_address(self.handle, out, ADDRESS_BYTES)
+        address = out.raw[: max(length, 0)].hex()
+        found_base = ctypes.c_uint64()
+        rkey_length = self.lib.fb_rkey(self.handle, out, RKEY_BYTES, ctypes.byref(found_base))
+        if length < 0 or rkey_length < 0:  # over what the control plane carries: said on every rank alike
+            raise UCXUnavailable(self.lib.fb_error(self.handle).decode(errors="replace"))
+        return address, out.raw[:rkey_length].hex(), found_base.value
+
+    def _connect(self, address: bytes, rkey: bytes, base: int) -> str:
+        """The endpoint to the peer and its rkey unpacked; '' on success, else why."""
+        if self.lib.fb_connect(self.handle, address, len(address)) or self.lib.fb_set_remote(
+            self.handle, rkey, len(rkey), base
+        ):
+            return self.lib.fb_error(self.handle).decode(errors="replace")
+        return ""
+
+    def _check_all(self, ctrl, said: str, what: str, extra: dict | None = None) -> list[dict]:
+        """Every rank's word on a step; a PeerError on every rank where a side of the pair failed it."""
+        table = allgather_json(ctrl, {"said": said[:400], **(extra or {})}, "UCX connection table")
+        for rank in self.pair:
+            failed = table[rank].get("said")
+            if failed:
+                failed = failed if isinstance(failed, str) else "no reason given"
+                raise PeerError(f"the UCX endpoint of rank {rank} {what}: {failed}")
+        return table
+
+    def _describe(self) -> list[Lane]:
+        out = ctypes.create_string_buffer(DESCRIBE_BYTES)
+        self.lib.fb_describe(self.handle, out, DESCRIBE_BYTES)
+        return parse_lanes(out.value.decode(errors="replace"))
+
+    def require_success(self, code: int) -> None:
+        """A C call's return: 0, or -1 with its one line of text (a failed completion is the peer's fault)."""
+        if code:
+            raise PeerError(self.lib.fb_error(self.handle).decode(errors="replace"))
+
+    def two_sided_method(self) -> str:
+        """The API and the lanes rank 0's endpoint sends messages on: ``tag, sysv/memory``."""
+        return f"{self.api}, {used_for(self.lanes.get(0, []), MESSAGE_LANES)}"
+
+    def rma_lanes(self) -> str:
+        """The lanes rank 0's endpoint does RMA on, or the active-message lanes UCP emulates RMA over."""
+        lanes = self.lanes.get(0, [])
+        if any(set(lane.operations) & set(RMA_LANES) for lane in lanes):
+            return used_for(lanes, RMA_LANES)
+        return f"{used_for(lanes, ('am', 'am_bw'))} ({NO_RMA_LANE})"
+
+    def case(self, kernel: Kernel, size: int) -> Case:
+        if size > self.region:
+            raise Unsupported(f"{size} B is more than the {self.region} B registered for this run")
+        if self.window > MAX_WINDOW and kernel.windowed:
+            raise Unsupported(f"a window of {self.window} is over the ucx loop's {MAX_WINDOW}")
+        if kernel.name in RMA_CODES:
+            return RMA(self, kernel, size)
+        if size == 0 and self.api == "stream":
+            raise Unsupported(ZERO_STREAM)
+        if kernel.name == "latency":
+            return PingPong(self, kernel, size)
+        return Stream(self, kernel, size)
+
+    def metadata(self) -> dict:
+        environments = self.environments
+        same = all(env == environments[0] for env in environments)
+        return {
+            "timed_loop": "c loop",
+            "c_loop_library": self.loop.path if self.loop else None,
+            "c_loop_compiler": self.loop.compiler if self.loop else None,
+            "ucx": self.loop.version if self.loop else None,
+            "ucx_found": self.loop.found if self.loop else None,
+            "ucx_library": self.loop.library if self.loop else None,
+            "ucx_apart_from": self.loop.apart_from if self.loop else None,
+            "api": TWO_SIDED[self.api],
+            "rma_calls": RMA_CALLS,
+            "progress": "busy ucp_worker_progress"
+            if self.progress == "spin"
+            else "ucp_worker_arm and a wait on the worker's event descriptor",
+            "peer_rank": self.peer,
+            "window": self.window,
+            "lanes_source": LANES_SOURCE,
+            # each side's endpoint to the other: its lanes as transport/device and what UCP uses each for
+            "lanes_by_rank": {
+                str(rank): [f"{lane.name} ({' '.join(lane.operations) or '-'})" for lane in lanes]
+                for rank, lanes in self.lanes.items()
+            },
+            "transports_by_rank": {str(rank): lanes_summary(lanes) for rank, lanes in self.lanes.items()},
+            "rma_lanes": self.rma_lanes() if self.lanes else None,
+            "ucx_environment": environments[0] if same else {f"rank {r}": env for r, env in enumerate(environments)},
+        }
+
+    def close(self) -> None:
+        if self.handle and self.lib:
+            self.lib.fb_close(self.handle)
+        self.handle = None
+
+    release = close  # closing the endpoint, worker and context is local
