@@ -210,6 +210,24 @@ MIN_MAX_ITERATIONS = (
     ("Max Latency(us)", "lat_rank_max_us"),
     ("Iterations", "iterations", 12, "d"),
 )
+NBC_PREAMBLE = ("# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait", "")
+NBC_VALUES = (
+    ("Overall(us)", "lat_rank_avg_us"),
+    ("Compute(us)", "compute_us"),
+    ("Pure Comm.(us)", "pure_comm_us"),
+    ("Overlap(%)", "overlap_pct"),
+)
+NBC_FULL = (
+    ("Overall(us)", "lat_rank_avg_us"),
+    ("Compute(us)", "compute_us"),
+    ("Coll. Init(us)", "init_us"),
+    ("MPI_Test(us)", "test_us"),
+    ("MPI_Wait(us)", "wait_us"),
+    ("Pure Comm.(us)", "pure_comm_us"),
+    ("Min Comm.(us)", "pure_comm_min_us"),
+    ("Max Comm.(us)", "pure_comm_max_us"),
+    ("Overlap(%)", "overlap_pct"),
+)
 OSU_LAYOUTS = {
     "pt2pt-latency": Layout((DATATYPE,), (("Avg Latency(us)", "lat_mean_us"),)),
     "pt2pt-bandwidth": Layout((DATATYPE,), (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
@@ -222,6 +240,9 @@ OSU_LAYOUTS = {
     "collective-no-size": Layout((), AVERAGE, size=False, full=AVERAGE + MIN_MAX_ITERATIONS),
     "one-sided-latency": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),)),
     "one-sided-bandwidth": Layout(ONE_SIDED, (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
+    # osu_i*: print_preamble_nbc's line and a blank one, print_only_header_nbc's and print_stats_nbc's columns
+    "nonblocking": Layout((*NBC_PREAMBLE, DATATYPE), NBC_VALUES, full=NBC_FULL),
+    "nonblocking-no-size": Layout(NBC_PREAMBLE, NBC_VALUES, size=False, full=NBC_FULL, first_width=13),
 }
 # Each program's layout and its BENCHMARK string (the title, "%s" standing for "-CUDA" and the like).
 LAYOUT_OF = {
@@ -241,6 +262,23 @@ LAYOUT_OF = {
     "osu_get_latency": ("one-sided-latency", "OSU MPI_Get%s Latency Test"),
     "osu_put_bw": ("one-sided-bandwidth", "OSU MPI_Put%s Bandwidth Test"),
     "osu_get_bw": ("one-sided-bandwidth", "OSU MPI_Get%s Bandwidth Test"),
+    "osu_neighbor_allgather": ("collective", "OSU MPI%s Neighborhood Allgather Latency Test"),
+    "osu_neighbor_allgatherv": ("collective", "OSU MPI%s Neighborhood Allgatherv Latency Test"),
+    "osu_neighbor_alltoall": ("collective", "OSU MPI%s Neighborhood All-to-All Latency Test"),
+    "osu_neighbor_alltoallv": ("collective", "OSU MPI%s Neighborhood All-to-Allv Latency Test"),
+    "osu_neighbor_alltoallw": ("collective", "OSU MPI%s Neighborhood All-to-Allw Latency Test"),
+    "osu_iallreduce": ("nonblocking", "OSU MPI%s Non-blocking Allreduce Latency Test"),
+    "osu_iallgather": ("nonblocking", "OSU MPI%s Non-blocking Allgather Latency Test"),
+    "osu_ialltoall": ("nonblocking", "OSU MPI%s Non-blocking All-to-All Personalized Exchange Latency Test"),
+    "osu_ibcast": ("nonblocking", "OSU MPI%s Non-blocking Broadcast Latency Test"),
+    "osu_ireduce": ("nonblocking", "OSU MPI%s Non-blocking Reduce Latency Test"),
+    "osu_ireduce_scatter": ("nonblocking", "OSU MPI%s Non-blocking Reduce_scatter Latency Test"),
+    "osu_ibarrier": ("nonblocking-no-size", "OSU MPI%s Non-blocking Barrier Latency Test"),
+    "osu_ineighbor_allgather": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood Allgather Latency Test"),
+    "osu_ineighbor_allgatherv": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood Allgatherv Latency Test"),
+    "osu_ineighbor_alltoall": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-All Latency Test"),
+    "osu_ineighbor_alltoallv": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-Allv Latency Test"),
+    "osu_ineighbor_alltoallw": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-Allw Latency Test"),
 }
 # The command lines each shim's layout is checked under: those its program takes and fabricbench honours.
 OPTION_SETS = ("", "-c", "-f", "-z", "-z50,99", "-z 50,99", "-f -c -z", "-T mpi_int", "-T mpi_float -c -z90", "-m 8")
@@ -249,6 +287,13 @@ OPTION_SETS += ("-R 0", "-R 0 -c")
 FIGURES = {"lat_mean_us": 1.25, "lat_rank_avg_us": 2.5, "lat_rank_min_us": 2.25, "lat_rank_max_us": 2.75}
 FIGURES |= {"bw_MBps": 1234.5, "msgrate_per_s": 98765.25, "lat_p50_us": 3.5, "lat_p90_us": 4.5, "lat_p99_us": 5.5}
 FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_MBps": 1300.25, "iterations": 1000}
+FIGURES |= {"compute_us": 1.75, "pure_comm_us": 2.125, "pure_comm_min_us": 2.0, "pure_comm_max_us": 2.375}
+FIGURES |= {"init_us": 0.25, "test_us": 0.125, "wait_us": 0.625, "overlap_pct": 37.5}
+
+
+def _method_options(bench) -> dict:
+    """The plan's transport_options a shim's run has: mpi's --method where it names one (osu_i*: nonblocking)."""
+    return {"mpi": {"method": bench.method}} if bench.method else {}
 
 
 def _layout_cases() -> list[tuple[str, str]]:
@@ -311,7 +356,7 @@ def test_every_shims_layout_is_osus_printf_layout(name, line):
 
     percentiles = tuple(float(p) for p in after("--osu-percentiles").split(",") if p)
     columns = osu_text.Columns("-c" in argv, "--osu-full" in argv, percentiles, after("--osu-datatype"))
-    columns = replace(columns, rate="--osu-no-rate" not in argv)
+    columns = replace(columns, rate="--osu-no-rate" not in argv, transport_options=_method_options(bench))
     kernel = get_kernel(bench.kernel).with_datatype(columns.datatype)
     osu_text.check_columns(kernel, columns, bench.transport)  # what the run's plan checks: nothing refused
     lines = osu_text.header(bench.transport, bench.kernel, 64, 1, columns).splitlines()
@@ -404,7 +449,8 @@ def _data(stdout: str) -> list[list[str]]:
 
 
 def _data_lines(stdout: str) -> list[str]:
-    return [line for line in stdout.splitlines() if not line.startswith("#")]
+    """The lines that hold figures: not comments, nor the blank line of a non-blocking program's preamble."""
+    return [line for line in stdout.splitlines() if line and not line.startswith("#")]
 
 
 def test_shim_latency_as_reframe_runs_it_prints_osus_layout_from_1_byte(shims, tmp_path):
@@ -609,7 +655,9 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
     run, folder = osu(shims, tmp_path, name, "-m", "1:8", "-x", "1", "-i", "5", ranks=ranks)
     assert run.returncode == 0, run.stderr
     layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
-    columns = osu_text.Columns(datatype=osu_shims.osu_datatype(bench, {}) or "")
+    columns = osu_text.Columns(
+        datatype=osu_shims.osu_datatype(bench, {}) or "", transport_options=_method_options(bench)
+    )
     expected_head, _ = _osu_prints(name, {}, columns, kernel.with_datatype(columns.datatype).osu_datatype)
     expected_head = [line.replace("pairs: 1 ]", f"pairs: {ranks // 2} ]") for line in expected_head]
     lines = run.stdout.splitlines()
@@ -625,7 +673,8 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
             rebuilt += "".join(printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, float(f)) for f in fields[1:])
             assert int(fields[0]) == row.size_B
         else:
-            rebuilt = printf("%*.*f", 17, FLOAT_PRECISION, float(fields[0]))
+            rebuilt = printf("%*.*f", layout.first_width, FLOAT_PRECISION, float(fields[0]))
+            rebuilt += "".join(printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, float(f)) for f in fields[1:])
         assert line == rebuilt  # OSU's widths, whatever the figures
         figures = fields[1:] if layout.size else fields
         assert len(figures) == len(layout.values)
