@@ -3,17 +3,21 @@
 Run it alone, on one machine with nothing else busy (it starts its own ranks, two of them, or four):
 
     python benchmarks/mpi_overhead.py [--reps N] [--quick] [--seed S] [--thread-multiple] [--python VENV/bin/python]
-                                      [--ranks 2|4]
+                                      [--ranks 2|4] [--kernels K,K]
+
+--kernels K,K runs only those kernels (the groups that hold them) and judges only their targets.
 
 --python runs everything on another venv's MPI (its mpi4py, mpiexec and wrapper), e.g. one with PyPI's
 Open MPI wheel; as root the script sets the variables Open MPI then asks for.
 
 The reference is osu_reference.c, beside this script: OSU Micro-Benchmarks 7.4's loops in plain C (osu_latency,
 osu_bw, osu_bibw, osu_mbw_mr, osu_allreduce, osu_allgather, osu_alltoall, osu_bcast, osu_reduce,
-osu_reduce_scatter, osu_barrier, osu_put_latency, osu_get_latency; its header comment lists every place it departs
-from OSU on purpose), built at start into a temporary directory with -O2 and the very compiler wrapper fabricbench
-builds its own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs fabricbench). It covers
-every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for. Against it:
+osu_reduce_scatter, osu_barrier, osu_put_latency, osu_get_latency, and osu_gather, osu_gatherv, osu_scatter,
+osu_scatterv, osu_allgatherv, osu_alltoallv, osu_alltoallw, osu_reduce_scatter_block; its header comment lists every
+place it departs from OSU on purpose), built at start into a temporary directory with -O2 and the very compiler
+wrapper fabricbench builds its own C loop with (``mpi_cloop.find_wrapper()``, asked of the Python that runs
+fabricbench). It covers every kernel of fabricbench's mpi and mpi-rma transports that OSU 7.4 has a program for.
+Against it:
 - fabricbench ``run -t mpi,mpi-rma --loop c`` with METHOD_ARGS (``--method blocking``): its C loop making OSU's
   own calls (MPI_Send/MPI_Recv ping-pong; W Isend, Waitall and an ack; blocking collectives; lock/flush Put and
   Get), the like-for-like comparison that the targets are for;
@@ -33,8 +37,8 @@ with its default --method (METHOD_ARGS is empty), which is OSU's calls; the outp
 The non-blocking collectives (osu_iallreduce, ..., osu_ibarrier: fabricbench's kernel with --method nonblocking)
 and the neighbourhood collectives on OSU's ring (osu_neighbor_*, osu_ineighbor_*; 3 ranks or more, so --ranks 4
 only) are held against osu_nbc_reference.c, beside this script, in groups of their own: their figure is OSU's
-Overall (or Avg), the mean of the ranks' means, lat_rank_avg_us; targets at most 1.05 at every size. --only
-KERNELS runs those kernels' groups alone (e.g. --only iallreduce,ibarrier,neighbor_alltoall).
+Overall (or Avg), the mean of the ranks' means, lat_rank_avg_us; targets at most 1.05 at every size. --kernels
+KERNELS runs those kernels' groups alone (e.g. --kernels iallreduce,ibarrier,neighbor_alltoall).
 
 --ranks 4 runs every contender on 4 ranks: the point-to-point kernels between rank 0 and rank 2 (fabricbench's
 partner_of, and the C program's), msgrate with 2 pairs (0 to 2, 1 to 3), the collectives on all 4. On a 2-core
@@ -62,7 +66,8 @@ launch's figures and --replay renders the tables from them again.
 
 Targets (fabricbench's C loop over the C program, the median of the kept paired ratios, per mode): latency at
 every size from 0 B to 4 KiB at most 1.03; bw, bibw and msgrate at every size from 1 B to 4 MiB at least 0.97;
-allreduce, allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05;
+allreduce, allgather, alltoall, bcast, reduce and reduce_scatter at every size from 4 B to 1 MiB at most 1.05, and so
+gather, gatherv, scatter, scatterv, allgatherv, alltoallv, alltoallw and reduce_scatter_block;
 barrier at most 1.05; put and get latency (1 B to 4 KiB) at most 1.05. The output names the MPI library, the
 wrapper, the rows' method and the thread levels, then gives a line per kernel and size (the medians, the pairs
 kept, the worst mode's ratio, the modes where there are two) and a line per target (its worst size, how many
@@ -119,7 +124,10 @@ REFERENCE, CONTROL, C_LOOP, PYTHON_LOOP = "C program", "A/A", "C loop", "python 
 LOOPS = {C_LOOP: "c", PYTHON_LOOP: "python"}  # series name: fabricbench's --loop
 # fabricbench's collectives on -t mpi, all of which OSU 7.4 has a program for.
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
-REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")  # float32 elements: sizes from 4 B
+# The rooted collectives and the v-variants (OSU's counts and displacements), and OSU's reduce_scatter_block.
+ROOTED_AND_V = ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw")
+MORE_COLLECTIVES = (*ROOTED_AND_V, "reduce_scatter_block")
+REDUCTIONS = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block")  # float32 elements: sizes from 4 B
 # The smallest size each kernel gives a figure for: a whole float32; put and get (fabricbench's and the C program's)
 # sweep from 1 B, bw, bibw and msgrate too (OSU's sweep).
 MIN_SIZES = {**dict.fromkeys(REDUCTIONS, 4), **dict.fromkeys(("put", "get", "bw", "bibw", "msgrate"), 1)}
@@ -128,6 +136,7 @@ MIN_SIZES |= {f"i{name}": 4 for name in REDUCTIONS}
 # kernel of the name without the "i", run with --method nonblocking; and the neighbourhood collectives, blocking
 # and not. Their figure is OSU's Overall (osu_i*) or Avg, the mean of the ranks' means: lat_rank_avg_us.
 NONBLOCKING = tuple(f"i{name}" for name in COLLECTIVES)
+MORE_NONBLOCKING = tuple(f"i{name}" for name in MORE_COLLECTIVES)
 NEIGHBORS = (
     "neighbor_allgather",
     "neighbor_allgatherv",
@@ -204,9 +213,13 @@ GROUPS = (
     Group("mpi", ("bw", "bibw", "msgrate"), 16 * KiB, 4 * MiB, 10, 2, 10),
     Group("mpi", (*COLLECTIVES, "barrier"), 4, 8 * KiB, 2000, 200, 1000),
     Group("mpi", COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10, 100),
+    Group("mpi", MORE_COLLECTIVES, 4, 8 * KiB, 2000, 200, 1000),
+    Group("mpi", MORE_COLLECTIVES, 16 * KiB, 1 * MiB, 100, 10, 100),
     # osu_i*: two loops an iteration's worth (the pure communication, then with the compute), so half the counts.
     Group("mpi", (*NONBLOCKING, "ibarrier"), 4, 8 * KiB, 1000, 100, 500, "nonblocking", NBC_SOURCE),
     Group("mpi", NONBLOCKING, 16 * KiB, 1 * MiB, 50, 5, 50, "nonblocking", NBC_SOURCE),
+    Group("mpi", MORE_NONBLOCKING, 4, 8 * KiB, 1000, 100, 500, "nonblocking", NBC_SOURCE),
+    Group("mpi", MORE_NONBLOCKING, 16 * KiB, 1 * MiB, 50, 5, 50, "nonblocking", NBC_SOURCE),
     Group("mpi", NEIGHBORS, 1, 8 * KiB, 2000, 200, 1000, "", NBC_SOURCE, NEIGHBOR_MIN_RANKS),
     Group("mpi", INEIGHBORS, 1, 8 * KiB, 1000, 100, 500, "nonblocking", NBC_SOURCE, NEIGHBOR_MIN_RANKS),
 )
@@ -234,9 +247,9 @@ TARGETS = (
     Target("bw 1 B - 4 MiB", "bw", 1, 4 * MiB, 0.97, True),
     Target("bibw 1 B - 4 MiB", "bibw", 1, 4 * MiB, 0.97, True),
     Target("msgrate 1 B - 4 MiB", "msgrate", 1, 4 * MiB, 0.97, True),
-    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in COLLECTIVES),
+    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in COLLECTIVES + MORE_COLLECTIVES),
     Target("barrier", "barrier", 0, 0, 1.05, False),
-    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in NONBLOCKING),
+    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in NONBLOCKING + MORE_NONBLOCKING),
     Target("ibarrier", "ibarrier", 0, 0, 1.05, False),
     *(Target(f"{name} 1 B - 8 KiB", name, 1, 8 * KiB, 1.05, False) for name in NEIGHBORS + INEIGHBORS),
     Target("put 1 B - 4 KiB", "put", 1, 4 * KiB, 1.05, False),
@@ -252,7 +265,8 @@ COLUMNS = {
     "bw": "bw_MBps",
     "bibw": "bw_MBps",
     "msgrate": "msgrate_per_s",
-    **dict.fromkeys((*COLLECTIVES, "barrier", *NONBLOCKING, "ibarrier", *NEIGHBORS, *INEIGHBORS), "lat_rank_avg_us"),
+    **dict.fromkeys((*COLLECTIVES, *MORE_COLLECTIVES, "barrier"), "lat_rank_avg_us"),
+    **dict.fromkeys((*NONBLOCKING, *MORE_NONBLOCKING, "ibarrier", *NEIGHBORS, *INEIGHBORS), "lat_rank_avg_us"),
 }
 PROBE = (
     "import json, mpi4py, platform\nfrom fabricbench.control.mpi import import_mpi\nMPI = import_mpi()\n"
@@ -329,18 +343,14 @@ def build(setup: Setup, directory: Path, source: Path = SOURCE) -> Path:
     return binary
 
 
-def selected(groups, only: str | None, ranks: int, max_size: int | None = None) -> tuple[Group, ...]:
-    """The groups that run: those of ``only``'s kernels (every group without it), each less the kernels not named,
-    none that needs more ranks than ``ranks``, and each up to ``max_size`` bytes (none that starts above it)."""
-    wanted = set(only.split(",")) if only else None
-    if wanted and (unknown := wanted - set(KERNEL_ORDER)):
-        raise SystemExit(f"--only: no kernel {', '.join(sorted(unknown))} here; known: {', '.join(KERNEL_ORDER)}")
+def fitted(groups, ranks: int, max_size: int | None = None) -> tuple[Group, ...]:
+    """The groups that run on ``ranks`` ranks (none that needs more: the neighbourhood's ring), each up to
+    ``max_size`` bytes (none that starts above it)."""
     kept = []
     for group in groups:
-        kernels = tuple(k for k in group.kernels if wanted is None or k in wanted)
         hi = group.hi if max_size is None else min(group.hi, max_size)
-        if kernels and ranks >= group.min_ranks and group.lo <= hi:
-            kept.append(replace(group, kernels=kernels, hi=hi))
+        if ranks >= group.min_ranks and group.lo <= hi:
+            kept.append(replace(group, hi=hi))
     return tuple(kept)
 
 
@@ -496,10 +506,11 @@ def target_table(series: dict, references: dict) -> bool:
         "verdict at the worst size; sizes"
     )
     ok = True
-    for target in TARGETS:
+    measured = {kernel for kernel, _ in series}
+    for target in (t for t in TARGETS if t.kernel in measured):  # --kernels: the targets of the kernels run
         sizes = sorted(s for (k, s) in series if k == target.kernel and target.lo <= s <= target.hi)
         if not any(k == target.kernel for (k, _) in series):
-            continue  # a kernel this run left out (--only, or a ring below 3 ranks)
+            continue  # a kernel this run left out (--kernels, or a ring below 3 ranks)
         judged = {s: Figure.of(series[(target.kernel, s)], references[(target.kernel, s)], target) for s in sizes}
         resolved = {s: f for s, f in judged.items() if f.worst}
         met = sum(not missed(f.verdict) for f in resolved.values())
@@ -588,6 +599,17 @@ def load_record(path: Path) -> tuple[list[str], dict, dict]:
     return [*record["header"], f"# replayed from {path}"], series, references
 
 
+def only_kernels(parser, groups: tuple[Group, ...], kernels: str | None) -> tuple[Group, ...]:
+    """--kernels: each group cut to the kernels named (a group left with none is dropped); every group without it."""
+    if kernels is None:
+        return groups
+    wanted = set(kernels.split(","))
+    if unknown := wanted - set(KERNEL_ORDER):
+        parser.error(f"--kernels: no such kernel here: {', '.join(sorted(unknown))} (known: {', '.join(KERNEL_ORDER)})")
+    cut = (replace(g, kernels=tuple(k for k in g.kernels if k in wanted)) for g in groups)
+    return tuple(g for g in cut if g.kernels)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, help=f"repetitions (default {DEFAULT_REPS}; --quick: {MIN_REPS})")
@@ -620,9 +642,8 @@ def main() -> int:
         "--python-loop", action="store_true", help="run fabricbench's --loop python too (two launches more a group)"
     )
     parser.add_argument(
-        "--only",
-        help="a comma list of the kernels to run (their groups, less the others), as named here: e.g. "
-        "iallreduce,ibarrier,neighbor_alltoall; default: every kernel",
+        "--kernels",
+        help="only these kernels (a comma list, e.g. gather,alltoallw): the groups that hold them, and their targets",
     )
     parser.add_argument(
         "--max-size", type=int, help="the largest size of every group, in bytes (default: each group's own)"
@@ -638,7 +659,7 @@ def main() -> int:
     args = parser.parse_args()
     reps = args.reps or (MIN_REPS if args.quick else DEFAULT_REPS)
     check_reps(parser, reps)
-    chosen = selected(GROUPS, args.only, args.ranks, args.max_size)
+    chosen = fitted(only_kernels(parser, GROUPS, args.kernels), args.ranks, args.max_size)
     groups = tuple(scaled(g, args.ranks, args.quick) for g in chosen)
     if args.agree < 1:
         parser.error("--agree is a factor of at least 1")

@@ -9,7 +9,9 @@
  * Output: "# library ...", "# thread level ...", then "KERNEL SIZE VALUE" a line (rank 0), VALUE in us.
  *
  * Kernels:
- *   iallreduce, iallgather, ialltoall, ibcast, ireduce, ireduce_scatter, ibarrier, ineighbor_allgather,
+ *   iallreduce, iallgather, ialltoall, ibcast, ireduce, ireduce_scatter, ibarrier, igather, igatherv, iscatter,
+ *   iscatterv, iallgatherv, ialltoallv, ialltoallw (SIZE a rank's block, at r * SIZE, as fabricbench's),
+ *   ireduce_scatter_block (SIZE the float32 vector, SIZE/4/N floats a block, OSU's portion), ineighbor_allgather,
  *   ineighbor_allgatherv, ineighbor_alltoall, ineighbor_alltoallv, ineighbor_alltoallw
  *              osu_i*. Two loops of WARMUP + ITERATIONS. First the pure communication: MPI_Wtime, start, MPI_Wait,
  *              MPI_Wtime, an untimed barrier (none for ibarrier); its mean after the warm-up on this rank is the
@@ -46,6 +48,9 @@ typedef struct {
     int counts[2], displs[2];       /* the v and w forms: a block per neighbour */
     MPI_Aint bytes[2];
     MPI_Datatype types[2];
+    int *vcounts, *vdispls;         /* the v-variants (igatherv, iscatterv, iallgatherv, ialltoallv, ialltoallw): */
+    int *vbytes;                    /* a block per rank, SIZE bytes at r * SIZE, as fabricbench's */
+    MPI_Datatype *vtypes;
 } Context;
 
 static float mat[DIM][DIM], vec[DIM];
@@ -93,7 +98,8 @@ static double ranks_mean(const Context *c, double mine) {
 }
 
 static int reduction(const char *kernel) {
-    return !strcmp(kernel, "allreduce") || !strcmp(kernel, "reduce") || !strcmp(kernel, "reduce_scatter");
+    return !strcmp(kernel, "allreduce") || !strcmp(kernel, "reduce") || !strcmp(kernel, "reduce_scatter") ||
+           !strcmp(kernel, "reduce_scatter_block");
 }
 
 /* The v and w forms' arrays for `count` elements of `type` a block. */
@@ -106,11 +112,36 @@ static void set_blocks(Context *c, int count, MPI_Datatype type) {
     }
 }
 
+/* The v-variants' arrays for SIZE bytes a rank's block. */
+static void set_layout(Context *c, int size) {
+    for (int r = 0; r < c->ranks; r++) {
+        c->vcounts[r] = size, c->vdispls[r] = r * size, c->vbytes[r] = r * size, c->vtypes[r] = MPI_CHAR;
+    }
+}
+
 /* Starts the non-blocking collective `op` (its name without the "i"). */
 static void start(Context *c, const char *op, int size, MPI_Request *request) {
     int floats = size / (int)sizeof(float);
     float *fs = (float *)c->send, *fr = (float *)c->recv;
-    if (!strcmp(op, "allreduce"))
+    if (!strcmp(op, "gather"))
+        MPI_Igather(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, 0, MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "gatherv"))
+        MPI_Igatherv(c->send, size, MPI_CHAR, c->recv, c->vcounts, c->vdispls, MPI_CHAR, 0, MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "scatter"))
+        MPI_Iscatter(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, 0, MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "scatterv"))
+        MPI_Iscatterv(c->send, c->vcounts, c->vdispls, MPI_CHAR, c->recv, size, MPI_CHAR, 0, MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "allgatherv"))
+        MPI_Iallgatherv(c->send, size, MPI_CHAR, c->recv, c->vcounts, c->vdispls, MPI_CHAR, MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "alltoallv"))
+        MPI_Ialltoallv(c->send, c->vcounts, c->vdispls, MPI_CHAR, c->recv, c->vcounts, c->vdispls, MPI_CHAR,
+                       MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "alltoallw"))
+        MPI_Ialltoallw(c->send, c->vcounts, c->vbytes, c->vtypes, c->recv, c->vcounts, c->vbytes, c->vtypes,
+                       MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "reduce_scatter_block")) /* SIZE is the vector: SIZE/4/N floats a block, OSU's portion */
+        MPI_Ireduce_scatter_block(fs, fr, floats / c->ranks, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, request);
+    else if (!strcmp(op, "allreduce"))
         MPI_Iallreduce(fs, fr, floats, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, request);
     else if (!strcmp(op, "reduce"))
         MPI_Ireduce(fs, fr, floats, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD, request);
@@ -201,7 +232,9 @@ static const char *KERNELS[] = {
     "ireduce",             "ireduce_scatter",     "ibarrier",           "neighbor_allgather",
     "neighbor_allgatherv", "neighbor_alltoall",   "neighbor_alltoallv", "neighbor_alltoallw",
     "ineighbor_allgather", "ineighbor_allgatherv", "ineighbor_alltoall", "ineighbor_alltoallv",
-    "ineighbor_alltoallw"};
+    "ineighbor_alltoallw", "igather",          "igatherv",           "iscatter",
+    "iscatterv",           "iallgatherv",         "ialltoallv",         "ialltoallw",
+    "ireduce_scatter_block"};
 
 static int known(const char *kernel) {
     for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
@@ -241,6 +274,7 @@ static int run_group(Context *c, char *kernels, const char *sizes, const char *i
         for (long size = barrier ? 0 : lo; size <= (barrier ? 0 : hi); size = size ? size * 2 : 1) {
             if (reduction(op) && (size < (long)sizeof(float) || size % (long)sizeof(float))) continue;
             set_blocks(c, (int)size, MPI_CHAR);
+            set_layout(c, (int)size);
             double value = is_nonblocking ? nonblocking(c, op, (int)size) : blocking_neighbor(c, op, (int)size);
             if (c->rank == 0) {
                 printf("%s %ld %.6f\n", kernel, size, value);
@@ -269,6 +303,8 @@ int main(int argc, char **argv) {
         vec[r] = (float)r;
         for (int col = 0; col < DIM; col++) mat[r][col] = (float)(r + col) / DIM;
     }
+    c.vcounts = malloc(c.ranks * sizeof(int)), c.vdispls = malloc(c.ranks * sizeof(int));
+    c.vbytes = malloc(c.ranks * sizeof(int)), c.vtypes = malloc(c.ranks * sizeof(MPI_Datatype));
     c.graph = MPI_COMM_NULL;
     if (c.ranks >= 3) {
         int around[2] = {(c.rank + c.ranks - 1) % c.ranks, (c.rank + 1) % c.ranks}, weights[2] = {1, 1};

@@ -29,6 +29,15 @@
  *              then per iteration: MPI_Wtime, the operation, MPI_Wtime, an untimed barrier; each rank's mean over
  *              the iterations after the warm-up, then the mean of the ranks' means (OSU reduces SUM and divides by
  *              the rank count: its Avg column); us.                                  fabricbench: lat_rank_avg_us
+ *   gather, gatherv, scatter, scatterv, allgatherv, alltoallv, alltoallw
+ *              osu_gather, osu_gatherv, osu_scatter, osu_scatterv, osu_allgatherv, osu_alltoallv, osu_alltoallw:
+ *              the same loop, SIZE bytes (MPI_CHAR) a rank's block, root 0; the v-variants with OSU's counts (SIZE
+ *              from every rank) and displacements (rank r's block at r x SIZE; osu_alltoallw's in bytes, MPI_CHAR
+ *              for every block), set before the size's first iteration.            fabricbench: lat_rank_avg_us
+ *   reduce_scatter_block
+ *              osu_reduce_scatter_block: the same loop; SIZE is the float32 vector, and the call is
+ *              MPI_Reduce_scatter_block with SIZE/4/N floats a block (OSU's portion), as fabricbench's
+ *              reduce_scatter_block.                                                fabricbench: lat_rank_avg_us
  *   barrier    osu_barrier. Per iteration: MPI_Wtime, MPI_Barrier, MPI_Wtime, and nothing else (no second barrier);
  *              the ranks' means averaged as above; us. It runs once per group, at size 0, whatever MIN:MAX says,
  *              as fabricbench's barrier has one row, size_B 0.                         fabricbench: lat_rank_avg_us
@@ -42,7 +51,8 @@
  *   (measure.kernels.partner_of); OSU's run between ranks 0 and 1 and want exactly 2 ranks. At 2 ranks that is the
  *   same pair; at 4 the other ranks wait in the size's barrier (and, for put and get, take part in the window's
  *   collective allocation and free).
- * - allreduce, reduce and reduce_scatter sum float32 elements (MPI_FLOAT), fabricbench's default element
+ * - allreduce, reduce, reduce_scatter and reduce_scatter_block sum float32 elements (MPI_FLOAT), fabricbench's
+ *   default element
  *   (collectives.spec.FLOAT32); OSU's default is MPI_CHAR (-T picks another). Their sizes start at 4 B, a whole
  *   float32; a size that is no multiple of 4 is not run.
  * - reduce_scatter: SIZE is each rank's block, as fabricbench's size_B is, and the call is
@@ -195,6 +205,15 @@ static double msgrate(const Context *c, int size) {
 static double collective(const Context *c, const char *kernel, int size) {
     double total = 0.0;
     int floats = size / (int)sizeof(float), barrier = !strcmp(kernel, "barrier");
+    int *counts = malloc(c->ranks * sizeof *counts), *displs = malloc(c->ranks * sizeof *displs);
+    int *bytes = malloc(c->ranks * sizeof *bytes);
+    MPI_Datatype *types = malloc(c->ranks * sizeof *types);
+    if (!counts || !displs || !bytes || !types) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (int r = 0; r < c->ranks; r++) { /* OSU's v-variants: SIZE from every rank, rank r's block at r x SIZE */
+        counts[r] = size;
+        displs[r] = bytes[r] = r * size; /* MPI_CHAR: elements are bytes */
+        types[r] = MPI_CHAR;
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     for (long i = 0; i < c->warmup + c->iterations; i++) {
         double start = MPI_Wtime();
@@ -210,12 +229,32 @@ static double collective(const Context *c, const char *kernel, int size) {
             MPI_Alltoall(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, MPI_COMM_WORLD);
         else if (!strcmp(kernel, "allgather"))
             MPI_Allgather(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "gather"))
+            MPI_Gather(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, 0, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "gatherv"))
+            MPI_Gatherv(c->send, size, MPI_CHAR, c->recv, counts, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "scatter"))
+            MPI_Scatter(c->send, size, MPI_CHAR, c->recv, size, MPI_CHAR, 0, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "scatterv"))
+            MPI_Scatterv(c->send, counts, displs, MPI_CHAR, c->recv, size, MPI_CHAR, 0, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "allgatherv"))
+            MPI_Allgatherv(c->send, size, MPI_CHAR, c->recv, counts, displs, MPI_CHAR, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "alltoallv"))
+            MPI_Alltoallv(c->send, counts, displs, MPI_CHAR, c->recv, counts, displs, MPI_CHAR, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "alltoallw"))
+            MPI_Alltoallw(c->send, counts, bytes, types, c->recv, counts, bytes, types, MPI_COMM_WORLD);
+        else if (!strcmp(kernel, "reduce_scatter_block"))
+            MPI_Reduce_scatter_block(c->fsend, c->frecv, floats / c->ranks, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else
             MPI_Barrier(MPI_COMM_WORLD);
         double stop = MPI_Wtime();
         if (i >= c->warmup) total += stop - start;
         if (!barrier) MPI_Barrier(MPI_COMM_WORLD);
     }
+    free(counts);
+    free(displs);
+    free(bytes);
+    free(types);
     return ranks_mean(c, total * 1e6 / c->iterations);
 }
 
@@ -248,7 +287,9 @@ static double one_sided(const Context *c, int size, int put) {
 }
 
 static const char *KERNELS[] = {"latency", "bw",     "bibw",           "msgrate", "allreduce", "allgather", "alltoall",
-                                "bcast",   "reduce", "reduce_scatter", "barrier", "put",       "get"};
+                                "bcast",   "reduce", "reduce_scatter", "barrier", "put",       "get",
+                                "gather",  "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw",
+                                "reduce_scatter_block"};
 
 static int known(const char *kernel) {
     for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
@@ -257,7 +298,8 @@ static int known(const char *kernel) {
 }
 
 static int reduction(const char *kernel) {
-    return !strcmp(kernel, "allreduce") || !strcmp(kernel, "reduce") || !strcmp(kernel, "reduce_scatter");
+    return !strcmp(kernel, "allreduce") || !strcmp(kernel, "reduce") || !strcmp(kernel, "reduce_scatter") ||
+           !strcmp(kernel, "reduce_scatter_block");
 }
 
 /* One kernel at one size: its figure (on rank 0), or 0 and *skip set for a size it does not run. */

@@ -17,6 +17,8 @@ from support import MPIEXEC, PYTHON, REPO, clean_env, fabricbench, read_rows
 
 NEIGHBOR = sorted(neighbor.NAMES)
 NONBLOCKING = ["allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter", "barrier", *NEIGHBOR]
+NONBLOCKING += ["gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw"]
+NONBLOCKING += ["reduce_scatter_block"]
 # A few sizes (4 B is a float reduction's first), few iterations: the loops and the checks, not the numbers.
 QUICK = ["-m", "4:16", "-i", "8", "-x", "2", "-c", "--loop", "c", "--format", "none"]
 

@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from fabricbench.collectives import neighbor
 from fabricbench.transports import transport_class
 from support import BIN, REPO, clean_env, fabricbench, read_rows
@@ -108,3 +110,26 @@ def test_the_c_loop_builds_and_runs_under_pypis_open_mpi(open_mpi_venv, tmp_path
     assert loop["c_loop_wrapper"].startswith(str(open_mpi_venv)) and "Open MPI" in loop["c_loop_built_against"]
     assert json.loads((out / "metadata.json").read_text())["transports"]["mpi"]["timed_loop"] == "c loop"
     assert os.path.exists(loop["c_loop_library"])
+
+
+# The rooted and v-variant collectives (tests/test_mpi_rooted_collectives.py runs them on MPICH).
+ROOTED_AND_V = ["gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw"]
+
+
+@pytest.mark.parametrize(("ranks", "method"), [(2, "blocking"), (4, "blocking"), (4, "persistent")])
+def test_the_rooted_and_v_collectives_validate_under_pypis_open_mpi(open_mpi_venv, tmp_path, ranks, method):
+    """Open MPI 5 reports MPI 3.1 but has MPI-4's persistent collectives: the C loop makes them there too."""
+    out = tmp_path / "run"
+    kernels = ",".join([*ROOTED_AND_V, "reduce_scatter_block", "allreduce"])
+    env = clean_env({"PYTHONPATH": str(REPO / "src"), "FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")})
+    result = subprocess.run(
+        [str(open_mpi_venv / "bin" / "python"), "-m", "fabricbench", "run", "-t", "mpi", "-k", kernels,
+         "--np", str(ranks), "--loop", "c", "--method", method, "--out", str(out), *QUICK[:6], "-c",
+         "--format", "none"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows, meta = _measured(out)
+    assert "Open MPI" in meta["mpi_library_version"]
+    assert set(rows.kernel) == {*ROOTED_AND_V, "reduce_scatter_block", "allreduce"} and (rows.ranks == ranks).all()
+    assert (rows.validation == "pass").all() and (rows.method == f"c loop, {method}").all()

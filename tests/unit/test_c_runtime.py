@@ -89,6 +89,8 @@ def test_the_python_codes_are_the_headers_each_loop_includes():
         assert loop.CODES.name == codes and f'#include "{codes}"' in loop.SOURCE.read_text()
     assert mpi_cloop.C_OPS == {
         "allreduce": 0, "allgather": 1, "alltoall": 2, "bcast": 3, "reduce": 4, "reduce_scatter": 5, "barrier": 6,
+        "gather": 20, "gatherv": 21, "scatter": 22, "scatterv": 23, "allgatherv": 24, "alltoallv": 25,
+        "alltoallw": 26, "reduce_scatter_block": 27,
         "neighbor_allgather": 40, "neighbor_allgatherv": 41, "neighbor_alltoall": 42, "neighbor_alltoallv": 43,
         "neighbor_alltoallw": 44,
     }  # fmt: skip

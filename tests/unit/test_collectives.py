@@ -11,11 +11,11 @@ import pytest
 from fabricbench.buffers import EMPTY, POISON
 from fabricbench.collectives import COLLECTIVES as EVERY_COLLECTIVE
 from fabricbench.collectives import neighbor
-from fabricbench.collectives.spec import ROOT
+from fabricbench.collectives.spec import ROOT, uniform_layout
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.plan import kernel_sizes
 from fabricbench.measure.rows import measured_row
-from fabricbench.report.osu import header
+from fabricbench.report.osu import Columns, header
 from fabricbench.transports import TRANSPORTS, transport_class
 
 # Every collective on all ranks; the neighbourhood ones, on OSU's ring, have their own checks
@@ -37,6 +37,13 @@ def _block(buf: np.ndarray, index: int, size: int) -> np.ndarray:
     return buf.view(np.uint8)[index * size : (index + 1) * size]
 
 
+def _osu_block_sum(sends: list[np.ndarray], rank: int, size: int) -> np.ndarray:
+    """osu_reduce_scatter_block: S is the vector; rank r keeps block r of S/e/n elements (rounded down) of the sum
+    of every rank's first n blocks."""
+    count = sends[0].size // len(sends)
+    return _block(_sum([send[: count * len(sends)] for send in sends]), rank, count * sends[0].itemsize)
+
+
 # What rank ``rank`` holds after the operation, computed from every rank's send buffer; S is bytes per block.
 SIMULATED = {
     "allreduce": lambda sends, rank, size: _sum(sends),
@@ -46,6 +53,14 @@ SIMULATED = {
     "alltoall": lambda sends, rank, size: np.concatenate([_block(send, rank, size) for send in sends]),
     "bcast": lambda sends, rank, size: EMPTY if rank == ROOT else sends[ROOT],
     "barrier": lambda sends, rank, size: EMPTY,
+    "gather": lambda sends, rank, size: np.concatenate(sends) if rank == ROOT else EMPTY,
+    "gatherv": lambda sends, rank, size: np.concatenate(sends) if rank == ROOT else EMPTY,
+    "scatter": lambda sends, rank, size: _block(sends[ROOT], rank, size),
+    "scatterv": lambda sends, rank, size: _block(sends[ROOT], rank, size),
+    "allgatherv": lambda sends, rank, size: np.concatenate(sends),
+    "alltoallv": lambda sends, rank, size: np.concatenate([_block(send, rank, size) for send in sends]),
+    "alltoallw": lambda sends, rank, size: np.concatenate([_block(send, rank, size) for send in sends]),
+    "reduce_scatter_block": _osu_block_sum,
 }
 # nccl-tests' bus-bandwidth factors and algbw byte counts (S bytes per rank's buffer, n ranks).
 NCCL_BUS_FACTOR = {
@@ -55,6 +70,10 @@ NCCL_BUS_FACTOR = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "bcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
+    **dict.fromkeys(
+        ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw", "reduce_scatter_block"),
+        lambda n: (n - 1) / n,
+    ),
 }
 NCCL_ALGBW_BYTES = {
     "allreduce": lambda size, n: size,
@@ -63,7 +82,14 @@ NCCL_ALGBW_BYTES = {
     "reduce_scatter": lambda size, n: size * n,
     "bcast": lambda size, n: size,
     "reduce": lambda size, n: size,
+    **dict.fromkeys(
+        ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw"), lambda size, n: size * n
+    ),
+    # nccl-tests' reduce_scatter counts the summed vector: n blocks of S/4/n float32 elements (rounded down)
+    "reduce_scatter_block": lambda size, n: size // 4 // n * n * 4,
 }
+# The elements each rank's block holds (MPI's count), from S bytes, n ranks and the element's size.
+COUNTS = {"reduce_scatter_block": lambda size, n, elem: size // elem // n}
 # (element bytes, OSU's datatype line, OSU's min and max size)
 OSU = {
     "allreduce": (4, "MPI_FLOAT", 4, 1 << 20),
@@ -73,6 +99,11 @@ OSU = {
     "alltoall": (1, "MPI_CHAR", 1, 1 << 20),
     "bcast": (1, "MPI_CHAR", 1, 1 << 20),
     "barrier": (1, "", 0, 0),
+    **dict.fromkeys(
+        ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw"),
+        (1, "MPI_CHAR", 1, 1 << 20),
+    ),
+    "reduce_scatter_block": (4, "MPI_FLOAT", 4, 1 << 20),
 }
 
 
@@ -96,7 +127,7 @@ def test_expected_result_is_the_collective_of_every_ranks_send_buffer(name, rank
             # Nothing has arrived yet: what validation reads is as long as the result, and all poison.
             assert bufs.received.dtype == np.uint8 and bufs.received.size == want.size
             assert (bufs.received == POISON).all()
-            assert bufs.count * spec.elem_bytes == size
+            assert bufs.count == COUNTS.get(name, lambda s, n, e: s // e)(size, ranks, spec.elem_bytes)
 
 
 @pytest.mark.parametrize("name", NCCL_BUS_FACTOR)
@@ -105,7 +136,7 @@ def test_bandwidth_formulas_are_nccl_tests(name):
     for ranks in range(2, 9):
         assert spec.bus_factor(ranks) == pytest.approx(NCCL_BUS_FACTOR[name](ranks))
         assert kernel.busbw_factor(ranks) == pytest.approx(NCCL_BUS_FACTOR[name](ranks))
-        for size in (4, 4096, 1 << 20):
+        for size in (4, 12, 4096, 1 << 20):
             assert spec.algbw_bytes(size, ranks) == NCCL_ALGBW_BYTES[name](size, ranks)
 
 
@@ -158,7 +189,7 @@ REDUCTIONS = [name for name, spec in COLLECTIVES.items() if spec.elements]
 
 
 def test_the_reductions_take_osus_minus_T_types_and_the_rest_move_bytes():
-    assert REDUCTIONS == ["allreduce", "reduce", "reduce_scatter"]
+    assert REDUCTIONS == ["allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"]
     for name in REDUCTIONS:
         assert get_kernel(name).osu_datatypes == ("MPI_CHAR", "MPI_INT", "MPI_FLOAT")
     # The others move bytes, and so the bytes of any type OSU's -T names; a barrier moves none.
@@ -195,8 +226,82 @@ def test_each_types_expected_result_is_the_sum_the_mpi_library_computes(name, ra
                 bufs = spec.buffers(size, ranks, rank)
                 want = SIMULATED[name](sends, rank, size)
                 assert np.array_equal(bufs.expected().view(np.uint8), want), (element, size, rank)
-                assert bufs.count * element.size == size and (bufs.received == POISON).all()
+                count = COUNTS.get(name, lambda s, n, e: s // e)(size, ranks, element.size)
+                assert bufs.count == count and (bufs.received == POISON).all()
     wrapped = COLLECTIVES[name].with_element(COLLECTIVES[name].elements[0])  # MPI_CHAR
-    if name != "reduce_scatter" and ranks == 200:
+    if name in ("allreduce", "reduce") and ranks == 200:
         # element 0 holds 1 + r on rank r: the sum 200 + 200*199/2 = 20100, stored as a char, 20100 mod 256
         assert wrapped.buffers(1, ranks, ROOT).expected()[0] == (200 + 200 * 199 // 2) % 256 == 132
+
+
+@pytest.mark.parametrize("ranks", (2, 3, 4))
+def test_the_v_variants_take_osus_counts_and_displacements(ranks):
+    # osu_gatherv, osu_scatterv, osu_allgatherv, osu_alltoallv: every block `count` elements, block r at r·count
+    assert uniform_layout(5, ranks) == ([5] * ranks, [5 * r for r in range(ranks)])
+    assert uniform_layout(0, ranks) == ([0] * ranks, [0] * ranks)
+    # and so each v-variant moves exactly its plain form's buffers
+    for plain, variants in (("gather", ("gatherv",)), ("scatter", ("scatterv",)), ("allgather", ("allgatherv",))):
+        for name in variants:
+            mine, theirs = COLLECTIVES[name].buffers(12, ranks, 0), COLLECTIVES[plain].buffers(12, ranks, 0)
+            assert np.array_equal(mine.send, theirs.send) and mine.recv.size == theirs.recv.size
+    for name in ("alltoallv", "alltoallw"):
+        assert np.array_equal(
+            COLLECTIVES[name].buffers(12, ranks, 1).send, COLLECTIVES["alltoall"].buffers(12, ranks, 1).send
+        )
+
+
+def test_osus_reduce_scatter_block_splits_the_vector_and_counts_what_is_summed():
+    spec = COLLECTIVES["reduce_scatter_block"]
+    # 1 KiB of float32 on 3 ranks: 256 elements, 85 each, 255 summed; the vector is sent whole
+    bufs = spec.buffers(1024, 3, 2)
+    assert bufs.count == 85 and bufs.send.nbytes == 1024 and bufs.received.nbytes == 85 * 4
+    assert spec.algbw_bytes(1024, 3) == 255 * 4
+    # fewer elements than ranks: nothing to keep, nothing summed (OSU's portion 0), so no bandwidth
+    assert spec.buffers(4, 2, 0).count == 0 and spec.algbw_bytes(4, 2) == 0
+    # with -T MPI_CHAR the count is of bytes: 1 KiB on 3 ranks keeps 341 each
+    chars = spec.with_element(spec.elements[0])
+    assert chars.buffers(1024, 3, 0).count == 341 and chars.algbw_bytes(1024, 3) == 1023
+    assert get_kernel("reduce_scatter_block").with_datatype("MPI_CHAR").message_bytes(1024, 3, 64) == 1023
+
+
+def test_the_new_collectives_have_osus_titles():
+    titles = {
+        "gather": "# OSU MPI Gather Latency Test v7.4",
+        "gatherv": "# OSU MPI Gatherv Latency Test v7.4",
+        "scatter": "# OSU MPI Scatter Latency Test v7.4",
+        "scatterv": "# OSU MPI Scatterv Latency Test v7.4",
+        "allgatherv": "# OSU MPI Allgatherv Latency Test v7.4",
+        "alltoallv": "# OSU MPI All-to-Allv Personalized Exchange Latency Test v7.4",
+        "alltoallw": "# OSU MPI All-to-Allw Personalized Exchange Latency Test v7.4",
+        "reduce_scatter_block": "# OSU MPI Reduce_scatter_block Latency Test v7.4",
+    }
+    for name, title in titles.items():
+        assert header("mpi", name, 64, 1).splitlines()[1] == title
+        assert name in transport_class("mpi").kernels and name not in transport_class("mpi").default_kernels
+
+
+PERSISTENT_TITLES = {  # OSU 7.4's 14 *_persistent programs' titles, by the kernel each runs
+    "allgather": "Allgather",
+    "allgatherv": "Allgatherv",
+    "allreduce": "Allreduce",
+    "alltoall": "All-to-All Personalized Exchange",
+    "alltoallv": "All-to-Allv Personalized Exchange",
+    "alltoallw": "All-to-Allw Personalized Exchange",
+    "barrier": "Barrier",
+    "bcast": "Broadcast",
+    "gather": "Gather",
+    "gatherv": "Gatherv",
+    "reduce": "Reduce",
+    "reduce_scatter": "Reduce_scatter",
+    "scatter": "Scatter",
+    "scatterv": "Scatterv",
+}
+
+
+@pytest.mark.parametrize(("name", "words"), PERSISTENT_TITLES.items())
+def test_persistent_collectives_have_the_title_of_osus_persistent_programs(name, words):
+    persistent = Columns(transport_options={"mpi": {"method": "persistent"}})
+    assert header("mpi", name, 64, 1, persistent).splitlines()[1] == f"# OSU MPI {words} Persistent Latency Test v7.4"
+    blocking = Columns(transport_options={"mpi": {"method": "blocking"}})
+    assert header("mpi", name, 64, 1, blocking).splitlines()[1] == f"# OSU MPI {words} Latency Test v7.4"
+    assert header("mpi", "latency", 64, 1, persistent).splitlines()[1] == "# OSU MPI Latency Test v7.4"

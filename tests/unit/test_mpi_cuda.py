@@ -15,6 +15,8 @@ from fabricbench.transports.mpi.transport import MPITransport, collective_roles,
 
 POINT_TO_POINT = ("latency", "bw", "bibw", "msgrate", "multi-latency")
 MOVING_COLLECTIVES = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
+MOVING_COLLECTIVES += ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw")
+MOVING_COLLECTIVES += ("reduce_scatter_block",)
 
 
 def test_every_mpi_kernel_but_the_matrix_has_a_cuda_route():
@@ -67,7 +69,7 @@ def test_collective_roles_follow_what_validation_checks(name, ranks):
         assert shared == (name == "bcast")
         if name == "bcast":  # one buffer: the root's data, the others' result
             assert (sends, receives) == (rank == ROOT, rank != ROOT)
-        elif name == "reduce":  # everyone contributes; only the root gets the sum
+        elif name in ("reduce", "gather", "gatherv"):  # everyone contributes; only the root gets the result
             assert (sends, receives) == (True, rank == ROOT)
         else:
             assert (sends, receives) == (True, True)

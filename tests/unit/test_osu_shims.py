@@ -233,7 +233,7 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_latency", "--full", "invalid option --full"),
         ("osu_put_latency", "-w create", "-w create: fabricbench uses MPI_Win_allocate windows only"),
         ("osu_get_bw", "-s fence", "-s fence: fabricbench uses lock/flush synchronisation only"),
-        ("osu_gatherv", "", "OSU 7.4's osu_gatherv has no fabricbench kernel yet"),
+        ("osu_init", "", "OSU 7.4's osu_init has no fabricbench kernel yet"),
         ("osu_nonesuch", "", "no OSU benchmark 'osu_nonesuch'"),
     ],
 )
@@ -316,7 +316,7 @@ def test_help_and_version_are_answered_before_anything_is_checked():
 def test_every_osu_name_maps_to_a_kernel_its_transport_has():
     from fabricbench.transports import transport_class
 
-    assert len(BENCHMARKS) == 16 + 17  # and the 17 osu_i* and neighbourhood programs of fabricbench's kernels
+    assert len(BENCHMARKS) == 38 + 25  # and the 25 osu_i* and neighbourhood programs of fabricbench's kernels
     for bench in BENCHMARKS.values():
         assert bench.kernel in transport_class(bench.transport).kernels, bench.name
 
@@ -421,3 +421,19 @@ def test_minus_p_is_honoured_when_it_pairs_every_rank(monkeypatch):
     assert parse("osu_mbw_mr", ["-p", "2"]).action == "run"
     with pytest.raises(UsageError, match="-p 1: fabricbench pairs every rank r with r \\+ N/2.*4 ranks here"):
         parse("osu_mbw_mr", ["-p", "1"])
+
+
+PERSISTENT = sorted(name for name in BENCHMARKS if name.endswith("_persistent"))
+
+
+def test_osus_14_persistent_collectives_run_their_kernel_with_mpi_4s_persistent_calls():
+    assert len(PERSISTENT) == 14
+    for name in PERSISTENT:
+        bench = BENCHMARKS[name]
+        assert bench.kernel == name.removeprefix("osu_").removesuffix("_persistent") and bench.method == "persistent"
+        argv = run_argv(parse(name, []), "OUT")
+        assert argv[argv.index("--method") + 1] == "persistent"
+        assert " Persistent Latency Test v7.4" in version_text(bench)
+        blocking = BENCHMARKS[name.removesuffix("_persistent")]  # the blocking program: OSU's own calls
+        assert "--method" not in run_argv(parse(blocking.name, []), "OUT")
+        assert "Persistent" not in version_text(blocking)

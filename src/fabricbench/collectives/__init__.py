@@ -13,17 +13,30 @@ from __future__ import annotations
 
 from fabricbench.collectives import (
     allgather,
+    allgatherv,
     allreduce,
     alltoall,
+    alltoallv,
+    alltoallw,
     barrier,
     bcast,
+    gather,
+    gatherv,
     neighbor,
     reduce,
     reduce_scatter,
+    reduce_scatter_block,
+    scatter,
+    scatterv,
 )
 from fabricbench.collectives.spec import CollectiveSpec
 
 COLLECTIVES: dict[str, CollectiveSpec] = {
     module.SPEC.name: module.SPEC for module in (allreduce, allgather, alltoall, bcast, reduce, reduce_scatter, barrier)
+}
+# The rooted collectives and the v-variants, with OSU's counts and displacements (spec.uniform_layout).
+COLLECTIVES |= {
+    module.SPEC.name: module.SPEC
+    for module in (gather, gatherv, scatter, scatterv, allgatherv, alltoallv, alltoallw, reduce_scatter_block)
 }
 COLLECTIVES.update((spec.name, spec) for spec in neighbor.SPECS)  # on OSU's graph topology

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from fabricbench.buffers import aligned, float_pattern, poisoned
+from fabricbench.buffers import aligned, float_pattern, pattern, poisoned
 from fabricbench.lazy import np
 
 OSU_MAX_SIZE = 1024 * 1024  # OSU's largest collective message by default: 1 MiB
@@ -63,6 +63,9 @@ class CollectiveSpec:
     bus_factor: Callable[[int], float] | None  # n: nccl-tests' factor from algorithm to bus bandwidth
     # The elements ``buffers`` can also be built of (its ``element=`` keyword): a reduction's -T types.
     elements: tuple[Element, ...] = ()
+    # ``algbw_bytes`` takes the element too (its ``element=`` keyword): a count that is rounded to whole elements
+    # per rank (reduce_scatter_block's S/n per rank, rounded down).
+    algbw_by_element: bool = False
 
     @property
     def elem_bytes(self) -> int:
@@ -78,7 +81,14 @@ class CollectiveSpec:
             raise ValueError(f"{self.name} is not built of {element.osu_datatype}")
         if element == self.element:
             return self
-        return replace(self, element=element, min_size=element.size, buffers=partial(self.buffers, element=element))
+        algbw = partial(self.algbw_bytes, element=element) if self.algbw_by_element else self.algbw_bytes
+        return replace(
+            self,
+            element=element,
+            min_size=element.size,
+            buffers=partial(self.buffers, element=element),
+            algbw_bytes=algbw,
+        )
 
 
 def block_bytes(size: int, ranks: int) -> int:
@@ -136,3 +146,19 @@ def value_result(
 ) -> CollectiveBuffers:
     """Buffers whose result is ``count`` values of ``element``, poisoned until they arrive."""
     return with_result(send, poisoned(count * element.size, element.dtype), count, expected)
+
+
+# --- the v-variants' and the rooted collectives' parts (gather, scatter, allgatherv, alltoallv, alltoallw, ...) ---
+
+
+def uniform_layout(count: int, ranks: int) -> tuple[list[int], list[int]]:
+    """The counts and displacements (in elements) that OSU 7.4's v-variants pass (osu_gatherv, osu_scatterv,
+    osu_allgatherv, osu_alltoallv; osu_alltoallw in bytes, times the element's size): every rank's block holds
+    ``count`` elements and block r starts at r·count, so a v-variant moves what its plain form moves."""
+    return [count] * ranks, [rank * count for rank in range(ranks)]
+
+
+def blocks_in_rank_order(size: int, ranks: int) -> np.ndarray:
+    """Every rank's ``pattern`` block of S bytes, rank 0's first: what a gather's root and every allgather rank
+    receive, and what a scatter's root sends."""
+    return np.concatenate([pattern(size, rank) for rank in range(ranks)])

@@ -21,7 +21,9 @@ silent change of meaning. ``usage`` lists them for the program; ``benchmarks/osu
 What OSU 7.4 runs without being told, the shims run too: a reduction sums MPI_CHAR unless ``-T`` names MPI_INT or
 MPI_FLOAT (``osu_datatype``); and the sizes are OSU's sweep less those that hold no element, which OSU skips
 (``osu_sizes``): ``osu_latency`` starts at 1 B, not 0, and a minimum of 0 in ``-m`` leaves OSU's own. The tidy
-table goes under one results root (``results_root``), never into the working directory.
+table goes under one results root (``results_root``), never into the working directory. OSU's ``*_persistent``
+collectives run their kernel with ``--method persistent`` (MPI-4's ``MPI_*_init`` once, then ``MPI_Start`` and
+``MPI_Wait`` each iteration), and their title says so as OSU's does (``# OSU MPI Gather Persistent Latency Test``).
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class Benchmark:
     min_size: int = 1  # OSU's default smallest size (MIN_MESSAGE_SIZE; 0 for its point-to-point latency tests)
     skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
     own: tuple[tuple[str, Treatment], ...] = ()  # this program's treatments, over TREATMENTS
-    method: str = ""  # mpi's --method where OSU's calls are not the default ones: "nonblocking" for osu_i*
+    method: str = ""  # the --method its run takes ("persistent": OSU's *_persistent programs; "nonblocking": osu_i*)
 
     @property
     def program(self) -> Program:
@@ -162,6 +164,8 @@ _NEIGHBOR_OWN = (
 )
 # The collectives whose osu_i* program runs on fabricbench's kernel of the same name (osu_iallreduce: allreduce).
 _NONBLOCKING = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
+_NONBLOCKING += ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw")
+_NONBLOCKING += ("reduce_scatter_block",)
 
 
 def _pt2pt(name: str, kernel: str, **more) -> Benchmark:
@@ -174,6 +178,12 @@ def _collective(name: str, kernel: str, **more) -> Benchmark:
 
 def _one_sided(name: str, kernel: str, **more) -> Benchmark:
     return Benchmark(name, "mpi-rma", kernel, buffers=True, **more)
+
+
+def _persistent(name: str, kernel: str, **more) -> Benchmark:
+    """OSU 7.4's MPI-4 persistent collectives: the kernel's collective built once (MPI_*_init), then Start and
+    Wait each iteration, fabricbench's --method persistent."""
+    return Benchmark(name, "mpi", kernel, method="persistent", **more)
 
 
 # One entry per OSU program with a shim, in osu_programs.PROGRAMS' families; a program's layout is its kernel's
@@ -195,6 +205,30 @@ BENCHMARKS = {
         _collective("osu_reduce", "reduce"),
         _collective("osu_reduce_scatter", "reduce_scatter"),
         _collective("osu_barrier", "barrier", own=(("m", _NO_SIZES),)),
+        # the rooted collectives and the v-variants (OSU's counts and displacements), reduce_scatter_block
+        _collective("osu_gather", "gather"),
+        _collective("osu_gatherv", "gatherv"),
+        _collective("osu_scatter", "scatter"),
+        _collective("osu_scatterv", "scatterv"),
+        _collective("osu_allgatherv", "allgatherv"),
+        _collective("osu_alltoallv", "alltoallv"),
+        _collective("osu_alltoallw", "alltoallw"),
+        _collective("osu_reduce_scatter_block", "reduce_scatter_block"),
+        # persistent collectives
+        _persistent("osu_allgather_persistent", "allgather"),
+        _persistent("osu_allgatherv_persistent", "allgatherv"),
+        _persistent("osu_allreduce_persistent", "allreduce"),
+        _persistent("osu_alltoall_persistent", "alltoall"),
+        _persistent("osu_alltoallv_persistent", "alltoallv"),
+        _persistent("osu_alltoallw_persistent", "alltoallw"),
+        _persistent("osu_barrier_persistent", "barrier", own=(("m", _NO_SIZES),)),
+        _persistent("osu_bcast_persistent", "bcast"),
+        _persistent("osu_gather_persistent", "gather"),
+        _persistent("osu_gatherv_persistent", "gatherv"),
+        _persistent("osu_reduce_persistent", "reduce"),
+        _persistent("osu_reduce_scatter_persistent", "reduce_scatter"),
+        _persistent("osu_scatter_persistent", "scatter"),
+        _persistent("osu_scatterv_persistent", "scatterv"),
         # neighbourhood collectives on OSU's default ring, blocking and non-blocking; the non-blocking collectives
         *(_collective(f"osu_{name}", name, own=_NEIGHBOR_OWN) for name in sorted(neighbor.NAMES)),
         *(
@@ -545,6 +579,8 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
         argv += ["--osu-datatype", datatype]
     if request.buffer != "host":
         argv += ["--buffer", request.buffer]
+    if bench.method:
+        argv += ["--method", bench.method]
     return [*argv, "--out", out_dir]
 
 
@@ -594,7 +630,14 @@ def version_text(bench: Benchmark, values: dict | None = None) -> str:
     from fabricbench.report import osu
 
     device = "CUDA" if (values or {}).get("d") == "cuda" else ""
-    return osu.title(bench.transport, bench.kernel, device, bench.method == "nonblocking")
+    return osu.title(bench.transport, bench.kernel, device, title_variant(bench), bench.method == "nonblocking")
+
+
+def title_variant(bench: Benchmark) -> str:
+    """The word its run's --method puts in OSU's title ("Persistent"), as the transport says it for a run."""
+    cls = transport_class(bench.transport)
+    options = {group.name: {"method": bench.method} for group in cls.option_groups} if bench.method else {}
+    return cls.osu_title_variant(get_kernel(bench.kernel), options)
 
 
 def script(name: str, python: str) -> str:

@@ -142,7 +142,13 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     nonblocking = columns.nonblocking and kernel.collective
     lines = [
         f"# fabricbench {__version__} made this table, in the text layout of OSU Micro-Benchmarks {OSU_VERSION}",
-        title(transport, kernel_name, place.osu_device, nonblocking),
+        title(
+            transport,
+            kernel_name,
+            place.osu_device,
+            cls.osu_title_variant(kernel, columns.transport_options),
+            nonblocking,
+        ),
         *([nonblocking_figures.OVERALL_LINE, ""] if nonblocking else []),
         *cls.osu_header_lines(kernel),
         *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
@@ -155,15 +161,22 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     return "\n".join(lines)
 
 
-def title(transport: str, kernel_name: str, device: str = "", nonblocking: bool = False) -> str:
+def title(transport: str, kernel_name: str, device: str = "", variant: str = "", nonblocking: bool = False) -> str:
     """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``;
-    ``nonblocking``: the collective's osu_i* title (``# OSU MPI Non-blocking Allreduce Latency Test v7.4``)."""
+    a variant (the transport's osu_title_variant) goes before "Latency Test", as in OSU's persistent programs'
+    ``# OSU MPI Allgather Persistent Latency Test v7.4``; ``nonblocking``: the collective's osu_i* title
+    (``# OSU MPI Non-blocking Allreduce Latency Test v7.4``)."""
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
     if device:
         library = f"{library}-{device}"
-    text = nonblocking_figures.TITLES[kernel_name] if nonblocking else get_kernel(kernel_name).osu_title
-    return f"# OSU {text.format(lib=library)} {OSU_VERSION}"
+    if nonblocking:
+        return f"# OSU {nonblocking_figures.TITLES[kernel_name].format(lib=library)} {OSU_VERSION}"
+    text = get_kernel(kernel_name).osu_title.format(lib=library)
+    if variant:
+        head, latency, tail = text.rpartition(" Latency Test")
+        text = f"{head} {variant}{latency}{tail}" if latency else f"{text} ({variant})"
+    return f"# OSU {text} {OSU_VERSION}"
 
 
 def _message_rate(kernel) -> bool:

@@ -108,6 +108,12 @@ class Transport:
         return Diagnosis(True)
 
     @classmethod
+    def osu_title_variant(cls, kernel: Kernel, transport_options: dict) -> str:
+        """A word OSU's title holds for how this run makes the kernel's calls with a plan's transport_options
+        (OSU's persistent collectives: "Persistent"), or ""."""
+        return ""
+
+    @classmethod
     def osu_header_lines(cls, kernel: Kernel) -> list[str]:
         """Extra lines OSU prints under its title for this kernel (e.g. the RMA window's kind)."""
         return []

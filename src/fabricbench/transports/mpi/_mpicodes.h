@@ -8,6 +8,16 @@
 #define OP_REDUCE 4
 #define OP_REDUCE_SCATTER 5
 #define OP_BARRIER 6
+/* The rooted collectives and the v-variants: the v-variants take OSU's counts and displacements, every rank's
+ * block `count` elements at r * count (MPI_Alltoallw's in bytes). */
+#define OP_GATHER 20
+#define OP_GATHERV 21
+#define OP_SCATTER 22
+#define OP_SCATTERV 23
+#define OP_ALLGATHERV 24
+#define OP_ALLTOALLV 25
+#define OP_ALLTOALLW 26
+#define OP_REDUCE_SCATTER_BLOCK 27
 /* The neighbourhood collectives, on a distributed graph communicator (fb_neighbor, fb_icollective). */
 #define OP_NEIGHBOR_ALLGATHER 40
 #define OP_NEIGHBOR_ALLGATHERV 41

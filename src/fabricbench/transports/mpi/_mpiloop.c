@@ -36,6 +36,14 @@
 
 #define FB_UNSUPPORTED (-1)
 
+/* MPI-4's persistent collectives (MPI_Allreduce_init and the rest): an MPI-4 library has them, and so has Open MPI 5,
+ * which declares every one of them in its mpi.h although its MPI_VERSION still says 3.1. */
+#if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
+#define FB_PERSISTENT_COLLECTIVES 1
+#else
+#define FB_PERSISTENT_COLLECTIVES 0
+#endif
+
 enum { TAG = 11, ACK_TAG = 12 }; /* mpi.py's tags: data, and the bandwidth window's ack */
 
 /* fb_collective's datatype codes (its operations' are _mpicodes.h's). */
@@ -224,12 +232,77 @@ out:
     return err;
 }
 
-#if MPI_VERSION >= 4
+/* The v-variants' arguments, as OSU 7.4 sets them: every rank's block holds `count` elements of `type` and block r
+ * starts at r * count (MPI_Alltoallw: r * count * the type's size, in bytes, and `type` for every block). */
+typedef struct {
+    int *counts, *displs, *byte_displs;
+    MPI_Datatype *types;
+} Layout;
+
+static int is_v_variant(int op)
+{
+    return op == OP_GATHERV || op == OP_SCATTERV || op == OP_ALLGATHERV || op == OP_ALLTOALLV || op == OP_ALLTOALLW;
+}
+
+static void layout_free(Layout *layout)
+{
+    free(layout->counts);
+    free(layout->displs);
+    free(layout->byte_displs);
+    free(layout->types);
+}
+
+/* Fills `layout` for `op` on `comm` (nothing for an operation that takes no counts); a displacement past INT_MAX
+ * is MPI_ERR_COUNT. The caller frees it with layout_free, on every path. */
+static int layout_of(MPI_Comm comm, int op, MPI_Datatype type, int count, Layout *layout)
+{
+    int ranks, type_size, err;
+    if (!is_v_variant(op))
+        return MPI_SUCCESS;
+    if ((err = MPI_Comm_size(comm, &ranks)) != MPI_SUCCESS || (err = MPI_Type_size(type, &type_size)) != MPI_SUCCESS)
+        return err;
+    if ((long long)ranks * count * type_size > INT_MAX)
+        return MPI_ERR_COUNT;
+    layout->counts = malloc((size_t)ranks * sizeof *layout->counts);
+    layout->displs = malloc((size_t)ranks * sizeof *layout->displs);
+    layout->byte_displs = malloc((size_t)ranks * sizeof *layout->byte_displs);
+    layout->types = malloc((size_t)ranks * sizeof *layout->types);
+    if (!layout->counts || !layout->displs || !layout->byte_displs || !layout->types)
+        return MPI_ERR_NO_MEM;
+    for (int r = 0; r < ranks; r++) {
+        layout->counts[r] = count;
+        layout->displs[r] = r * count;
+        layout->byte_displs[r] = r * count * type_size;
+        layout->types[r] = type;
+    }
+    return MPI_SUCCESS;
+}
+
+#if FB_PERSISTENT_COLLECTIVES
 /* The MPI-4 persistent form of collective `op`, built once: each sample is then one MPI_Start and one MPI_Wait. */
 static int collective_init(MPI_Comm comm, int op, MPI_Datatype type, void *send_buf, void *recv_buf, int count,
-                           int root, MPI_Request *request)
+                           int root, const Layout *v, MPI_Request *request)
 {
     switch (op) {
+    case OP_GATHER:
+        return MPI_Gather_init(send_buf, count, type, recv_buf, count, type, root, comm, MPI_INFO_NULL, request);
+    case OP_GATHERV:
+        return MPI_Gatherv_init(send_buf, count, type, recv_buf, v->counts, v->displs, type, root, comm,
+                                MPI_INFO_NULL, request);
+    case OP_SCATTER:
+        return MPI_Scatter_init(send_buf, count, type, recv_buf, count, type, root, comm, MPI_INFO_NULL, request);
+    case OP_SCATTERV:
+        return MPI_Scatterv_init(send_buf, v->counts, v->displs, type, recv_buf, count, type, root, comm,
+                                 MPI_INFO_NULL, request);
+    case OP_ALLGATHERV:
+        return MPI_Allgatherv_init(send_buf, count, type, recv_buf, v->counts, v->displs, type, comm, MPI_INFO_NULL,
+                                   request);
+    case OP_ALLTOALLV:
+        return MPI_Alltoallv_init(send_buf, v->counts, v->displs, type, recv_buf, v->counts, v->displs, type, comm,
+                                  MPI_INFO_NULL, request);
+    case OP_ALLTOALLW:
+        return MPI_Alltoallw_init(send_buf, v->counts, v->byte_displs, v->types, recv_buf, v->counts,
+                                  v->byte_displs, v->types, comm, MPI_INFO_NULL, request);
     case OP_ALLREDUCE:
         return MPI_Allreduce_init(send_buf, recv_buf, count, type, MPI_SUM, comm, MPI_INFO_NULL, request);
     case OP_ALLGATHER:
@@ -241,6 +314,7 @@ static int collective_init(MPI_Comm comm, int op, MPI_Datatype type, void *send_
     case OP_REDUCE:
         return MPI_Reduce_init(send_buf, recv_buf, count, type, MPI_SUM, root, comm, MPI_INFO_NULL, request);
     case OP_REDUCE_SCATTER:
+    case OP_REDUCE_SCATTER_BLOCK: /* the same call; the block's size is the caller's (see collectives/) */
         return MPI_Reduce_scatter_block_init(send_buf, recv_buf, count, type, MPI_SUM, comm, MPI_INFO_NULL, request);
     case OP_BARRIER:
         return MPI_Barrier_init(comm, MPI_INFO_NULL, request);
@@ -255,6 +329,7 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle);
     MPI_Request request = MPI_REQUEST_NULL;
+    Layout v = {NULL, NULL, NULL, NULL}; /* the v-variants' counts and displacements, built before timing */
     MPI_Datatype type = datatype == FLOATS ? MPI_FLOAT
                         : datatype == CHARS ? MPI_CHAR
                         : datatype == INTS  ? MPI_INT
@@ -265,12 +340,14 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
         return err;
     if (datatype < BYTES || datatype > INTS)
         return MPI_ERR_TYPE;
+    TRY(layout_of(comm, op, type, n, &v));
     if (persistent) {
-#if MPI_VERSION >= 4
-        TRY(collective_init(comm, op, type, send_buf, recv_buf, n, root, &request));
+#if FB_PERSISTENT_COLLECTIVES
+        TRY(collective_init(comm, op, type, send_buf, recv_buf, n, root, &v, &request));
         TIMED_ALONE(TRY(MPI_Start(&request)); TRY(MPI_Wait(&request, MPI_STATUS_IGNORE)));
 #else
-        return FB_UNSUPPORTED;
+        err = FB_UNSUPPORTED;
+        goto out;
 #endif
     } else {
         /* One loop per operation, so that the timed region holds the call and nothing else. */
@@ -291,17 +368,43 @@ int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, vo
             TIMED_ALONE(TRY(MPI_Reduce(send_buf, recv_buf, n, type, MPI_SUM, root, comm)));
             break;
         case OP_REDUCE_SCATTER:
+        case OP_REDUCE_SCATTER_BLOCK: /* the same call; the block's size is the caller's (see collectives/) */
             TIMED_ALONE(TRY(MPI_Reduce_scatter_block(send_buf, recv_buf, n, type, MPI_SUM, comm)));
             break;
         case OP_BARRIER:
             TIMED_ALONE(TRY(MPI_Barrier(comm)));
             break;
+        case OP_GATHER:
+            TIMED_ALONE(TRY(MPI_Gather(send_buf, n, type, recv_buf, n, type, root, comm)));
+            break;
+        case OP_GATHERV:
+            TIMED_ALONE(TRY(MPI_Gatherv(send_buf, n, type, recv_buf, v.counts, v.displs, type, root, comm)));
+            break;
+        case OP_SCATTER:
+            TIMED_ALONE(TRY(MPI_Scatter(send_buf, n, type, recv_buf, n, type, root, comm)));
+            break;
+        case OP_SCATTERV:
+            TIMED_ALONE(TRY(MPI_Scatterv(send_buf, v.counts, v.displs, type, recv_buf, n, type, root, comm)));
+            break;
+        case OP_ALLGATHERV:
+            TIMED_ALONE(TRY(MPI_Allgatherv(send_buf, n, type, recv_buf, v.counts, v.displs, type, comm)));
+            break;
+        case OP_ALLTOALLV:
+            TIMED_ALONE(
+                TRY(MPI_Alltoallv(send_buf, v.counts, v.displs, type, recv_buf, v.counts, v.displs, type, comm)));
+            break;
+        case OP_ALLTOALLW:
+            TIMED_ALONE(TRY(MPI_Alltoallw(send_buf, v.counts, v.byte_displs, v.types, recv_buf, v.counts,
+                                          v.byte_displs, v.types, comm)));
+            break;
         default:
-            return MPI_ERR_ARG;
+            err = MPI_ERR_ARG;
+            goto out;
         }
     }
 out:
-    release(&request, 1);
+    release(&request, 1); /* before the layout: a persistent request holds on to its arrays */
+    layout_free(&v);
     return err;
 }
 
@@ -520,7 +623,7 @@ out:
 
 int fb_persistent_collectives(void)
 {
-    return MPI_VERSION >= 4;
+    return FB_PERSISTENT_COLLECTIVES;
 }
 
 /* ---- Neighbourhood and non-blocking collectives (fb_neighbor, fb_icollective) ----
@@ -621,9 +724,24 @@ out:
 
 /* Starts the non-blocking form of collective `op` (fb_collective's and the neighbourhood codes). */
 static int start_nonblocking(int op, MPI_Comm comm, MPI_Datatype type, void *send, void *recv, int n, int root,
-                             const struct blocks *b, MPI_Request *request)
+                             const struct blocks *b, const Layout *v, MPI_Request *request)
 {
     switch (op) {
+    case OP_GATHER:
+        return MPI_Igather(send, n, type, recv, n, type, root, comm, request);
+    case OP_GATHERV:
+        return MPI_Igatherv(send, n, type, recv, v->counts, v->displs, type, root, comm, request);
+    case OP_SCATTER:
+        return MPI_Iscatter(send, n, type, recv, n, type, root, comm, request);
+    case OP_SCATTERV:
+        return MPI_Iscatterv(send, v->counts, v->displs, type, recv, n, type, root, comm, request);
+    case OP_ALLGATHERV:
+        return MPI_Iallgatherv(send, n, type, recv, v->counts, v->displs, type, comm, request);
+    case OP_ALLTOALLV:
+        return MPI_Ialltoallv(send, v->counts, v->displs, type, recv, v->counts, v->displs, type, comm, request);
+    case OP_ALLTOALLW:
+        return MPI_Ialltoallw(send, v->counts, v->byte_displs, v->types, recv, v->counts, v->byte_displs, v->types,
+                              comm, request);
     case OP_ALLREDUCE:
         return MPI_Iallreduce(send, recv, n, type, MPI_SUM, comm, request);
     case OP_ALLGATHER:
@@ -635,6 +753,7 @@ static int start_nonblocking(int op, MPI_Comm comm, MPI_Datatype type, void *sen
     case OP_REDUCE:
         return MPI_Ireduce(send, recv, n, type, MPI_SUM, root, comm, request);
     case OP_REDUCE_SCATTER:
+    case OP_REDUCE_SCATTER_BLOCK: /* the same call, as in fb_collective; the block's size is the caller's */
         return MPI_Ireduce_scatter_block(send, recv, n, type, MPI_SUM, comm, request);
     case OP_BARRIER:
         return MPI_Ibarrier(comm, request);
@@ -712,6 +831,7 @@ int fb_icollective(MPI_Fint comm_handle, int op, int datatype, void *send_buf, v
     MPI_Datatype type = datatype_of(datatype);
     MPI_Request request = MPI_REQUEST_NULL;
     struct blocks b = {0};
+    Layout v = {NULL, NULL, NULL, NULL}; /* the v-variants' counts and displacements, built before timing */
     int neighborhood = op >= OP_NEIGHBOR_ALLGATHER && op <= OP_NEIGHBOR_ALLTOALLW;
     int64_t pure = 0, compute = 0, testing = 0, waiting = 0, starting = 0;
     int n, err = as_count(count, &n);
@@ -723,9 +843,11 @@ int fb_icollective(MPI_Fint comm_handle, int op, int datatype, void *send_buf, v
         return MPI_SUCCESS;
     if (neighborhood)
         TRY(blocks_of(comm, type, n, &b));
+    else
+        TRY(layout_of(comm, op, type, n, &v));
     for (long long i = 0; i < iterations; i++) {
         int64_t begin = fb_now_ns();
-        TRY(start_nonblocking(op, comm, type, send_buf, recv_buf, n, root, &b, &request));
+        TRY(start_nonblocking(op, comm, type, send_buf, recv_buf, n, root, &b, &v, &request));
         TRY(MPI_Wait(&request, MPI_STATUS_IGNORE));
         pure += fb_now_ns() - begin;
         if (op != OP_BARRIER)
@@ -735,7 +857,7 @@ int fb_icollective(MPI_Fint comm_handle, int op, int datatype, void *send_buf, v
     TRY(MPI_Barrier(comm));
     for (long long i = 0; i < iterations; i++) {
         int64_t begin = fb_now_ns();
-        TRY(start_nonblocking(op, comm, type, send_buf, recv_buf, n, root, &b, &request));
+        TRY(start_nonblocking(op, comm, type, send_buf, recv_buf, n, root, &b, &v, &request));
         int64_t started = fb_now_ns();
         int64_t tested = compute_and_test(target, tests, &request, &err);
         if (tested < 0)
@@ -755,5 +877,6 @@ out:
         MPI_Wait(&request, MPI_STATUS_IGNORE);
     }
     blocks_free(&b);
+    layout_free(&v);
     return err;
 }

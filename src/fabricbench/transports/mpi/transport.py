@@ -35,7 +35,7 @@ from types import SimpleNamespace
 from fabricbench.buffers import filled, nothing, pattern, poisoned, times_address
 from fabricbench.collectives import neighbor
 from fabricbench.collectives import nonblocking as nonblocking_figures
-from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element
+from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element, uniform_layout
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.congestion import Role
@@ -370,6 +370,47 @@ MPI_CALLS = {
     "bcast": lambda comm, b, dt: ("Bcast", ([b.send, b.count, dt], ROOT)),
     "barrier": lambda comm, b, dt: ("Barrier", ()),
 }
+
+
+# The rooted collectives and the v-variants; the v-variants with OSU's counts and displacements (uniform_layout).
+def _layout(comm, b, dt, byte_displacements: bool = False):
+    """mpi4py's message of a v-variant's whole buffer: [data, counts, displacements, datatype(s)]; MPI_Alltoallw's
+    displacements are bytes and it takes a datatype per block."""
+    counts, displs = uniform_layout(b.count, comm.Get_size())
+    if byte_displacements:
+        return lambda buf: [buf, counts, [d * dt.Get_size() for d in displs], [dt] * len(counts)]
+    return lambda buf: [buf, counts, displs, dt]
+
+
+def _at_root(comm, message):
+    """A rooted collective's message that only the root passes (gather's result, scatter's data)."""
+    return message if comm.Get_rank() == ROOT else None
+
+
+MPI_CALLS |= {
+    "gather": lambda comm, b, dt: ("Gather", ([b.send, b.count, dt], _at_root(comm, [b.recv, b.count, dt]), ROOT)),
+    "gatherv": lambda comm, b, dt: (
+        "Gatherv",
+        ([b.send, b.count, dt], _at_root(comm, _layout(comm, b, dt)(b.recv)), ROOT),
+    ),
+    "scatter": lambda comm, b, dt: ("Scatter", (_at_root(comm, [b.send, b.count, dt]), [b.recv, b.count, dt], ROOT)),
+    "scatterv": lambda comm, b, dt: (
+        "Scatterv",
+        (_at_root(comm, _layout(comm, b, dt)(b.send)), [b.recv, b.count, dt], ROOT),
+    ),
+    "allgatherv": lambda comm, b, dt: ("Allgatherv", ([b.send, b.count, dt], _layout(comm, b, dt)(b.recv))),
+    "alltoallv": lambda comm, b, dt: ("Alltoallv", (_layout(comm, b, dt)(b.send), _layout(comm, b, dt)(b.recv))),
+    "alltoallw": lambda comm, b, dt: (
+        "Alltoallw",
+        (_layout(comm, b, dt, True)(b.send), _layout(comm, b, dt, True)(b.recv)),
+    ),
+    # mpi4py counts the send buffer per block, as the call reads it: the vector may hold more (collectives/).
+    "reduce_scatter_block": lambda comm, b, dt: (
+        "Reduce_scatter_block",
+        ([b.send, b.count, dt], [b.recv, b.count, dt], MPI.SUM),
+    ),
+}
+ROOT_RESULT = {"reduce", "gather", "gatherv"}  # only the root passes a receive buffer
 # A collective's element as fb_collective's datatype code and mpi4py's datatype's name; any other (bytes, or no
 # element) is MPI_BYTE, code 0.
 C_TYPES = {FLOAT32: (1, "FLOAT"), CHAR: (2, "CHAR"), INT32: (3, "INT")}
@@ -401,7 +442,7 @@ class Collective(Case):
         name, args = MPI_CALLS[kernel.name](comm, bufs, datatype)
         self.request = self.operation = None
         if cloop:
-            receives = kernel.name != "reduce" or comm.Get_rank() == ROOT  # a reduce's other ranks pass no buffer
+            receives = kernel.name not in ROOT_RESULT or comm.Get_rank() == ROOT  # the other ranks pass no buffer
             recv = bufs.recv.ctypes.data if receives else None
             self.c_args = (comm.py2f(), C_OPS[kernel.name], int(persistent), code, bufs.send.ctypes.data, recv)
             self.c_args += (bufs.count, ROOT)
@@ -471,7 +512,7 @@ class CLoopCollective(Case):
             )
         self.bufs = bufs = spec.buffers(size, ranks, rank)
         self.received = bufs.received
-        receives = kernel.name != "reduce" or rank == ROOT  # a reduce's other ranks pass no buffer
+        receives = kernel.name not in ROOT_RESULT or rank == ROOT  # the other ranks pass no buffer
         recv = bufs.recv.ctypes.data if receives else None
         handle = (self.graph or comm).py2f()
         code = mpi_datatype(spec.element)[1]
@@ -607,6 +648,8 @@ class MPITransport(Transport):
             "reduce",
             "reduce_scatter",
             "barrier",
+            *("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw"),
+            "reduce_scatter_block",
             *neighbor.NAMES,
             "pairs-latency",
             "pairs-bw",
@@ -636,6 +679,12 @@ class MPITransport(Transport):
     def buffer_place(cls, transport_options: dict) -> BufferPlace:
         settings = MPI_OPTIONS.of(transport_options)
         return place_of(settings.get("buffer"), settings.get("method") == "staged")
+
+    @classmethod
+    def osu_title_variant(cls, kernel, transport_options: dict) -> str:
+        """--method persistent on a collective: OSU's *_persistent programs (MPI_*_init), "Persistent" in the title."""
+        persistent = MPI_OPTIONS.of(transport_options).get("method") == "persistent"
+        return "Persistent" if persistent and kernel.collective else ""
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:
@@ -744,7 +793,12 @@ class MPITransport(Transport):
     def persistent_collectives(self) -> bool:
         if self.cloop:
             return self.cloop.persistent_collectives
-        return MPI.Get_version() >= (4, 0) and hasattr(MPI.Comm, "Allreduce_init")
+        if not hasattr(MPI.Comm, "Allreduce_init"):
+            return False
+        # Open MPI 5 has MPI-4's persistent collectives although it reports MPI 3.1 (the C loop's
+        # FB_PERSISTENT_COLLECTIVES says the same).
+        vendor, version = MPI.get_vendor()
+        return MPI.Get_version() >= (4, 0) or (vendor == "Open MPI" and version >= (5,))
 
     def metadata(self) -> dict:
         found = {"mpi_method": self.method}
