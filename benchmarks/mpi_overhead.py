@@ -35,6 +35,12 @@ runs with ``--hugepages off``, so that numpy's buffers get the same pages as the
 with its default --method (METHOD_ARGS is empty), which is OSU's calls; the output names the rows' method.
 --python-loop adds fabricbench ``--loop python``, the same calls through mpi4py, for what the interpreter costs.
 
+The non-blocking collectives (osu_iallreduce, ..., osu_ibarrier: fabricbench's kernel with --method nonblocking)
+and the neighbourhood collectives on OSU's ring (osu_neighbor_*, osu_ineighbor_*; 3 ranks or more, so --ranks 4
+only) are held against osu_nbc_reference.c, beside this script, in groups of their own: their figure is OSU's
+Overall (or Avg), the mean of the ranks' means, lat_rank_avg_us; targets at most 1.05 at every size. --kernels
+KERNELS runs those kernels' groups alone (e.g. --kernels iallreduce,ibarrier,neighbor_alltoall).
+
 --ranks 4 runs every contender on 4 ranks: the point-to-point kernels between rank 0 and rank 2 (fabricbench's
 partner_of, and the C program's), msgrate with 2 pairs (0 to 2, 1 to 3), the collectives on all 4. On a 2-core
 machine the ranks are then oversubscribed, and MPI's ranks busy-poll: a message that needs a rank which is not
@@ -112,6 +118,9 @@ from paired import (
 )
 
 SOURCE = Path(__file__).with_name("osu_reference.c")
+# OSU's non-blocking collectives (osu_i*) and neighbourhood collectives (osu_neighbor_*, osu_ineighbor_*) in plain C:
+# the reference of fabricbench's --method nonblocking and its neighbor_* kernels.
+NBC_SOURCE = Path(__file__).with_name("osu_nbc_reference.c")
 RANK_CHOICES = (2, 4)  # --ranks
 REFERENCE, CONTROL, C_LOOP, PYTHON_LOOP = "C program", "A/A", "C loop", "python loop"
 LOOPS = {C_LOOP: "c", PYTHON_LOOP: "python"}  # series name: fabricbench's --loop
@@ -125,8 +134,25 @@ REDUCTIONS = ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block")  
 # sweep from 1 B, bw, bibw and msgrate too (OSU's sweep).
 MIN_SIZES = {**dict.fromkeys(REDUCTIONS, 4), **dict.fromkeys(("put", "get", "bw", "bibw", "msgrate"), 1)}
 MIN_SIZES |= dict.fromkeys(("acc", "get-acc", "put-bibw"), 1)
+MIN_SIZES |= {f"i{name}": 4 for name in REDUCTIONS}
+# The non-blocking collectives, named here (and in osu_nbc_reference.c) as OSU names their programs: fabricbench's
+# kernel of the name without the "i", run with --method nonblocking; and the neighbourhood collectives, blocking
+# and not. Their figure is OSU's Overall (osu_i*) or Avg, the mean of the ranks' means: lat_rank_avg_us.
+NONBLOCKING = tuple(f"i{name}" for name in COLLECTIVES)
+MORE_NONBLOCKING = tuple(f"i{name}" for name in MORE_COLLECTIVES)
+NEIGHBORS = (
+    "neighbor_allgather",
+    "neighbor_allgatherv",
+    "neighbor_alltoall",
+    "neighbor_alltoallv",
+    "neighbor_alltoallw",
+)
+INEIGHBORS = tuple(f"i{name}" for name in NEIGHBORS)
+NEIGHBOR_MIN_RANKS = (
+    3  # OSU's ring of radius 1 repeats a neighbour on 2 ranks: OSU refuses, fabricbench says unsupported
+)
 # A kernel that moves no data: one figure, at size 0, whatever the group's sizes; the 8-byte atomics one at 8 B.
-FIXED_SIZES = {"barrier": 0, "fop": 8, "cas": 8}
+FIXED_SIZES = {"barrier": 0, "ibarrier": 0, "fop": 8, "cas": 8}
 # fabricbench's --method for every fabricbench launch: none, its default, which is OSU's own calls (blocking
 # collectives, Isend/Irecv windows); the rows' method column says so, and the output names it.
 METHOD_ARGS: list[str] = []
@@ -149,6 +175,16 @@ class Group:
     # At 4 ranks on 2 cores the busy-polling ranks are oversubscribed and a message may wait a scheduler slice:
     # --ranks 4 divides the counts by this, to keep a 4-rank run's time near a 2-rank run's.
     oversubscribed_divisor: int = 1
+    method: str = ""  # fabricbench's --method for this group ("nonblocking": the kernels are named "i" + its kernel)
+    source: Path = SOURCE  # the reference program's source
+    min_ranks: int = 2  # below this the group is not run (the neighbourhood's ring needs 3)
+
+    def fabricbench_kernel(self, name: str) -> str:
+        return name.removeprefix("i") if self.method == "nonblocking" else name
+
+    def figure_name(self, kernel: str) -> str:
+        """The name here of fabricbench's row of ``kernel``."""
+        return f"i{kernel}" if self.method == "nonblocking" else kernel
 
     @property
     def sizes(self) -> list[int]:
@@ -183,6 +219,13 @@ GROUPS = (
     # OSU's other one-sided programs with their defaults: lock/flush atomics, post/start/complete/wait put-bibw.
     Group("mpi-rma", ("acc", "get-acc", "fop", "cas"), 1, 4 * KiB, 10000, 500, 20),
     Group("mpi-rma", ("put-bibw",), 1, 8 * KiB, 300, 30, 50),
+    # osu_i*: two loops an iteration's worth (the pure communication, then with the compute), so half the counts.
+    Group("mpi", (*NONBLOCKING, "ibarrier"), 4, 8 * KiB, 1000, 100, 500, "nonblocking", NBC_SOURCE),
+    Group("mpi", NONBLOCKING, 16 * KiB, 1 * MiB, 50, 5, 50, "nonblocking", NBC_SOURCE),
+    Group("mpi", MORE_NONBLOCKING, 4, 8 * KiB, 1000, 100, 500, "nonblocking", NBC_SOURCE),
+    Group("mpi", MORE_NONBLOCKING, 16 * KiB, 1 * MiB, 50, 5, 50, "nonblocking", NBC_SOURCE),
+    Group("mpi", NEIGHBORS, 1, 8 * KiB, 2000, 200, 1000, "", NBC_SOURCE, NEIGHBOR_MIN_RANKS),
+    Group("mpi", INEIGHBORS, 1, 8 * KiB, 1000, 100, 500, "nonblocking", NBC_SOURCE, NEIGHBOR_MIN_RANKS),
 )
 KERNEL_ORDER = list(dict.fromkeys(kernel for group in GROUPS for kernel in group.kernels))  # the tables' order
 
@@ -210,6 +253,9 @@ TARGETS = (
     Target("msgrate 1 B - 4 MiB", "msgrate", 1, 4 * MiB, 0.97, True),
     *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in COLLECTIVES + MORE_COLLECTIVES),
     Target("barrier", "barrier", 0, 0, 1.05, False),
+    *(Target(f"{name} 4 B - 1 MiB", name, 4, 1 * MiB, 1.05, False) for name in NONBLOCKING + MORE_NONBLOCKING),
+    Target("ibarrier", "ibarrier", 0, 0, 1.05, False),
+    *(Target(f"{name} 1 B - 8 KiB", name, 1, 8 * KiB, 1.05, False) for name in NEIGHBORS + INEIGHBORS),
     Target("put 1 B - 4 KiB", "put", 1, 4 * KiB, 1.05, False),
     Target("get 1 B - 4 KiB", "get", 1, 4 * KiB, 1.05, False),
     Target("acc 1 B - 4 KiB", "acc", 1, 4 * KiB, 1.05, False),
@@ -231,6 +277,7 @@ COLUMNS = {
     "bibw": "bw_MBps",
     "msgrate": "msgrate_per_s",
     **dict.fromkeys((*COLLECTIVES, *MORE_COLLECTIVES, "barrier"), "lat_rank_avg_us"),
+    **dict.fromkeys((*NONBLOCKING, *MORE_NONBLOCKING, "ibarrier", *NEIGHBORS, *INEIGHBORS), "lat_rank_avg_us"),
 }
 PROBE = (
     "import json, mpi4py, platform\nfrom fabricbench.control.mpi import import_mpi\nMPI = import_mpi()\n"
@@ -294,16 +341,28 @@ def find_setup(python: str, c_thread_multiple: bool, ranks: int) -> Setup:
     )
 
 
-def build(setup: Setup, directory: Path) -> Path:
-    """osu_reference.c, compiled as fabricbench's C loop is: the same wrapper, -O2."""
-    binary = directory / "osu_reference"
+def build(setup: Setup, directory: Path, source: Path = SOURCE) -> Path:
+    """A reference program (osu_reference.c, osu_nbc_reference.c), compiled as fabricbench's C loop is: the same
+    wrapper, -O2."""
+    binary = directory / source.stem
     done = subprocess.run(
-        [*setup.wrapper, "-O2", "-Wall", "-o", str(binary), str(SOURCE)], capture_output=True, text=True, timeout=120
+        [*setup.wrapper, "-O2", "-Wall", "-o", str(binary), str(source)], capture_output=True, text=True, timeout=120
     )
     if done.returncode != 0:
-        raise SystemExit(f"{shlex.join(setup.wrapper)} on {SOURCE.name}: {done.returncode}\n{done.stderr}")
+        raise SystemExit(f"{shlex.join(setup.wrapper)} on {source.name}: {done.returncode}\n{done.stderr}")
     sys.stderr.write(done.stderr)  # warnings, from a compiler other than the gcc it was written against
     return binary
+
+
+def fitted(groups, ranks: int, max_size: int | None = None) -> tuple[Group, ...]:
+    """The groups that run on ``ranks`` ranks (none that needs more: the neighbourhood's ring), each up to
+    ``max_size`` bytes (none that starts above it)."""
+    kept = []
+    for group in groups:
+        hi = group.hi if max_size is None else min(group.hi, max_size)
+        if ranks >= group.min_ranks and group.lo <= hi:
+            kept.append(replace(group, hi=hi))
+    return tuple(kept)
 
 
 def scaled(group: Group, ranks: int, quick: bool) -> Group:
@@ -316,8 +375,9 @@ def scaled(group: Group, ranks: int, quick: bool) -> Group:
 # --- one launch of each contender ----------------------------------------------------------------
 
 
-def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int], float]:
-    """The C program's figures for one group: {(kernel, size): value}."""
+def c_program(setup: Setup, binaries: dict[Path, Path], group: Group) -> dict[tuple[str, int], float]:
+    """The C program's figures for one group (its reference program's): {(kernel, size): value}."""
+    binary = binaries[group.source]
     args = ["--thread-multiple"] if setup.c_thread_multiple else []
     args += [",".join(group.kernels), f"{group.lo}:{group.hi}", str(group.iterations), str(group.warmup)]
     out = tool([*setup.launch, str(binary), *args], LAUNCH_TIMEOUT_S, setup.env)
@@ -335,8 +395,10 @@ def c_program(setup: Setup, binary: Path, group: Group) -> dict[tuple[str, int],
 
 def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tuple[str, int], float]:
     """fabricbench's figures for one group with ``--loop LOOP`` and METHOD_ARGS: {(kernel, size): value}."""
-    run = ["run", "-t", group.transports, "-k", ",".join(group.kernels), "-m", f"{group.lo}:{group.hi}"]
-    run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, *METHOD_ARGS, "--hugepages", "off"]
+    kernels = ",".join(group.fabricbench_kernel(name) for name in group.kernels)
+    run = ["run", "-t", group.transports, "-k", kernels, "-m", f"{group.lo}:{group.hi}"]
+    method = ["--method", group.method] if group.method else METHOD_ARGS
+    run += ["-i", str(group.iterations), "-x", str(group.warmup), "--loop", loop, *method, "--hugepages", "off"]
     table, _ = fabricbench_run(run, out_dir, LAUNCH_TIMEOUT_S, setup.python, setup.launch, setup.env)
     shutil.rmtree(out_dir)
     values = {}
@@ -347,7 +409,8 @@ def fabricbench(setup: Setup, group: Group, loop: str, out_dir: Path) -> dict[tu
             raise SystemExit(
                 f"fabricbench --loop {loop}: {row['kernel']} {int(row['size_B'])} B: {row['method']} {row['status']}"
             )
-        values[(row["kernel"], int(row["size_B"]))] = float(row[COLUMNS[row["kernel"]]])
+        name = group.figure_name(row["kernel"])
+        values[(name, int(row["size_B"]))] = float(row[COLUMNS[name]])
         METHODS.add(f"{row['transport']}: {row['method']}")
     return checked(values, group, f"fabricbench --loop {loop}")
 
@@ -457,6 +520,8 @@ def target_table(series: dict, references: dict) -> bool:
     measured = {kernel for kernel, _ in series}
     for target in (t for t in TARGETS if t.kernel in measured):  # --kernels: the targets of the kernels run
         sizes = sorted(s for (k, s) in series if k == target.kernel and target.lo <= s <= target.hi)
+        if not any(k == target.kernel for (k, _) in series):
+            continue  # a kernel this run left out (--kernels, or a ring below 3 ranks)
         judged = {s: Figure.of(series[(target.kernel, s)], references[(target.kernel, s)], target) for s in sizes}
         resolved = {s: f for s, f in judged.items() if f.worst}
         met = sum(not missed(f.verdict) for f in resolved.values())
@@ -480,16 +545,16 @@ def target_table(series: dict, references: dict) -> bool:
     return ok
 
 
-def measure_group(setup, binary, group, loops, order, work: Path, series: dict, references: dict) -> None:
+def measure_group(setup, binaries, group, loops, order, work: Path, series: dict, references: dict) -> None:
     """One rep of one group: the C program, then each contender followed by the C program again (paired.py's
     bracketed design); every pair into ``series`` and every C program launch's figures into ``references``."""
     launches: list[dict] = []
 
     def reference():
-        launches.append(c_program(setup, binary, group))
+        launches.append(c_program(setup, binaries, group))
         return launches[-1]
 
-    contenders = {CONTROL: partial(c_program, setup, binary, group)}
+    contenders = {CONTROL: partial(c_program, setup, binaries, group)}
     for who, loop in loops.items():
         contenders[who] = partial(fabricbench, setup, group, loop, work.with_name(f"{work.name}-{loop}"))
     for who, (before, value, after) in run_bracketed(order, reference, contenders).items():
@@ -502,13 +567,15 @@ def measure_group(setup, binary, group, loops, order, work: Path, series: dict, 
 
 def run_header(args, setup: Setup, groups, reps: int, elapsed: float, load: float) -> list[str]:
     """What ran, on what: the lines above the tables."""
-    method = " ".join(METHOD_ARGS) or "its default --method"
+    methods = sorted({f"--method {g.method}" for g in groups if g.method})
+    method = ", ".join([" ".join(METHOD_ARGS) or "its default --method"] * any(not g.method for g in groups) + methods)
+    references = ", ".join(sorted({g.source.name for g in groups}))
     c_init = "MPI_Init_thread(MPI_THREAD_MULTIPLE)" if setup.c_thread_multiple else "MPI_Init, as OSU"
     counts = "; ".join(
         f"{','.join(g.kernels)} {size_words(g.lo)}-{size_words(g.hi)}: {g.iterations}/{g.warmup}" for g in groups
     )
     return [
-        f"# fabricbench's MPI C loop (--loop c, {method}) against osu_reference.c, {setup.ranks} ranks, {reps} reps"
+        f"# fabricbench's MPI C loop (--loop c, {method}) against {references}, {setup.ranks} ranks, {reps} reps"
         f"{' (--quick: a tenth of the iterations)' if args.quick else ''}, {elapsed:.0f} s; load average "
         f"{load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs",
         f"# MPI library: {setup.library}",
@@ -589,6 +656,9 @@ def main() -> int:
         "--kernels",
         help="only these kernels (a comma list, e.g. gather,alltoallw): the groups that hold them, and their targets",
     )
+    parser.add_argument(
+        "--max-size", type=int, help="the largest size of every group, in bytes (default: each group's own)"
+    )
     parser.add_argument("--json", type=Path, help="also write every pair and C program figure to this file")
     parser.add_argument("--replay", type=Path, help="measure nothing: render the tables from a --json file again")
     parser.add_argument(
@@ -600,7 +670,8 @@ def main() -> int:
     args = parser.parse_args()
     reps = args.reps or (MIN_REPS if args.quick else DEFAULT_REPS)
     check_reps(parser, reps)
-    groups = tuple(scaled(g, args.ranks, args.quick) for g in only_kernels(parser, GROUPS, args.kernels))
+    chosen = fitted(only_kernels(parser, GROUPS, args.kernels), args.ranks, args.max_size)
+    groups = tuple(scaled(g, args.ranks, args.quick) for g in chosen)
     if args.agree < 1:
         parser.error("--agree is a factor of at least 1")
     KEEP["agree"] = args.agree
@@ -615,11 +686,12 @@ def main() -> int:
         header, series, references = load_record(args.replay)
     else:
         with tempfile.TemporaryDirectory(prefix="mpi-overhead-") as tmp:
-            binary = build(setup, Path(tmp))
+            binaries = {source: build(setup, Path(tmp), source) for source in {g.source for g in groups}}
             for rep in range(reps):
                 print(f"# rep {rep + 1}/{reps} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
                 for number, group in enumerate(groups):
-                    measure_group(setup, binary, group, loops, order, Path(tmp, f"{rep}-{number}"), series, references)
+                    work = Path(tmp, f"{rep}-{number}")
+                    measure_group(setup, binaries, group, loops, order, work, series, references)
         header = run_header(args, setup, groups, reps, time.monotonic() - started, load)
     if args.json:
         save_record(args.json, header, series, references)

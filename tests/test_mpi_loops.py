@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from fabricbench.collectives import neighbor
 from fabricbench.transports import transport_class
 from support import BIN, REPO, clean_env, fabricbench, read_rows
 
-# Every mpi kernel but congestion, whose C loops tests/test_congestion.py runs (it has no Python loop to compare), and
-# bisection, whose two-way step has no C loop yet (tests/test_bisection.py runs it).
-MPI_KERNELS = sorted(transport_class("mpi").kernels - {"congestion", "bisection"})
+# Every mpi kernel but congestion, whose C loops tests/test_congestion.py runs (it has no Python loop to compare),
+# bisection, whose two-way step has no C loop yet (tests/test_bisection.py runs it), and the neighbourhood
+# collectives, C only and with no persistent form (tests/test_icollectives.py runs them).
+MPI_KERNELS = sorted(transport_class("mpi").kernels - {"congestion", "bisection"} - neighbor.NAMES)
 RMA_KERNELS = sorted(transport_class("mpi-rma").kernels)
 # Timed in C only (their rows say unsupported with --loop python): threads, forks, and the one-sided kernels beyond
 # lock/flush Put and Get; init and hello time MPI_Init, in no loop.

@@ -211,6 +211,24 @@ MIN_MAX_ITERATIONS = (
     ("Max Latency(us)", "lat_rank_max_us"),
     ("Iterations", "iterations", 12, "d"),
 )
+NBC_PREAMBLE = ("# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait", "")
+NBC_VALUES = (
+    ("Overall(us)", "lat_rank_avg_us"),
+    ("Compute(us)", "compute_us"),
+    ("Pure Comm.(us)", "pure_comm_us"),
+    ("Overlap(%)", "overlap_pct"),
+)
+NBC_FULL = (
+    ("Overall(us)", "lat_rank_avg_us"),
+    ("Compute(us)", "compute_us"),
+    ("Coll. Init(us)", "init_us"),
+    ("MPI_Test(us)", "test_us"),
+    ("MPI_Wait(us)", "wait_us"),
+    ("Pure Comm.(us)", "pure_comm_us"),
+    ("Min Comm.(us)", "pure_comm_min_us"),
+    ("Max Comm.(us)", "pure_comm_max_us"),
+    ("Overlap(%)", "overlap_pct"),
+)
 OSU_LAYOUTS = {
     "pt2pt-latency": Layout((DATATYPE,), (("Avg Latency(us)", "lat_mean_us"),)),
     "pt2pt-bandwidth": Layout((DATATYPE,), (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
@@ -230,6 +248,9 @@ OSU_LAYOUTS = {
         (("Bandwidth (MB/s)", "bw_MBps"),),
         tails="BW",
     ),
+    # osu_i*: print_preamble_nbc's line and a blank one, print_only_header_nbc's and print_stats_nbc's columns
+    "nonblocking": Layout((*NBC_PREAMBLE, DATATYPE), NBC_VALUES, full=NBC_FULL),
+    "nonblocking-no-size": Layout(NBC_PREAMBLE, NBC_VALUES, size=False, full=NBC_FULL, first_width=13),
 }
 # Programs whose text is not a title, lines and a table (osu_init, osu_hello) or puts lines above the title
 # (osu_latency_mt's threads, osu_latency_mp's processes): each has its own test, named here, under mpiexec below.
@@ -287,6 +308,31 @@ LAYOUT_OF = {
     "osu_latency_persistent": ("pt2pt-latency", "OSU MPI%s Latency Persistent Test"),
     "osu_bw_persistent": ("pt2pt-bandwidth", "OSU MPI%s Bandwidth Persistent Test"),
     "osu_bibw_persistent": ("pt2pt-bandwidth", "OSU MPI%s Bi-Directional Bandwidth Persistent Test"),
+    "osu_neighbor_allgather": ("collective", "OSU MPI%s Neighborhood Allgather Latency Test"),
+    "osu_neighbor_allgatherv": ("collective", "OSU MPI%s Neighborhood Allgatherv Latency Test"),
+    "osu_neighbor_alltoall": ("collective", "OSU MPI%s Neighborhood All-to-All Latency Test"),
+    "osu_neighbor_alltoallv": ("collective", "OSU MPI%s Neighborhood All-to-Allv Latency Test"),
+    "osu_neighbor_alltoallw": ("collective", "OSU MPI%s Neighborhood All-to-Allw Latency Test"),
+    "osu_iallreduce": ("nonblocking", "OSU MPI%s Non-blocking Allreduce Latency Test"),
+    "osu_iallgather": ("nonblocking", "OSU MPI%s Non-blocking Allgather Latency Test"),
+    "osu_ialltoall": ("nonblocking", "OSU MPI%s Non-blocking All-to-All Personalized Exchange Latency Test"),
+    "osu_ibcast": ("nonblocking", "OSU MPI%s Non-blocking Broadcast Latency Test"),
+    "osu_ireduce": ("nonblocking", "OSU MPI%s Non-blocking Reduce Latency Test"),
+    "osu_ireduce_scatter": ("nonblocking", "OSU MPI%s Non-blocking Reduce_scatter Latency Test"),
+    "osu_ibarrier": ("nonblocking-no-size", "OSU MPI%s Non-blocking Barrier Latency Test"),
+    "osu_igather": ("nonblocking", "OSU MPI%s Non-blocking Gather Latency Test"),
+    "osu_igatherv": ("nonblocking", "OSU MPI%s Non-blocking Gatherv Latency Test"),
+    "osu_iscatter": ("nonblocking", "OSU MPI%s Non-blocking Scatter Latency Test"),
+    "osu_iscatterv": ("nonblocking", "OSU MPI%s Non-blocking Scatterv Latency Test"),
+    "osu_iallgatherv": ("nonblocking", "OSU MPI%s Non-blocking Allgatherv Latency Test"),
+    "osu_ialltoallv": ("nonblocking", "OSU MPI%s Non-blocking All-to-Allv Personalized Exchange Latency Test"),
+    "osu_ialltoallw": ("nonblocking", "OSU MPI%s Non-blocking All-to-Allw Personalized Exchange Latency Test"),
+    "osu_ireduce_scatter_block": ("nonblocking", "OSU MPI%s Non-blocking Reduce_scatter_block Latency Test"),
+    "osu_ineighbor_allgather": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood Allgather Latency Test"),
+    "osu_ineighbor_allgatherv": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood Allgatherv Latency Test"),
+    "osu_ineighbor_alltoall": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-All Latency Test"),
+    "osu_ineighbor_alltoallv": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-Allv Latency Test"),
+    "osu_ineighbor_alltoallw": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-Allw Latency Test"),
 }
 TABLED = sorted(set(osu_shims.BENCHMARKS) - set(OWN_LAYOUTS))  # the programs the layout table describes
 # The command lines each shim's layout is checked under: those its program takes and fabricbench honours.
@@ -296,6 +342,13 @@ OPTION_SETS += ("-R 0", "-R 0 -c")
 FIGURES = {"lat_mean_us": 1.25, "lat_rank_avg_us": 2.5, "lat_rank_min_us": 2.25, "lat_rank_max_us": 2.75}
 FIGURES |= {"bw_MBps": 1234.5, "msgrate_per_s": 98765.25, "lat_p50_us": 3.5, "lat_p90_us": 4.5, "lat_p99_us": 5.5}
 FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_MBps": 1300.25, "iterations": 1000}
+FIGURES |= {"compute_us": 1.75, "pure_comm_us": 2.125, "pure_comm_min_us": 2.0, "pure_comm_max_us": 2.375}
+FIGURES |= {"init_us": 0.25, "test_us": 0.125, "wait_us": 0.625, "overlap_pct": 37.5}
+
+
+def _method_options(bench) -> dict:
+    """The plan's transport_options a shim's run has: mpi's --method where it names one (osu_i*: nonblocking)."""
+    return {"mpi": {"method": bench.method}} if bench.method else {}
 
 
 def _layout_cases() -> list[tuple[str, str]]:
@@ -455,7 +508,8 @@ def _data(stdout: str) -> list[list[str]]:
 
 
 def _data_lines(stdout: str) -> list[str]:
-    return [line for line in stdout.splitlines() if not line.startswith("#")]
+    """The lines that hold figures: not comments, nor the blank line of a non-blocking program's preamble."""
+    return [line for line in stdout.splitlines() if line and not line.startswith("#")]
 
 
 def test_shim_latency_as_reframe_runs_it_prints_osus_layout_from_1_byte(shims, tmp_path):
@@ -661,7 +715,9 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
     run, folder = osu(shims, tmp_path, name, "-m", "1:8", "-x", "1", "-i", "5", ranks=ranks)
     assert run.returncode == 0, run.stderr
     layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
-    columns = osu_text.Columns(datatype=osu_shims.osu_datatype(bench, {}) or "")
+    columns = osu_text.Columns(
+        datatype=osu_shims.osu_datatype(bench, {}) or "", transport_options=_method_options(bench)
+    )
     expected_head, _ = _osu_prints(name, {}, columns, kernel.with_datatype(columns.datatype).osu_datatype)
     expected_head = [line.replace("pairs: 1 ]", f"pairs: {ranks // 2} ]") for line in expected_head]
     lines = run.stdout.splitlines()
@@ -677,7 +733,8 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
             rebuilt += "".join(printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, float(f)) for f in fields[1:])
             assert int(fields[0]) == row.size_B
         else:
-            rebuilt = printf("%*.*f", 17, FLOAT_PRECISION, float(fields[0]))
+            rebuilt = printf("%*.*f", layout.first_width, FLOAT_PRECISION, float(fields[0]))
+            rebuilt += "".join(printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, float(f)) for f in fields[1:])
         assert line == rebuilt  # OSU's widths, whatever the figures
         figures = fields[1:] if layout.size else fields
         assert len(figures) == len(layout.values)

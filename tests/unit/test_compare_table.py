@@ -12,7 +12,7 @@ from fabricbench.analysis.compare import compare, comparison_table, parse_metric
 from fabricbench.analysis.load import MIGRATED, OPTIONAL, migrate, split_series
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_sizes
-from fabricbench.measure.schema import OPTIONAL_NUMERIC, SCHEMA_VERSION
+from fabricbench.measure.schema import NONBLOCKING_COLUMNS, OPTIONAL_NUMERIC, SCHEMA_VERSION
 
 METRICS = ["lat_p50_us", "bw_MBps"]
 
@@ -139,9 +139,9 @@ def _schema_1_frame() -> pd.DataFrame:
 def test_schema_1_is_migrated_and_says_so():
     frame, metadata = _schema_1_frame(), {"kernel": "6.1.0-test", "label": "old run", "hosts": ["h1"]}
     migrated, meta = migrate(frame, metadata)
-    assert meta["schema_version"] == SCHEMA_VERSION == 8
+    assert meta["schema_version"] == SCHEMA_VERSION
     assert meta["os_release"] == "6.1.0-test" and "kernel" not in meta
-    assert meta[MIGRATED] == "read as schema 1 (it has no schema_version); migrated to 8"
+    assert meta[MIGRATED] == f"read as schema 1 (it has no schema_version); migrated to {SCHEMA_VERSION}"
     assert meta["label"] == "old run" and meta["hosts"] == ["h1"]
     for column, default in OPTIONAL.items():
         assert (migrated[column] == default).all(), column
@@ -153,14 +153,14 @@ def test_schema_1_is_migrated_and_says_so():
 def test_schema_2_gains_the_repeat_and_pair_columns_and_keeps_its_metadata():
     frame = _schema_1_frame().assign(**{c: d for c, d in OPTIONAL.items() if c in ("run_id", "label", "buffer")})
     migrated, meta = migrate(frame, {"schema_version": 2, "os_release": "6.1.0-test"})
-    assert meta[MIGRATED] == "read as schema 2; migrated to 8" and meta["os_release"] == "6.1.0-test"
+    assert meta[MIGRATED] == f"read as schema 2; migrated to {SCHEMA_VERSION}" and meta["os_release"] == "6.1.0-test"
     assert migrated["repeat"].tolist() == [0] and migrated["src_host"].tolist() == [""]
 
 
 def test_schema_3_gains_the_gpu_pair_columns():
     frame = _schema_1_frame().assign(**{c: d for c, d in OPTIONAL.items() if c not in ("src_gpu", "dst_gpu")})
     migrated, meta = migrate(frame, {"schema_version": 3, "os_release": "6.1.0-test"})
-    assert meta[MIGRATED] == "read as schema 3; migrated to 8"
+    assert meta[MIGRATED] == f"read as schema 3; migrated to {SCHEMA_VERSION}"
     assert migrated["src_gpu"].tolist() == [""] and migrated["dst_gpu"].tolist() == [""]
 
 
@@ -168,7 +168,7 @@ def test_schema_4_gains_the_congestion_columns_empty_and_its_figures_as_nan():
     frame = _schema_1_frame().assign(**{c: d for c, d in OPTIONAL.items() if c not in ("canary", "congestor")})
     frame = frame.drop(columns=["canaries", "congestors"])
     migrated, meta = migrate(frame, {"schema_version": 4, "os_release": "6.1.0-test"})
-    assert meta[MIGRATED] == "read as schema 4; migrated to 8"
+    assert meta[MIGRATED] == f"read as schema 4; migrated to {SCHEMA_VERSION}"
     assert migrated["canary"].tolist() == [""] and migrated["congestors"].tolist() == [""]
     assert all(math.isnan(migrated[column].iloc[0]) for column in OPTIONAL_NUMERIC)
 
@@ -176,20 +176,27 @@ def test_schema_4_gains_the_congestion_columns_empty_and_its_figures_as_nan():
 def test_schema_5_gains_the_tier_and_hops_columns_blank():
     frame = _schema_1_frame().assign(**{c: d for c, d in OPTIONAL.items() if c not in ("tier", "hops")})
     migrated, meta = migrate(frame, {"schema_version": 5, "os_release": "6.1.0-test"})
-    assert meta[MIGRATED] == "read as schema 5; migrated to 8"
+    assert meta[MIGRATED] == f"read as schema 5; migrated to {SCHEMA_VERSION}"
     assert migrated["tier"].tolist() == [""] and migrated["hops"].tolist() == [""]
 
 
 def test_schema_6_gains_the_bisection_columns_blank_and_its_figures_as_nan():
     frame = _schema_1_frame().assign(**{c: d for c, d in OPTIONAL.items() if c != "tier_pairs"})
     migrated, meta = migrate(frame, {"schema_version": 6, "os_release": "6.1.0-test"})
-    assert meta[MIGRATED] == "read as schema 6; migrated to 8"
+    assert meta[MIGRATED] == f"read as schema 6; migrated to {SCHEMA_VERSION}"
     assert migrated["tier_pairs"].tolist() == [""]
     assert math.isnan(migrated["bw_p1_MBps"].iloc[0]) and math.isnan(migrated["aggregate_MBps"].iloc[0])
 
 
+def test_schema_8_gains_the_nonblocking_figures_as_nan():
+    frame = _schema_1_frame().assign(**OPTIONAL)
+    migrated, meta = migrate(frame, {"schema_version": 8, "os_release": "6.1.0-test"})
+    assert meta[MIGRATED] == f"read as schema 8; migrated to {SCHEMA_VERSION}"
+    assert all(math.isnan(migrated[column].iloc[0]) for column in NONBLOCKING_COLUMNS)
+
+
 def test_a_current_table_passes_unchanged():
-    frame, metadata = _schema_1_frame(), {"schema_version": 8, "os_release": "6.1.0-test"}
+    frame, metadata = _schema_1_frame(), {"schema_version": SCHEMA_VERSION, "os_release": "6.1.0-test"}
     migrated, meta = migrate(frame, metadata)
     assert migrated is frame and meta is metadata and MIGRATED not in meta
 
@@ -197,7 +204,10 @@ def test_a_current_table_passes_unchanged():
 @pytest.mark.parametrize(
     ("metadata", "message"),
     [
-        ({"schema_version": 9}, "was written by a newer fabricbench (schema 9); this one reads up to 8"),
+        (
+            {"schema_version": SCHEMA_VERSION + 1},
+            f"was written by a newer fabricbench (schema {SCHEMA_VERSION + 1}); this one reads up to {SCHEMA_VERSION}",
+        ),
         ({"schema_version": "2"}, "metadata field 'schema_version' = '2', not a positive integer"),
         ({"schema_version": True}, "metadata field 'schema_version' = True, not a positive integer"),
         ({"schema_version": 0}, "metadata field 'schema_version' = 0, not a positive integer"),
@@ -226,12 +236,12 @@ def _write_run(directory, metadata, frame: pd.DataFrame) -> str:
     ("metadata", "message"),
     [
         ({"hosts": 5}, "has metadata field 'hosts' = 5, not a list of strings"),
-        # Schema 8 tables hold every column: a missing one is not filled in.
+        # Current tables hold every column: a missing one is not filled in.
         (
-            {"schema_version": 8},
-            "is not a schema 8 table: no column run_id, label, buffer, method, validation, sample, repeat, "
-            "schedule, src_rank, dst_rank, src_host, dst_host, tier, hops, src_gpu, dst_gpu, canary, congestor, "
-            "canaries, congestors, tier_pairs",
+            {"schema_version": SCHEMA_VERSION},
+            f"is not a schema {SCHEMA_VERSION} table: no column run_id, label, buffer, method, validation, sample, "
+            "repeat, schedule, src_rank, dst_rank, src_host, dst_host, tier, hops, src_gpu, dst_gpu, canary, "
+            "congestor, canaries, congestors, tier_pairs",
         ),
     ],
 )
@@ -244,9 +254,14 @@ def test_a_refused_input_is_named_in_the_error(tmp_path, metadata, message):
 
 def test_the_report_prints_the_migration_as_a_note(tmp_path, capsys):
     old = _write_run(tmp_path / "old", {"kernel": "6.1.0-test", "label": "old run"}, _schema_1_frame())
-    new = _write_run(tmp_path / "new", {"schema_version": 8, "label": "new run"}, _schema_1_frame().assign(**OPTIONAL))
+    new = _write_run(
+        tmp_path / "new", {"schema_version": SCHEMA_VERSION, "label": "new run"}, _schema_1_frame().assign(**OPTIONAL)
+    )
     series, _, notes = split_series([old, new])
     assert series[0].metadata["os_release"] == "6.1.0-test"
-    assert notes == [f"{old}: read as schema 1 (it has no schema_version); migrated to 8"]
+    assert notes == [f"{old}: read as schema 1 (it has no schema_version); migrated to {SCHEMA_VERSION}"]
     assert compare([old, new]) == 0
-    assert f"# note: {old}: read as schema 1 (it has no schema_version); migrated to 8" in capsys.readouterr().out
+    assert (
+        f"# note: {old}: read as schema 1 (it has no schema_version); migrated to {SCHEMA_VERSION}"
+        in capsys.readouterr().out
+    )

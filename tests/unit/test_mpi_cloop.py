@@ -72,4 +72,6 @@ def test_the_c_source_ships_beside_the_module():
         "fb_canary",
         "fb_congestor",
         "fb_persistent_collectives",
+        "fb_neighbor",
+        "fb_icollective",
     }

@@ -24,7 +24,10 @@ def test_every_mpi_kernel_but_the_matrix_has_a_cuda_route():
     # The all-pairs matrix, the bisection and the congestion kernel stay in host memory (they say so: unsupported);
     # the start-up kernels (init, hello) report MPI_Init and move no buffer; latency-mt and latency-mp run host buffers.
     host_only = ("congestion", "bisection", "init", "hello", "latency-mt", "latency-mp")
-    assert routed == {k for k in MPITransport.kernels if not k.startswith("pairs-") and k not in host_only}
+    # The neighbourhood collectives too.
+    assert routed == {
+        k for k in MPITransport.kernels if not k.startswith(("pairs-", "neighbor_")) and k not in host_only
+    }
 
 
 @pytest.mark.parametrize("name", MOVING_COLLECTIVES)

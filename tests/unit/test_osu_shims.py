@@ -343,8 +343,8 @@ def test_every_osu_name_maps_to_a_kernel_its_transport_has():
     from fabricbench.transports import transport_class
 
     assert (
-        len(BENCHMARKS) == 50
-    )  # 16, the 8 rooted and v-variant collectives, the 14 persistent ones, 12 of pt2pt, one-sided and start-up
+        len(BENCHMARKS) == 50 + 25
+    )  # 16, 8 rooted and v-variants, 14 persistent, 12 pt2pt/one-sided/start-up, 25 osu_i* and neighbourhood
     for bench in BENCHMARKS.values():
         assert bench.kernel in transport_class(bench.transport).kernels, bench.name
 

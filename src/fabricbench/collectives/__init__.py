@@ -22,6 +22,7 @@ from fabricbench.collectives import (
     bcast,
     gather,
     gatherv,
+    neighbor,
     reduce,
     reduce_scatter,
     reduce_scatter_block,
@@ -38,3 +39,4 @@ COLLECTIVES |= {
     module.SPEC.name: module.SPEC
     for module in (gather, gatherv, scatter, scatterv, allgatherv, alltoallv, alltoallw, reduce_scatter_block)
 }
+COLLECTIVES.update((spec.name, spec) for spec in neighbor.SPECS)  # on OSU's graph topology

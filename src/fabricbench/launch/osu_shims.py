@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabricbench import __version__
+from fabricbench.collectives import neighbor
 from fabricbench.errors import UsageError
 from fabricbench.launch.osu_programs import LONG_OPTIONS, OSU_VERSION, PROGRAMS, Program
 from fabricbench.measure.kernels import get_kernel
@@ -135,7 +136,7 @@ class Benchmark:
     min_size: int = 1  # OSU's default smallest size (MIN_MESSAGE_SIZE; 0 for its point-to-point latency tests)
     skips_empty: bool = True  # OSU skips a size that holds no element (osu_latency's 0 B, 1 B of MPI_FLOAT)
     own: tuple[tuple[str, Treatment], ...] = ()  # this program's treatments, over TREATMENTS
-    method: str = ""  # the --method its run takes ("persistent": OSU's *_persistent programs, MPI_*_init), else ""
+    method: str = ""  # the --method its run takes ("persistent": OSU's *_persistent programs; "nonblocking": osu_i*)
     syncs: tuple[str, ...] = ()  # a one-sided program's -s words, as OSU accepts them for it
     counts_flag: str = ""  # what its -t counts become: osu_latency_mt's threads, osu_latency_mp's processes
 
@@ -176,6 +177,16 @@ _ATOMIC_TYPE = Treatment(
 _ONE_ELEMENT = Treatment(NO_EFFECT, "one element is the size; OSU 7.4 reads -m here and ignores it")
 _THREADS = Treatment(HONOURED, "[SEND:]RECV: the threads of each rank (default 1:2), MPI at MPI_THREAD_MULTIPLE")
 _PROCESSES = Treatment(HONOURED, "[SEND:]RECV: the idle processes each rank forks (default 0:2)")
+# osu_i*: -t is the MPI_Test calls within the dummy compute (--test-calls); the neighbourhood programs run OSU's
+# default topology only.
+_NBC_OWN = (("t", Treatment(HONOURED, "CALLS: MPI_Test calls spread over each dummy compute (default 0)")),)
+_NEIGHBOR_OWN = (
+    ("N", Treatment(REFUSED, "neighbourhood topologies: fabricbench runs OSU's default, a periodic ring of radius 1")),
+)
+# The collectives whose osu_i* program runs on fabricbench's kernel of the same name (osu_iallreduce: allreduce).
+_NONBLOCKING = ("allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter")
+_NONBLOCKING += ("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw")
+_NONBLOCKING += ("reduce_scatter_block",)
 
 
 def _pt2pt(name: str, kernel: str, **more) -> Benchmark:
@@ -239,6 +250,14 @@ BENCHMARKS = {
         _persistent("osu_reduce_scatter_persistent", "reduce_scatter"),
         _persistent("osu_scatter_persistent", "scatter"),
         _persistent("osu_scatterv_persistent", "scatterv"),
+        # neighbourhood collectives on OSU's default ring, blocking and non-blocking; the non-blocking collectives
+        *(_collective(f"osu_{name}", name, own=_NEIGHBOR_OWN) for name in sorted(neighbor.NAMES)),
+        *(
+            _collective(f"osu_i{name}", name, method="nonblocking", own=_NBC_OWN + _NEIGHBOR_OWN)
+            for name in sorted(neighbor.NAMES)
+        ),
+        *(_collective(f"osu_i{name}", name, method="nonblocking", own=_NBC_OWN) for name in _NONBLOCKING),
+        _collective("osu_ibarrier", "barrier", method="nonblocking", own=(("m", _NO_SIZES), *_NBC_OWN)),
         # one-sided
         _one_sided("osu_put_latency", "put"),
         _one_sided("osu_get_latency", "get"),
@@ -597,6 +616,8 @@ def run_argv(request: Request, out_dir: str) -> list[str]:
     for letter, flag in ONE_SIDED_FLAGS.items():
         if letter in values:
             argv += [flag, values[letter].lower()]
+    if "t" in values and bench.method == "nonblocking":
+        argv += ["--test-calls", values["t"]]
     sizes = osu_sizes(bench, values)
     if sizes is not None:
         argv += ["-m", sizes]

@@ -62,11 +62,19 @@ COLUMNS = [
     "congestor_MBps",
     "cif_mean",
     "cif_p99",
+    "compute_us",
+    "pure_comm_us",
+    "pure_comm_min_us",
+    "pure_comm_max_us",
+    "init_us",
+    "test_us",
+    "wait_us",
+    "overlap_pct",
     "validation",
     "status",
     "note",
 ]
-UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s")  # a measured column's name ends in its unit
+UNIT_SUFFIXES = ("_us", "_MBps", "_GBps", "_per_s", "_pct")  # a measured column's name ends in its unit (_pct: %)
 # Ratios without a unit: the congestion impact factors (above 1 is worse) and the slowest canary rank's mean over
 # the fastest's.
 RATIOS = {"cif_mean", "cif_p99", "rank_spread"}
@@ -85,7 +93,10 @@ INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "c
 #    percentile and its aggregate over both directions.
 # 8: a windowed row of one pair carries the percentiles of its windows' bandwidths (bw_win_p50/p90/p99_MBps, each
 #    window's bytes over its time, smallest first: OSU's -z tail bandwidths).
-SCHEMA_VERSION = 8
+# 9: a non-blocking collective's row (--method nonblocking, OSU's osu_i*) carries, beside its overall time in the
+#    latency columns, the dummy compute, the MPI_Test calls within it, the start and the wait (means over ranks),
+#    the pure communication (its mean, least and most over ranks) and the overlap in %.
+SCHEMA_VERSION = 9
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
@@ -97,7 +108,8 @@ PREVIOUS_RUNS = "previous_runs"  # in metadata.json: the metadata of the earlier
 # Columns an older table may lack, with the value a row without them means: schema 1 may lack the first six,
 # schema 2 lacks the repeat index (one run: repeat 0) and the all-pairs columns (no pair rows then), schema 3 the
 # GPU-pair columns (no GPU pair rows then), schema 4 the congestion columns (no congestion rows then), schema 5 the
-# tier and hops of a pair (no topology then), schema 6 the bisection columns (no bisection rows then).
+# tier and hops of a pair (no topology then), schema 6 the bisection columns (no bisection rows then), schema 8 the
+# non-blocking figures (no non-blocking rows then).
 OPTIONAL = {
     "run_id": "",
     "label": "",
@@ -126,6 +138,10 @@ OPTIONAL = {
 OPTIONAL_NUMERIC = ("bw_p50_MBps", "bw_p99_MBps", "rank_spread", "congestor_MBps", "cif_mean", "cif_p99")
 OPTIONAL_NUMERIC += ("bw_p1_MBps", "aggregate_MBps")
 OPTIONAL_NUMERIC += ("bw_win_p50_MBps", "bw_win_p90_MBps", "bw_win_p99_MBps")  # schema 7 and before: NaN
+# Schema 8 and before: the non-blocking collectives' figures (NONBLOCKING_COLUMNS).
+NONBLOCKING_COLUMNS = ("compute_us", "pure_comm_us", "pure_comm_min_us", "pure_comm_max_us", "init_us", "test_us")
+NONBLOCKING_COLUMNS += ("wait_us", "overlap_pct")
+OPTIONAL_NUMERIC += NONBLOCKING_COLUMNS
 
 
 def is_measured(status: object) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from fabricbench import __version__
 from fabricbench.argtypes import decimal
+from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import Kernel, Pairing, get_kernel
 from fabricbench.measure.rows import has_window_bandwidths
@@ -55,6 +56,12 @@ class Columns:
     # The run's Plan.transport_options: each transport's declared buffer place in them gives OSU's -d title
     # ("MPI-CUDA") and buffer lines.
     transport_options: dict = field(default_factory=dict)
+
+    @property
+    def nonblocking(self) -> bool:
+        """Whether the run times the collectives' non-blocking forms (mpi's --method nonblocking): OSU's osu_i*
+        layout."""
+        return self.transport_options.get("mpi", {}).get("method") == "nonblocking"
 
     @classmethod
     def from_plan(cls, plan) -> Columns:
@@ -139,9 +146,11 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
         return "\n".join([made, *extra, named, column_header(kernel_name, columns), datatype])
     if kernel.osu_layout != "table":  # osu_init and osu_hello print their title, then their one line
         return f"{made}\n{named}"
+    nonblocking = columns.nonblocking and kernel.collective  # osu_i*: "# Overall = ..." under the title
     lines = [
         made,
         named,
+        *([nonblocking_figures.OVERALL_LINE, ""] if nonblocking else []),
         *cls.osu_header_lines(kernel, columns.transport_options),
         *place.osu_buffer_lines(point_to_point=kernel.pairing in (Pairing.ONE, Pairing.HALVES)),
     ]
@@ -155,7 +164,8 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
 
 def title(transport: str, kernel_name: str, device: str = "", transport_options: dict | None = None) -> str:
     """OSU's title line, e.g. ``# OSU MPI Latency Test v7.4``, or with a device ``# OSU MPI-CUDA Latency Test``; the
-    transport words it for a run with ``transport_options`` (osu_latency_persistent's ``Latency Persistent Test``)."""
+    transport words it for a run with ``transport_options`` (osu_latency_persistent's ``Latency Persistent Test``,
+    osu_iallreduce's ``Non-blocking Allreduce Latency Test``)."""
     cls = transport_class(transport)
     library = cls.osu_name or f"fabricbench {transport}"
     if device:
@@ -172,6 +182,8 @@ def _message_rate(kernel) -> bool:
 def column_header(kernel_name: str, columns: Columns = Columns()) -> str:
     """OSU's column header: ``"%-*s%*s"`` of "# Size" (10) and the value's name (FIELD), then the optional columns."""
     kernel = get_kernel(kernel_name)
+    if columns.nonblocking and kernel.collective:
+        return _nonblocking_header(kernel, columns)
     if not shows_size(kernel):  # print_only_header without show_size: "# Avg Latency(us)", then the options'
         text = "# Avg Latency(us)"
         if columns.full:
@@ -217,6 +229,8 @@ def line(row: dict, columns: Columns = Columns()) -> str:
         return f"nprocs: {row['ranks']}, min: {low} ms, max: {high} ms, avg: {mean} ms"
     if kernel.osu_layout == "count":
         return f"This is a test with {row['ranks']} processes"
+    if columns.nonblocking and kernel.collective:
+        return _nonblocking_line(kernel, row, columns)
     if not shows_size(kernel):  # print_stats without show_size: "%*.*f" 17 wide, no size
         text = f"{row['lat_rank_avg_us']:{NO_SIZE_FIELD}.2f}"
         if columns.full:
@@ -248,4 +262,52 @@ def line(row: dict, columns: Columns = Columns()) -> str:
     tails = WINDOW_PERCENTILES if kernel.windowed else PERCENTILE_COLUMNS
     for percent in columns.percentiles:  # NaN where a loop's windows do not hold their transit, or one was refused
         text += f"{row.get(tails[percent], math.nan):{FIELD}.2f}"
+    return text
+
+
+# The non-blocking collectives' columns after the overall time (OSU's print_only_header_nbc and print_stats_nbc):
+# (header, the row's column), the short set and -f's full set.
+NONBLOCKING_SHORT = (("Compute(us)", "compute_us"), ("Pure Comm.(us)", "pure_comm_us"), ("Overlap(%)", "overlap_pct"))
+NONBLOCKING_FULL = (
+    ("Compute(us)", "compute_us"),
+    ("Coll. Init(us)", "init_us"),
+    ("MPI_Test(us)", "test_us"),
+    ("MPI_Wait(us)", "wait_us"),
+    ("Pure Comm.(us)", "pure_comm_us"),
+    ("Min Comm.(us)", "pure_comm_min_us"),
+    ("Max Comm.(us)", "pure_comm_max_us"),
+    ("Overlap(%)", "overlap_pct"),
+)
+NO_SIZE_OVERALL = 13  # osu_ibarrier's overall time, "%*.*f" 13 wide where there is no size column
+
+
+def _nonblocking_header(kernel: Kernel, columns: Columns) -> str:
+    """osu_i*'s column header: "# Size" (10) and "Overall(us)" (FIELD), or "# Overall(us)" alone where there is no
+    size (osu_ibarrier); the figures (-f: all eight); then Validation and the tail latencies, as OSU orders them."""
+    text = f"{'# Size':<{SIZE_FIELD}}{'Overall(us)':>{FIELD}}" if kernel.moves_data else "# Overall(us)"
+    for name, _ in NONBLOCKING_FULL if columns.full else NONBLOCKING_SHORT:
+        text += f"{name:>{FIELD}}"
+    if columns.validate:
+        text += f"{'Validation':>{FIELD}}"
+    for percent in columns.percentiles:
+        text += f"{f'P{percent:g} Tail Lat(us)':>{FIELD}}"
+    return text
+
+
+def _nonblocking_line(kernel: Kernel, row: dict, columns: Columns) -> str:
+    """One size of osu_i*: the size (10) and the overall time (FIELD), or the overall time alone (13) for
+    osu_ibarrier; then each figure (FIELD, 2 decimals), Pass/Fail and the tail latencies of the overall time."""
+    overall = row["lat_rank_avg_us"]
+    text = (
+        f"{row['size_B']:<{SIZE_FIELD}d}{overall:{FIELD}.2f}"
+        if kernel.moves_data
+        else f"{overall:{NO_SIZE_OVERALL}.2f}"
+    )
+    for _, column in NONBLOCKING_FULL if columns.full else NONBLOCKING_SHORT:
+        text += f"{row[column]:{FIELD}.2f}"
+    if columns.validate:
+        passed, failed = kernel.osu_validation
+        text += f"{ {'pass': passed, 'fail': failed}.get(row.get('validation'), ''):>{FIELD}}"
+    for percent in columns.percentiles:
+        text += f"{row[PERCENTILE_COLUMNS[percent]]:{FIELD}.2f}"
     return text

@@ -31,3 +31,9 @@
 #define RMA_SYNC_LOCK_ALL 3
 #define RMA_SYNC_PSCW 4
 #define RMA_SYNC_FENCE 5
+/* The neighbourhood collectives, on a distributed graph communicator (fb_neighbor, fb_icollective). */
+#define OP_NEIGHBOR_ALLGATHER 40
+#define OP_NEIGHBOR_ALLGATHERV 41
+#define OP_NEIGHBOR_ALLTOALL 42
+#define OP_NEIGHBOR_ALLTOALLV 43
+#define OP_NEIGHBOR_ALLTOALLW 44

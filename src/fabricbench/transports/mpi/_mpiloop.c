@@ -879,3 +879,258 @@ int fb_persistent_collectives(void)
 {
     return FB_PERSISTENT_COLLECTIVES;
 }
+
+/* ---- Neighbourhood and non-blocking collectives (fb_neighbor, fb_icollective) ----
+ *
+ * A neighbourhood collective runs on a distributed graph communicator (MPI_Dist_graph_create_adjacent, made by
+ * mpi/transport.py), whose in- and out-neighbours this side asks of MPI: every block is `count` elements, block l
+ * of the receive buffer from in-neighbour l, block i of the send buffer to out-neighbour i. */
+
+/* The counts, displacements and types of the v and w forms: every block alike, in neighbour order. */
+struct blocks {
+    int in, out;
+    int *send_counts, *send_displs, *recv_counts, *recv_displs;
+    MPI_Aint *send_bytes, *recv_bytes; /* the w form's displacements are in bytes */
+    MPI_Datatype *send_types, *recv_types;
+};
+
+static void blocks_free(struct blocks *b)
+{
+    free(b->send_counts), free(b->send_displs), free(b->recv_counts), free(b->recv_displs);
+    free(b->send_bytes), free(b->recv_bytes), free(b->send_types), free(b->recv_types);
+}
+
+/* `b` for `count` elements of `type` per neighbour of graph communicator `comm`; zeroed first, so that
+ * blocks_free may follow any return. */
+static int blocks_of(MPI_Comm comm, MPI_Datatype type, int count, struct blocks *b)
+{
+    int weighted, size, err;
+    *b = (struct blocks){0};
+    if ((err = MPI_Dist_graph_neighbors_count(comm, &b->in, &b->out, &weighted)) != MPI_SUCCESS)
+        return err;
+    if ((err = MPI_Type_size(type, &size)) != MPI_SUCCESS)
+        return err;
+    int in = b->in > 0 ? b->in : 1, out = b->out > 0 ? b->out : 1; /* malloc(0) may answer NULL */
+    b->send_counts = malloc(out * sizeof(int)), b->send_displs = malloc(out * sizeof(int));
+    b->recv_counts = malloc(in * sizeof(int)), b->recv_displs = malloc(in * sizeof(int));
+    b->send_bytes = malloc(out * sizeof(MPI_Aint)), b->recv_bytes = malloc(in * sizeof(MPI_Aint));
+    b->send_types = malloc(out * sizeof(MPI_Datatype)), b->recv_types = malloc(in * sizeof(MPI_Datatype));
+    if (!b->send_counts || !b->send_displs || !b->recv_counts || !b->recv_displs || !b->send_bytes ||
+        !b->recv_bytes || !b->send_types || !b->recv_types)
+        return MPI_ERR_NO_MEM;
+    if ((long long)count * (b->in > b->out ? b->in : b->out) > INT_MAX)
+        return MPI_ERR_COUNT;
+    for (int i = 0; i < b->out; i++) {
+        b->send_counts[i] = count, b->send_displs[i] = i * count;
+        b->send_bytes[i] = (MPI_Aint)i * count * size, b->send_types[i] = type;
+    }
+    for (int l = 0; l < b->in; l++) {
+        b->recv_counts[l] = count, b->recv_displs[l] = l * count;
+        b->recv_bytes[l] = (MPI_Aint)l * count * size, b->recv_types[l] = type;
+    }
+    return MPI_SUCCESS;
+}
+
+static MPI_Datatype datatype_of(int code)
+{
+    return code == FLOATS ? MPI_FLOAT : code == CHARS ? MPI_CHAR : code == INTS ? MPI_INT : MPI_BYTE;
+}
+
+/* One blocking neighbourhood collective. */
+static int neighbor_call(int op, MPI_Comm comm, MPI_Datatype type, void *send, void *recv, int n,
+                         const struct blocks *b)
+{
+    switch (op) {
+    case OP_NEIGHBOR_ALLGATHER:
+        return MPI_Neighbor_allgather(send, n, type, recv, n, type, comm);
+    case OP_NEIGHBOR_ALLGATHERV:
+        return MPI_Neighbor_allgatherv(send, n, type, recv, b->recv_counts, b->recv_displs, type, comm);
+    case OP_NEIGHBOR_ALLTOALL:
+        return MPI_Neighbor_alltoall(send, n, type, recv, n, type, comm);
+    case OP_NEIGHBOR_ALLTOALLV:
+        return MPI_Neighbor_alltoallv(send, b->send_counts, b->send_displs, type, recv, b->recv_counts,
+                                      b->recv_displs, type, comm);
+    case OP_NEIGHBOR_ALLTOALLW:
+        return MPI_Neighbor_alltoallw(send, b->send_counts, b->send_bytes, b->send_types, recv, b->recv_counts,
+                                      b->recv_bytes, b->recv_types, comm);
+    default:
+        return MPI_ERR_ARG;
+    }
+}
+
+/* osu_neighbor_*: one blocking neighbourhood collective per sample, timed alone, then an untimed barrier. */
+int fb_neighbor(MPI_Fint comm_handle, int op, int datatype, void *send_buf, void *recv_buf, long long count,
+                long long iterations, int64_t *times)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_handle);
+    MPI_Datatype type = datatype_of(datatype);
+    struct blocks b;
+    int separate = 1;
+    int n, err = as_count(count, &n);
+    if (err != MPI_SUCCESS)
+        return err;
+    TRY(blocks_of(comm, type, n, &b));
+    TIMED_ALONE(TRY(neighbor_call(op, comm, type, send_buf, recv_buf, n, &b)));
+out:
+    blocks_free(&b);
+    return err;
+}
+
+/* Starts the non-blocking form of collective `op` (fb_collective's and the neighbourhood codes). */
+static int start_nonblocking(int op, MPI_Comm comm, MPI_Datatype type, void *send, void *recv, int n, int root,
+                             const struct blocks *b, const Layout *v, MPI_Request *request)
+{
+    switch (op) {
+    case OP_GATHER:
+        return MPI_Igather(send, n, type, recv, n, type, root, comm, request);
+    case OP_GATHERV:
+        return MPI_Igatherv(send, n, type, recv, v->counts, v->displs, type, root, comm, request);
+    case OP_SCATTER:
+        return MPI_Iscatter(send, n, type, recv, n, type, root, comm, request);
+    case OP_SCATTERV:
+        return MPI_Iscatterv(send, v->counts, v->displs, type, recv, n, type, root, comm, request);
+    case OP_ALLGATHERV:
+        return MPI_Iallgatherv(send, n, type, recv, v->counts, v->displs, type, comm, request);
+    case OP_ALLTOALLV:
+        return MPI_Ialltoallv(send, v->counts, v->displs, type, recv, v->counts, v->displs, type, comm, request);
+    case OP_ALLTOALLW:
+        return MPI_Ialltoallw(send, v->counts, v->byte_displs, v->types, recv, v->counts, v->byte_displs, v->types,
+                              comm, request);
+    case OP_ALLREDUCE:
+        return MPI_Iallreduce(send, recv, n, type, MPI_SUM, comm, request);
+    case OP_ALLGATHER:
+        return MPI_Iallgather(send, n, type, recv, n, type, comm, request);
+    case OP_ALLTOALL:
+        return MPI_Ialltoall(send, n, type, recv, n, type, comm, request);
+    case OP_BCAST:
+        return MPI_Ibcast(send, n, type, root, comm, request);
+    case OP_REDUCE:
+        return MPI_Ireduce(send, recv, n, type, MPI_SUM, root, comm, request);
+    case OP_REDUCE_SCATTER:
+    case OP_REDUCE_SCATTER_BLOCK: /* the same call, as in fb_collective; the block's size is the caller's */
+        return MPI_Ireduce_scatter_block(send, recv, n, type, MPI_SUM, comm, request);
+    case OP_BARRIER:
+        return MPI_Ibarrier(comm, request);
+    case OP_NEIGHBOR_ALLGATHER:
+        return MPI_Ineighbor_allgather(send, n, type, recv, n, type, comm, request);
+    case OP_NEIGHBOR_ALLGATHERV:
+        return MPI_Ineighbor_allgatherv(send, n, type, recv, b->recv_counts, b->recv_displs, type, comm, request);
+    case OP_NEIGHBOR_ALLTOALL:
+        return MPI_Ineighbor_alltoall(send, n, type, recv, n, type, comm, request);
+    case OP_NEIGHBOR_ALLTOALLV:
+        return MPI_Ineighbor_alltoallv(send, b->send_counts, b->send_displs, type, recv, b->recv_counts,
+                                       b->recv_displs, type, comm, request);
+    case OP_NEIGHBOR_ALLTOALLW:
+        return MPI_Ineighbor_alltoallw(send, b->send_counts, b->send_bytes, b->send_types, recv, b->recv_counts,
+                                       b->recv_bytes, b->recv_types, comm, request);
+    default:
+        return MPI_ERR_ARG;
+    }
+}
+
+/* The dummy compute: a small dense float kernel, run in passes until `target_ns` have passed in them. The arrays
+ * are volatile so that no pass can be optimised away. */
+enum { COMPUTE_DIM = 32 };
+static volatile float compute_m[COMPUTE_DIM][COMPUTE_DIM], compute_v[COMPUTE_DIM];
+
+static void compute_for(int64_t target_ns)
+{
+    int64_t spent = 0;
+    while (spent < target_ns) {
+        int64_t begin = fb_now_ns();
+        for (int r = 0; r < COMPUTE_DIM; r++) {
+            float sum = compute_v[r];
+            for (int c = 0; c < COMPUTE_DIM; c++)
+                sum += compute_m[r][c] * compute_m[c][r];
+            compute_v[r] = sum * 0.5f;
+        }
+        spent += fb_now_ns() - begin;
+    }
+}
+
+/* The compute of one sample: `target_ns` of it, cut into `tests` parts each followed by an MPI_Test of `request`
+ * (none: one part, no test). Returns the ns spent in MPI_Test, or -1 when a test failed (its code in *err). */
+static int64_t compute_and_test(int64_t target_ns, int tests, MPI_Request *request, int *err)
+{
+    int64_t testing = 0;
+    int done;
+    if (tests <= 0) {
+        compute_for(target_ns);
+        return 0;
+    }
+    for (int t = 0; t < tests; t++) {
+        compute_for(target_ns / tests);
+        int64_t begin = fb_now_ns();
+        if ((*err = MPI_Test(request, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return -1;
+        testing += fb_now_ns() - begin;
+    }
+    return testing;
+}
+
+/* osu_i*: the non-blocking form of `op`, as OSU's non-blocking collectives time it, in two loops of `iterations`.
+ *
+ * 1. Pure communication: start, MPI_Wait, each sample timed alone, then an untimed barrier (none for ibarrier).
+ *    Its mean on this rank is the compute's length.
+ * 2. Overlap: start, compute for that long (testing `tests` times within it), MPI_Wait; each sample (the overall
+ *    time) timed alone into times[i], then an untimed barrier. Within it the start, the compute and the wait are
+ *    timed apart.
+ *
+ * figures[] gets this rank's means in ns: 0 pure communication, 1 compute (its tests included, as OSU's), 2 the
+ * tests, 3 the wait, 4 the start. `op` may be a neighbourhood code where `comm` is a graph communicator. */
+int fb_icollective(MPI_Fint comm_handle, int op, int datatype, void *send_buf, void *recv_buf, long long count,
+                   int root, int tests, long long iterations, int64_t *times, double *figures)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_handle);
+    MPI_Datatype type = datatype_of(datatype);
+    MPI_Request request = MPI_REQUEST_NULL;
+    struct blocks b = {0};
+    Layout v = {NULL, NULL, NULL, NULL}; /* the v-variants' counts and displacements, built before timing */
+    int neighborhood = op >= OP_NEIGHBOR_ALLGATHER && op <= OP_NEIGHBOR_ALLTOALLW;
+    int64_t pure = 0, compute = 0, testing = 0, waiting = 0, starting = 0;
+    int n, err = as_count(count, &n);
+    if (err != MPI_SUCCESS)
+        return err;
+    for (int f = 0; f < 5; f++)
+        figures[f] = 0.0;
+    if (iterations <= 0)
+        return MPI_SUCCESS;
+    if (neighborhood)
+        TRY(blocks_of(comm, type, n, &b));
+    else
+        TRY(layout_of(comm, op, type, n, &v));
+    for (long long i = 0; i < iterations; i++) {
+        int64_t begin = fb_now_ns();
+        TRY(start_nonblocking(op, comm, type, send_buf, recv_buf, n, root, &b, &v, &request));
+        TRY(MPI_Wait(&request, MPI_STATUS_IGNORE));
+        pure += fb_now_ns() - begin;
+        if (op != OP_BARRIER)
+            TRY(MPI_Barrier(comm));
+    }
+    int64_t target = pure / iterations;
+    TRY(MPI_Barrier(comm));
+    for (long long i = 0; i < iterations; i++) {
+        int64_t begin = fb_now_ns();
+        TRY(start_nonblocking(op, comm, type, send_buf, recv_buf, n, root, &b, &v, &request));
+        int64_t started = fb_now_ns();
+        int64_t tested = compute_and_test(target, tests, &request, &err);
+        if (tested < 0)
+            goto out;
+        int64_t computed = fb_now_ns();
+        TRY(MPI_Wait(&request, MPI_STATUS_IGNORE));
+        int64_t end = fb_now_ns();
+        times[i] = end - begin;
+        starting += started - begin, compute += computed - started, testing += tested, waiting += end - computed;
+        TRY(MPI_Barrier(comm));
+    }
+    figures[0] = (double)pure / iterations, figures[1] = (double)compute / iterations;
+    figures[2] = (double)testing / iterations, figures[3] = (double)waiting / iterations;
+    figures[4] = (double)starting / iterations;
+out:
+    if (request != MPI_REQUEST_NULL) { /* only on an error: a started collective cannot be cancelled, so wait */
+        MPI_Wait(&request, MPI_STATUS_IGNORE);
+    }
+    blocks_free(&b);
+    layout_free(&v);
+    return err;
+}

@@ -44,6 +44,8 @@ SIGNATURES = {
     + [_INT64, _BUFFER],
     "fb_congestor": [*[_HANDLE] * 3, _FLAG, _FLAG, *[_BUFFER] * 3, _INT64, _FLAG, _BUFFER],
     "fb_persistent_collectives": [],
+    "fb_neighbor": [_HANDLE, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _INT64, _BUFFER],
+    "fb_icollective": [_HANDLE, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _FLAG, _FLAG, _INT64, _BUFFER, _BUFFER],
 }
 
 

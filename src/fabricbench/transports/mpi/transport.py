@@ -36,6 +36,8 @@ from functools import partial
 from types import SimpleNamespace
 
 from fabricbench.buffers import filled, nothing, pattern, poisoned, times_address
+from fabricbench.collectives import neighbor
+from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element, uniform_layout
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
@@ -577,6 +579,74 @@ class StartUp(Case):
             times[i] = self.init_ns
 
 
+class CLoopCollective(Case):
+    """The collectives timed in C only: OSU's non-blocking ones (``--method nonblocking``, ``fb_icollective``) and
+    the neighbourhood ones, blocking (``fb_neighbor``) or not, on OSU's ring (``collectives.neighbor``), whose
+    distributed graph communicator this case makes and frees.
+
+    A non-blocking row's figures beside its overall time (collectives.nonblocking.row_fields) come from the
+    runner's timed run, its second call of ``run`` (after the warm-up, before validation's single iteration):
+    every rank gathers every rank's means there, outside the timed loop."""
+
+    def __init__(self, comm, kernel: Kernel, size: int, nonblocking: bool, cloop: CLoop, tests: int = 0):
+        super().__init__()
+        self.initiator = True
+        self.cloop, self.nonblocking = cloop, nonblocking
+        self.method = f"c loop, {'nonblocking' if nonblocking else 'blocking'}"
+        self.what = f"mpi {kernel.name} at {size} B"
+        self.kernel, self.size = kernel, size
+        spec = kernel.collective_spec
+        rank, ranks = comm.Get_rank(), comm.Get_size()
+        self.comm, self.graph = comm, None
+        if kernel.name in neighbor.NAMES:
+            try:
+                sources, destinations = neighbor.ring_neighbours(rank, ranks)
+            except ValueError as exc:  # alike on every rank, before any traffic
+                raise Unsupported(str(exc)) from None
+            self.graph = comm.Create_dist_graph_adjacent(
+                sources, destinations, [1] * len(sources), [1] * len(destinations), reorder=False
+            )
+        self.bufs = bufs = spec.buffers(size, ranks, rank)
+        self.received = bufs.received
+        receives = kernel.name not in ROOT_RESULT or rank == ROOT  # the other ranks pass no buffer
+        recv = bufs.recv.ctypes.data if receives else None
+        handle = (self.graph or comm).py2f()
+        code = mpi_datatype(spec.element)[1]
+        self.c_args = (handle, C_OPS[kernel.name], code, bufs.send.ctypes.data, recv, bufs.count)
+        if nonblocking:
+            self.c_args += (ROOT, tests)
+        self.figures = np.zeros(nonblocking_figures.FIGURES)
+        self._runs = 0
+
+    def expected(self):
+        return self.bufs.expected()
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        lib = self.cloop.lib
+        if not self.nonblocking:
+            require_success(lib.fb_neighbor(*self.c_args, iterations, times_address(times)), self.what)
+            return
+        figures = self.figures
+        code = lib.fb_icollective(*self.c_args, iterations, times_address(times), figures.ctypes.data)
+        require_success(code, self.what)
+        self._runs += 1
+        if self._runs == 2:  # the timed run: every rank's means, to every rank
+            samples = np.frombuffer(times, dtype=np.int64)[:iterations]
+            figures[nonblocking_figures.OVERALL] = float(samples.mean()) if iterations else 0.0
+            everyone = np.zeros((self.comm.Get_size(), nonblocking_figures.FIGURES))
+            self.comm.Allgather(figures, everyone)
+            self.row_fields = nonblocking_figures.row_fields(everyone)
+            # nccl-tests' bandwidths over the pure communication, not over the overall time, which holds the compute
+            self.row_fields |= nonblocking_figures.bandwidths(
+                self.kernel, self.size, everyone.shape[0], self.row_fields
+            )
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.Free()
+            self.graph = None
+
+
 @functools.cache
 def probe_mpi() -> Diagnosis:
     """MPI as a rank would load it, found in a child process: initialising MPI in ``doctor`` itself
@@ -625,10 +695,18 @@ class MPIOptions(OptionGroup):
         group = parser.add_argument_group("mpi and mpi-rma transports")
         group.add_argument(
             "--method",
-            choices=["persistent", "blocking", "staged"],
+            choices=["persistent", "blocking", "staged", "nonblocking"],
             help="MPI calls: blocking, OSU's own calls (Send/Recv, Isend/Irecv + Waitall, blocking collectives; "
             "the default); persistent, requests built once (Send_init/Recv_init, MPI-4's persistent collectives); "
-            "staged (--buffer cuda): copy GPU buffers through pinned host memory around blocking calls",
+            "nonblocking, the collectives' non-blocking forms beside a dummy compute, OSU's osu_i* (overall time, "
+            "compute, pure communication, overlap; C loop only); staged (--buffer cuda): copy GPU buffers through "
+            "pinned host memory around blocking calls",
+        )
+        group.add_argument(
+            "--test-calls",
+            type=int,
+            metavar="N",
+            help="with --method nonblocking: MPI_Test calls spread over each dummy compute (OSU's -t; default 0, none)",
         )
         group.add_argument(
             "--mpi-threads",
@@ -653,8 +731,10 @@ class MPIOptions(OptionGroup):
         if role != "run":
             return {}
         place_of(args.buffer, args.method == "staged")  # --method staged names a place only GPU buffers have
+        if args.test_calls is not None and (args.test_calls < 0 or args.method != "nonblocking"):
+            raise UsageError("--test-calls N takes N >= 0, with --method nonblocking")
         given = {"method": args.method, "buffer": args.buffer, "threads": args.mpi_threads}
-        given["processes"] = args.mpi_processes
+        given |= {"processes": args.mpi_processes, "tests": args.test_calls}
         return {key: value for key, value in given.items() if value is not None}
 
 
@@ -707,6 +787,7 @@ class MPITransport(Transport):
             "barrier",
             *("gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv", "alltoallw"),
             "reduce_scatter_block",
+            *neighbor.NAMES,
             "pairs-latency",
             "pairs-bw",
             "bisection",
@@ -759,8 +840,12 @@ class MPITransport(Transport):
     def osu_title(cls, kernel: Kernel, transport_options: dict) -> str:
         """--method persistent, as OSU's *_persistent programs name themselves: osu_latency_persistent,
         osu_bw_persistent and osu_bibw_persistent "... Persistent Test"; a persistent collective (MPI_*_init)
-        "Persistent" before "Latency Test" (``Allgather Persistent Latency Test``)."""
-        persistent = MPI_OPTIONS.of(transport_options).get("method") == "persistent"
+        "Persistent" before "Latency Test" (``Allgather Persistent Latency Test``); --method nonblocking, as OSU's
+        osu_i* programs (``Non-blocking Allreduce Latency Test``)."""
+        method = MPI_OPTIONS.of(transport_options).get("method")
+        if method == "nonblocking" and kernel.collective:
+            return nonblocking_figures.TITLES[kernel.name]
+        persistent = method == "persistent"
         if persistent and kernel.pairing is Pairing.ONE:
             return f"{kernel.osu_title.removesuffix(' Test')} Persistent Test"
         if persistent and kernel.collective:
@@ -794,6 +879,7 @@ class MPITransport(Transport):
         self.threads = options.get("threads", DEFAULT_THREADS)
         self.processes = options.get("processes", DEFAULT_PROCESSES)
         self.window = plan.window
+        self.tests = options.get("tests", 0)  # MPI_Test calls within a non-blocking collective's compute
         self.place = self.buffer_place(plan.transport_options)
         self.buffer = self.place.name
         self.cuda = None  # CuPy, for GPU buffers
@@ -818,6 +904,8 @@ class MPITransport(Transport):
             if self.cuda is not None:
                 raise Unsupported("latency-mt runs host buffers")
             return ThreadedPingPong(self.comm, kernel, size, self.threads, self.cloop)
+        if self.method == "nonblocking" or kernel.name in neighbor.NAMES:
+            return self._c_only_case(kernel, size)
         if self.cuda is not None:
             route = cuda_path(kernel, self.place.staged, self.cuda_aware)
             if route == "no buffers":  # barrier: nothing on the GPU, so the host loop, on any MPI
@@ -833,6 +921,21 @@ class MPITransport(Transport):
         if kernel.windowed:
             return Window(self.comm, kernel, size, self.method, self.window, self.cloop)
         return PingPong(self.comm, kernel, size, self.method, self.cloop)
+
+    def _c_only_case(self, kernel: Kernel, size: int) -> Case:
+        """A non-blocking collective or a neighbourhood one: CLoopCollective, where it applies."""
+        nonblocking = self.method == "nonblocking"
+        if nonblocking and not kernel.collective:
+            raise Unsupported("--method nonblocking runs the collectives (OSU's osu_i*), not point-to-point kernels")
+        if self.cuda is not None:
+            raise Unsupported("non-blocking and neighbourhood collectives run on host buffers only")
+        if not nonblocking and self.method != "blocking":
+            raise Unsupported(f"the neighbourhood collectives have no {self.method} form here (OSU has none)")
+        if self.cloop is None:
+            raise Unsupported(
+                "non-blocking and neighbourhood collectives are timed in C only, and this run times MPI in Python"
+            )
+        return CLoopCollective(self.comm, kernel, size, nonblocking, self.cloop, self.tests)
 
     def pair_case(self, kernel: Kernel, size: int, send_to: int | None, recv_from: int | None) -> Case | None:
         """One phase of an all-pairs kernel: latency's or bw's loop (C where it is built) with the phase's peer,
