@@ -158,7 +158,8 @@ def test_each_new_shim_prints_osus_layout_under_mpiexec_4(shim_dir, tmp_path, na
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     nonblocking = bench.method == "nonblocking"
-    assert lines[1] == osu.title("mpi", bench.kernel, nonblocking=nonblocking)
+    options = {"mpi": {"method": bench.method}} if bench.method else {}
+    assert lines[1] == osu.title("mpi", bench.kernel, transport_options=options)
     data = [line for line in lines if line and not line.startswith("#")]
     if not nonblocking:
         assert lines[2:4] == ["# Datatype: MPI_CHAR.", "# Size       Avg Latency(us)"]
