@@ -467,6 +467,16 @@ _ALL = [
         opt_in=True,
         pairing=Pairing.MESH,
     ),
+    # OSU's congestion programs (osu_bw_fan_in, osu_bw_fan_out): the ranks grouped by host, each of the parent
+    # host's ranks exchanging a window with its counterpart on every other host at once (measure.fan); a sample is
+    # one parent's windows and their acks.
+    *(
+        Kernel(name, "bandwidth", "fan", "window", 1, 4 * MiB, title, pairing=Pairing.NONE)
+        for name, title in (
+            ("bw-fan-in", "{lib} Bandwidth Congestion In Test"),
+            ("bw-fan-out", "{lib} Bandwidth Congestion Out Test"),
+        )
+    ),
     # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is
     # bytes copied per second.
     *(
