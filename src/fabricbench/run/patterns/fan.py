@@ -24,12 +24,12 @@ class Fan(Pattern):
     by the parents' mean time). All of it crosses the parent host's link, so a figure above one link is refused.
     """
 
-    columns = ("hosts", "ppn")
     capability = FanCases
 
     def __init__(self, ctrl, transport, kernel, size, plan):
         super().__init__(ctrl, transport, kernel, size, plan)
         self.layout: FanLayout | None = None
+        self.hosts: list[str] = []
 
     def phases(self) -> list[Phase]:
         """Collective: every rank's host; Unsupported on every rank alike where the hosts give no layout."""
@@ -38,7 +38,7 @@ class Fan(Pattern):
         found = fan_layout(hosts)
         if isinstance(found, str):
             raise Unsupported(found)
-        self.layout = found
+        self.layout, self.hosts = found, hosts
         return [Phase(self.what)]
 
     def case(self, phase: Phase) -> Case:
@@ -50,9 +50,12 @@ class Fan(Pattern):
         # A parent's iteration: a window with each child host, as a window of as many directions.
         kernel = replace(self.kernel, directions=layout.children)
         name, buffer = self.transport.name, self.transport.buffer
-        row = measured_row(self.plan, name, kernel, self.size, timed.case, warmup, timed.samples, timed.gathered, buffer)
+        case, samples = timed.case, timed.samples
+        row = measured_row(self.plan, name, kernel, self.size, case, warmup, samples, timed.gathered, buffer)
         row["kernel"] = self.kernel.name
-        link = getattr(timed.case, "link_MBps", None)
-        refuse_impossible(row, 1, 1, link, getattr(timed.case, "link_label", ""))
-        row.update(hosts=layout.nodes, ppn=layout.ppn)
+        refuse_impossible(row, 1, 1, getattr(case, "link_MBps", None), getattr(case, "link_label", ""))
+        # The pairs exchanging at once: each parent rank with its counterpart on every other host.
+        row["pairs"] = layout.ppn * layout.children
+        shape = f"{layout.nodes} hosts x {layout.ppn} ranks, the parent {self.hosts[0]}"
+        row["note"] = "; ".join(part for part in (shape, row.get("note") or "") if part)
         return row
