@@ -16,8 +16,10 @@ from support import BIN, REPO, clean_env, fabricbench, read_rows
 
 # Every mpi kernel but congestion, whose C loops tests/test_congestion.py runs (it has no Python loop to compare),
 # bisection, whose two-way step has no C loop yet (tests/test_bisection.py runs it), and the neighbourhood
-# collectives, C only and with no persistent form (tests/test_icollectives.py runs them).
-MPI_KERNELS = sorted(transport_class("mpi").kernels - {"congestion", "bisection"} - neighbor.NAMES)
+# collectives, C only and with no persistent form (tests/test_icollectives.py runs them), and the fan kernels, which
+# need ranks on two or more hosts (tests/test_fan_netns.py runs them).
+FAN = {"bw-fan-in", "bw-fan-out"}
+MPI_KERNELS = sorted(transport_class("mpi").kernels - {"congestion", "bisection"} - neighbor.NAMES - FAN)
 RMA_KERNELS = sorted(transport_class("mpi-rma").kernels)
 # Timed in C only (their rows say unsupported with --loop python): threads, forks, and the one-sided kernels beyond
 # lock/flush Put and Get; init and hello time MPI_Init, in no loop.

@@ -74,4 +74,5 @@ def test_the_c_source_ships_beside_the_module():
         "fb_persistent_collectives",
         "fb_neighbor",
         "fb_icollective",
+        "fb_fan",
     }

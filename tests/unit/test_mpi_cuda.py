@@ -22,8 +22,9 @@ MOVING_COLLECTIVES += ("reduce_scatter_block",)
 def test_every_mpi_kernel_but_the_matrix_has_a_cuda_route():
     routed = set(POINT_TO_POINT) | set(MOVING_COLLECTIVES) | {"barrier"}
     # The all-pairs matrix, the bisection and the congestion kernel stay in host memory (they say so: unsupported);
-    # the start-up kernels (init, hello) report MPI_Init and move no buffer; latency-mt and latency-mp run host buffers.
-    host_only = ("congestion", "bisection", "init", "hello", "latency-mt", "latency-mp")
+    # the start-up kernels (init, hello) report MPI_Init and move no buffer; latency-mt and latency-mp, and the fan
+    # kernels, run host buffers.
+    host_only = ("congestion", "bisection", "init", "hello", "latency-mt", "latency-mp", "bw-fan-in", "bw-fan-out")
     # The neighbourhood collectives too.
     assert routed == {
         k for k in MPITransport.kernels if not k.startswith(("pairs-", "neighbor_")) and k not in host_only

@@ -228,6 +228,7 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_reduce", "-k fixed:1", "-k fixed:1: fabricbench's root is rank 0"),
         ("osu_bibw", "-z", "-z: tail bandwidths: rank 0's window of both directions"),
         ("osu_mbw_mr", "-z", "-z: tail bandwidths: OSU multiplies rank 0's window rate by the pairs"),
+        ("osu_bw_fan_in", "-z", "-z: tail bandwidths: a fan window's rate is one parent's of many"),
         ("osu_latency", "-z75", "-z75: fabricbench's table keeps the P50, P90, P99 columns only"),
         ("osu_latency", "-z101", "-z101: OSU's percentiles are 0 to 100"),
         ("osu_latency", "-T all", "OSU runs each in turn; fabricbench runs one datatype per run"),
@@ -245,7 +246,7 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_latency_mt", "-c -t 1:2", "Number of sender and receiver threads must be same"),
         ("osu_latency_mt", "-t 0:2", "-t '0:2': SENDERS:RECEIVERS"),
         ("osu_init", "-m 8", "invalid option -m"),
-        ("osu_bw_fan_in", "", "OSU 7.4's osu_bw_fan_in has no fabricbench kernel yet"),
+        ("osu_bw_fan_out", "-c", "invalid option -c"),  # OSU's congestion programs have no show_validation
         ("osu_nonesuch", "", "no OSU benchmark 'osu_nonesuch'"),
     ],
 )
@@ -336,6 +337,7 @@ def test_the_persistent_and_start_up_programs_run_their_calls_and_kernels():
         *("run", "-t", "mpi", "-k", "init", "--format", "osu", "--label", "osu_init", "--out", "OUT"),
     ]
     assert _run("osu_hello", "")[4] == "hello"
+    assert _run("osu_bw_fan_in", "-W 8")[4] == "bw-fan-in" and _run("osu_bw_fan_out", "")[4] == "bw-fan-out"
     assert _run("osu_fop_latency", "-m 1:1024")[4] == "fop" and "-m" not in _run("osu_fop_latency", "-m 1:1024")
 
 
@@ -343,8 +345,9 @@ def test_every_osu_name_maps_to_a_kernel_its_transport_has():
     from fabricbench.transports import transport_class
 
     assert (
-        len(BENCHMARKS) == 50 + 25
-    )  # 16, 8 rooted and v-variants, 14 persistent, 12 pt2pt/one-sided/start-up, 25 osu_i* and neighbourhood
+        len(BENCHMARKS) == 52 + 25
+    )  # 16, 8 rooted and v-variants, 14 persistent, 12 pt2pt/one-sided/start-up, 2 congestion, 25 osu_i* and
+    # neighbourhood
     for bench in BENCHMARKS.values():
         assert bench.kernel in transport_class(bench.transport).kernels, bench.name
 

@@ -81,6 +81,7 @@ def test_a_pattern_means_one_pairing():
         "gpu-routes": Pairing.NONE,
         "congestion": Pairing.MESH,
         "bisection": Pairing.MESH,
+        "fan": Pairing.FAN,
     }
 
 

@@ -122,6 +122,10 @@ _TAIL_BIBW = Treatment(
 _TAIL_MBW = Treatment(
     REFUSED, "tail bandwidths: OSU multiplies rank 0's window rate by the pairs; fabricbench times no window of all"
 )
+_TAIL_FAN = Treatment(
+    REFUSED, "tail bandwidths: a fan window's rate is one parent's of many; fabricbench times no window of all"
+)
+_FAN_OWN = (("z", _TAIL_FAN),)
 _NO_SIZES = Treatment(NO_EFFECT, "there are no sizes to sweep; OSU 7.4 reads -m here and ignores it")
 
 
@@ -275,6 +279,10 @@ BENCHMARKS = {
         _pt2pt("osu_latency_persistent", "latency", min_size=0, method="persistent"),
         _pt2pt("osu_bw_persistent", "bw", method="persistent"),
         _pt2pt("osu_bibw_persistent", "bibw", method="persistent", own=(("z", _TAIL_BIBW),)),
+        # congestion: the parent host's ranks exchanging windows with every other host's (OSU 7.4's CPU build
+        # takes no -c here: the shims run unchecked, as OSU does)
+        Benchmark("osu_bw_fan_in", "mpi", "bw-fan-in", own=_FAN_OWN),
+        Benchmark("osu_bw_fan_out", "mpi", "bw-fan-out", own=_FAN_OWN),
         # start-up: each rank's MPI_Init, min/max/avg across ranks, and osu_hello's line over the same figures
         Benchmark("osu_init", "mpi", "init"),
         Benchmark("osu_hello", "mpi", "hello"),

@@ -76,6 +76,7 @@ class Pairing(enum.Enum):
     ONE = "one"  # rank 0 with rank N/2; the others sit out
     HALVES = "halves"  # every rank r < N/2 with r + N/2, all at once (an even rank count)
     MESH = "mesh"  # any rank with any other, phase by phase: all pairs in turn, canaries beside congestors
+    FAN = "fan"  # by host: the parent host's local rank l with local rank l of every other host (measure.fan)
 
 
 @dataclass(frozen=True)
@@ -466,6 +467,16 @@ _ALL = [
         osu_datatype="",
         opt_in=True,
         pairing=Pairing.MESH,
+    ),
+    # OSU's congestion programs (osu_bw_fan_in, osu_bw_fan_out): the ranks grouped by host, each of the parent
+    # host's ranks exchanging a window with its counterpart on every other host at once (measure.fan); a sample is
+    # one parent's windows and their acks.
+    *(
+        Kernel(name, "bandwidth", "fan", "window", 1, 4 * MiB, title, pairing=Pairing.FAN)
+        for name, title in (
+            ("bw-fan-in", "{lib} Bandwidth Congestion In Test"),
+            ("bw-fan-out", "{lib} Bandwidth Congestion Out Test"),
+        )
     ),
     # Copies on one rank's GPU (cuda-copy, nvbandwidth's questions): a "window" of one copy, so bw_MBps is
     # bytes copied per second.

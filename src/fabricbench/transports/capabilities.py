@@ -56,6 +56,15 @@ class CongestionCases(Protocol):
 
 
 @runtime_checkable
+class FanCases(Protocol):
+    """The fan kernels (``fabricbench.run.patterns.fan``: bw-fan-in, bw-fan-out)."""
+
+    def fan_case(self, kernel: Kernel, size: int, parent: bool, peers: tuple[int, ...]) -> Case:
+        """A fan kernel's case: a parent (its samples speak for the row) with its children ``peers``, or a child
+        with its one parent. Raises Unsupported on every rank alike."""
+
+
+@runtime_checkable
 class SelfTimed(Protocol):
     """A reference tool that times itself (perftest, fi_pingpong): the runner takes its rows as they come."""
 

@@ -11,6 +11,7 @@ from fabricbench.measure.kernels import KERNELS, Kernel, get_kernel
 from fabricbench.run.patterns.all_pairs import AllPairs
 from fabricbench.run.patterns.bisection import Bisection
 from fabricbench.run.patterns.congestion import Congestion
+from fabricbench.run.patterns.fan import Fan
 from fabricbench.run.patterns.gpu_routes import GpuRoutes
 from fabricbench.run.patterns.plain import METADATA, NAMES, Idle, Pattern, Phase, Timed
 
@@ -20,6 +21,7 @@ PATTERNS: dict[str, type[Pattern]] = {
     "gpu-routes": GpuRoutes,
     "congestion": Congestion,
     "bisection": Bisection,
+    "fan": Fan,
 }
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "AllPairs",
     "Bisection",
     "Congestion",
+    "Fan",
     "GpuRoutes",
     "Idle",
     "Pattern",

@@ -1134,3 +1134,63 @@ out:
     layout_free(&v);
     return err;
 }
+
+/* ---- Fan-in and fan-out bandwidth (fb_fan): OSU's congestion programs osu_bw_fan_in, osu_bw_fan_out ----
+ *
+ * A parent rank exchanges a window of `window` messages of `size` bytes with each of its `npeers` children at
+ * once, then one 1-byte ack per child: fan-in, every child sends its window to the parent, which acks each child;
+ * fan-out, the parent sends a window to every child, and each child acks. A sample is one parent iteration, back
+ * to back. A child (`parent` false) has one peer, its parent, and only answers. In fan-in the parent receives
+ * child p's window in recv_buf + p * size, so that each child's bytes can be checked apart. */
+int fb_fan(MPI_Fint comm_handle, int fan_in, int parent, int *peers, int npeers, void *send_buf, void *recv_buf,
+           void *ack_buf, long long size, int window, long long iterations, int64_t *times)
+{
+    MPI_Comm comm = MPI_Comm_f2c(comm_handle);
+    int count, total, err = as_count(size, &count);
+    MPI_Request *requests;
+    if (err != MPI_SUCCESS)
+        return err;
+    if (window < 1 || npeers < 1 || (!parent && npeers != 1) || window > INT_MAX / npeers)
+        return MPI_ERR_COUNT;
+    total = window * npeers;
+    requests = null_requests(total);
+    if (requests == NULL)
+        return MPI_ERR_NO_MEM;
+    char *slots = recv_buf;
+    if (parent && fan_in) {
+        TIMED_BACK_TO_BACK(
+            for (int p = 0; p < npeers; p++)
+                for (int w = 0; w < window; w++)
+                    TRY(MPI_Irecv(slots + (size_t)p * (size_t)size, count, MPI_BYTE, peers[p], TAG, comm,
+                                  &requests[p * window + w]));
+            TRY(MPI_Waitall(total, requests, MPI_STATUSES_IGNORE));
+            for (int p = 0; p < npeers; p++)
+                TRY(MPI_Send(ack_buf, 1, MPI_BYTE, peers[p], ACK_TAG, comm)));
+    } else if (parent) {
+        TIMED_BACK_TO_BACK(
+            for (int w = 0; w < window; w++)
+                for (int p = 0; p < npeers; p++)
+                    TRY(MPI_Isend(send_buf, count, MPI_BYTE, peers[p], TAG, comm, &requests[w * npeers + p]));
+            TRY(MPI_Waitall(total, requests, MPI_STATUSES_IGNORE));
+            for (int p = 0; p < npeers; p++)
+                TRY(MPI_Recv(ack_buf, 1, MPI_BYTE, peers[p], ACK_TAG, comm, MPI_STATUS_IGNORE)));
+    } else if (fan_in) {
+        for (long long i = 0; i < iterations; i++) {
+            for (int w = 0; w < window; w++)
+                TRY(MPI_Isend(send_buf, count, MPI_BYTE, peers[0], TAG, comm, &requests[w]));
+            TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));
+            TRY(MPI_Recv(ack_buf, 1, MPI_BYTE, peers[0], ACK_TAG, comm, MPI_STATUS_IGNORE));
+        }
+    } else {
+        for (long long i = 0; i < iterations; i++) {
+            for (int w = 0; w < window; w++)
+                TRY(MPI_Irecv(recv_buf, count, MPI_BYTE, peers[0], TAG, comm, &requests[w]));
+            TRY(MPI_Waitall(window, requests, MPI_STATUSES_IGNORE));
+            TRY(MPI_Send(ack_buf, 1, MPI_BYTE, peers[0], ACK_TAG, comm));
+        }
+    }
+out:
+    release(requests, total);
+    free(requests);
+    return err;
+}

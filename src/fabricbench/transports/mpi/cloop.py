@@ -46,6 +46,7 @@ SIGNATURES = {
     "fb_persistent_collectives": [],
     "fb_neighbor": [_HANDLE, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _INT64, _BUFFER],
     "fb_icollective": [_HANDLE, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _FLAG, _FLAG, _INT64, _BUFFER, _BUFFER],
+    "fb_fan": [_HANDLE, _FLAG, _FLAG, _BUFFER, _FLAG, *[_BUFFER] * 3, _INT64, _FLAG, _INT64, _BUFFER],
 }
 
 

@@ -310,6 +310,40 @@ class Window(_PointToPoint):
             last = now
 
 
+class Fan(Case):
+    """osu_bw_fan_in / osu_bw_fan_out (measure.fan): a parent times its windows with every child and their acks,
+    a child answers. Fan-in: each child sends its pattern, the parent receives child p's window in slot p of its
+    buffer; fan-out: the parent sends its pattern to every child. Timed in C (``fb_fan``)."""
+
+    def __init__(self, comm, kernel: Kernel, size: int, window: int, cloop: CLoop, parent: bool, peers):
+        super().__init__()
+        self.comm, self.size, self.window, self.cloop = comm, size, window, cloop
+        self.initiator, self.peers = parent, tuple(peers)
+        self.pairs = 1
+        self.method = "c loop, nonblocking"
+        self.what = f"mpi {kernel.name} at {size} B"
+        fan_in = kernel.name == "bw-fan-in"
+        rank = comm.Get_rank()
+        self.send = filled(size, _send_seed(rank))
+        receives = (fan_in and parent) or (not fan_in and not parent)
+        self.recv = poisoned(size * len(self.peers) if receives else 1)
+        self.ack = filled(1, 0)
+        if receives:
+            self.received = self.recv
+        self.senders = self.peers if receives else ()
+        self._peers = np.array(self.peers, dtype=np.intc)
+        self.c_args = (comm.py2f(), int(fan_in), int(parent), self._peers.ctypes.data, len(self.peers))
+        self.c_args += (self.send.ctypes.data, self.recv.ctypes.data, self.ack.ctypes.data, size, window)
+
+    def expected(self):
+        if not self.senders:
+            return nothing()
+        return np.concatenate([pattern(self.size, _send_seed(peer)) for peer in self.senders])
+
+    def run(self, iterations: int, times: memoryview) -> None:
+        require_success(self.cloop.lib.fb_fan(*self.c_args, iterations, times_address(times)), self.what)
+
+
 class Shift(Case):
     """mpiGraph's step for the all-pairs kernels: every rank sends to ``dst`` while receiving from ``src``; with
     ``dst == src``, a bisection pair's exchange, both ways at once (the acks have their own tag).
@@ -796,6 +830,8 @@ class MPITransport(Transport):
             "hello",
             "latency-mt",
             "latency-mp",
+            "bw-fan-in",
+            "bw-fan-out",
         }
     )
     default_kernels = (
@@ -968,6 +1004,16 @@ class MPITransport(Transport):
     def congestion_unsupported(self, pattern: str) -> str | None:
         """None: its loops run every congestor pattern."""
         return None
+
+    def fan_case(self, kernel: Kernel, size: int, parent: bool, peers: tuple[int, ...]) -> Case:
+        """A fan kernel's part of this rank (``Fan``): C only, on host buffers, as OSU's programs post them."""
+        if self.cuda is not None:
+            raise Unsupported("the fan kernels run on host buffers only")
+        if self.cloop is None:
+            raise Unsupported("the fan kernels are timed in C only, and this run times MPI in Python")
+        if self.method != "blocking":
+            raise Unsupported(f"the fan kernels have no {self.method} form (OSU's post Isend/Irecv windows)")
+        return Fan(self.comm, kernel, size, self.window, self.cloop, parent, peers)
 
     def persistent_collectives(self) -> bool:
         if self.cloop:
