@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.measure.schema import COLUMNS
+from fabricbench.measure.schema import COLUMNS, SCHEMA_VERSION
 from support import MPIEXEC, PYTHON, Server, clean_env, fabricbench, one_error_line, read_rows
 
 DISK_SIZE = "64k"
@@ -196,9 +196,17 @@ def test_an_earlier_runs_folder_is_refused_without_append(start, earlier_run, tm
     "args,folder,expected",
     [
         (["--append"], None, "--append adds to the table in an earlier run's folder: give it with --out DIR"),
-        (["--out", "{out}", "--append"], {"results.csv": "a,b\r\n1,2\r\n"}, "has another header than a schema 8"),
+        (
+            ["--out", "{out}", "--append"],
+            {"results.csv": "a,b\r\n1,2\r\n"},
+            f"has another header than a schema {SCHEMA_VERSION}",
+        ),
         (["--out", "{out}", "--append"], {"results.csv": ",".join(COLUMNS) + "\r\nrun,x"}, "ends in a cut row"),
-        (["--out", "{out}", "--append"], {"metadata.json": "[1, 2]"}, "is not the metadata of a schema 8 fabricbench"),
+        (
+            ["--out", "{out}", "--append"],
+            {"metadata.json": "[1, 2]"},
+            f"is not the metadata of a schema {SCHEMA_VERSION} fabricbench",
+        ),
         (["--out", "{out}", "--append"], {"metadata.json": "{"}, "metadata.json: Expecting"),
     ],
     ids=["without --out", "another table", "cut row", "other metadata", "metadata not JSON"],

@@ -5,15 +5,13 @@ OSU's layout under ``mpiexec -n 4``."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from fabricbench.collectives import neighbor
-from fabricbench.launch.osu_shims import BENCHMARKS, write_shims
-from support import MPIEXEC, PYTHON, REPO, clean_env, fabricbench, read_rows
+from support import REPO, clean_env, fabricbench, read_rows
 
 NEIGHBOR = sorted(neighbor.NAMES)
 NONBLOCKING = ["allreduce", "allgather", "alltoall", "bcast", "reduce", "reduce_scatter", "barrier", *NEIGHBOR]
@@ -132,46 +130,5 @@ def test_nonblocking_refuses_what_it_cannot_run_in_rows_and_options_in_one_line(
     ]
 
 
-# --- the shims under mpiexec -n 4 -----------------------------------------------------------------------------------
-
-NEW_SHIMS = sorted(name for name, bench in BENCHMARKS.items() if bench.method == "nonblocking" or "neighbor" in name)
-NBC_LINE = re.compile(r"^(?P<size>\d+) {1,}(?P<values>(?: +-?\d+\.\d{2}){4})$")
-NO_SIZE_LINE = re.compile(r"^ +\d+\.\d{2}(?: +-?\d+\.\d{2}){3}$")
-
-
-@pytest.fixture(scope="module")
-def shim_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("osu-shims")
-    assert {path.name for path in write_shims(str(folder), PYTHON)} >= set(NEW_SHIMS)
-    return folder
-
-
-@pytest.mark.parametrize("name", NEW_SHIMS)
-def test_each_new_shim_prints_osus_layout_under_mpiexec_4(shim_dir, tmp_path, name):
-    from fabricbench.report import osu
-
-    bench = BENCHMARKS[name]
-    args = ["-i", "3", "-x", "1"] + ([] if bench.kernel == "barrier" else ["-m", "4:8"])
-    env = clean_env({"PATH": f"{shim_dir}:{MPIEXEC.rsplit('/', 1)[0]}:/usr/bin:/bin"})
-    env["FABRICBENCH_OSU_RESULTS"] = str(tmp_path / "results")
-    run = subprocess.run([MPIEXEC, "-n", "4", name, *args], capture_output=True, text=True, timeout=120, env=env)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
-    nonblocking = bench.method == "nonblocking"
-    options = {"mpi": {"method": bench.method}} if bench.method else {}
-    assert lines[1] == osu.title("mpi", bench.kernel, transport_options=options)
-    data = [line for line in lines if line and not line.startswith("#")]
-    if not nonblocking:
-        assert lines[2:4] == ["# Datatype: MPI_CHAR.", "# Size       Avg Latency(us)"]
-        assert [line.split()[0] for line in data] == ["4", "8"]
-        return
-    assert lines[2:4] == ["# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait", ""]
-    if bench.kernel == "barrier":  # osu_ibarrier: no datatype, no size column
-        assert lines[4] == "# Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%)"
-        assert len(data) == 1 and NO_SIZE_LINE.match(data[0]), data
-        return
-    assert lines[4:6] == [
-        "# Datatype: MPI_CHAR.",  # OSU's default type, a reduction's too
-        "# Size           Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%)",
-    ]
-    assert [NBC_LINE.match(line)["size"] for line in data] == ["4", "8"], data
+# Each osu_i* and neighbourhood shim runs under mpiexec -n 4 in tests/test_osu_format.py's every-shim test, which
+# holds its lines to OSU's printf formats.
