@@ -37,11 +37,12 @@ import os
 import re
 
 from fabricbench.argtypes import MASK
-from fabricbench.buffers import POISON, aligned, nothing, pattern, times_address
+from fabricbench.buffers import POISON, aligned, nothing, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.measure.kernels import Kernel, partner_of
+from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.base import Case, Diagnosis, Transport
+from fabricbench.transports.handle_cases import HandleCase, HandlePingPong, HandleStream
 from fabricbench.transports.ofi import cloop as ofi_cloop
 from fabricbench.transports.ofi.cloop import CONTROL_BYTES, ERROR_BYTES, NAME_BYTES, RMA_CODES, OFIInfo
 from fabricbench.transports.ofi.options import OFI_OPTIONS, OFIUnavailable
@@ -56,10 +57,6 @@ ZERO_RMA = "an RMA operation of 0 B is not timed: libfabric's providers differ o
 EXTRA_DEPTH = 4  # operations in flight beyond the window: the acknowledgement and DONE messages
 DELIVERY_CALL, TRANSMIT_CALL = "fi_writemsg delivery complete", "fi_write transmit complete"  # a put's method
 UNIVERSE = "2"  # FI_UNIVERSE_SIZE where the user sets none: the pair's two endpoints
-
-
-def _seed(rank: int) -> int:
-    return rank + 1
 
 
 def fi_environment(environ=os.environ) -> dict[str, str]:
@@ -125,73 +122,7 @@ def check_key(record: object, rank: int) -> tuple[int, int]:
     return key, base
 
 
-class _Case(Case):
-    """This rank's part of one kernel at one size: data written, the receive half poisoned."""
-
-    def __init__(self, transport: OFITransport, kernel: Kernel, size: int, calls: str):
-        super().__init__()
-        role = partner_of(kernel, transport.rank, transport.ranks)
-        self.active = role is not None
-        self.peer, self.initiator = role if role else (-1, False)
-        self.size = size
-        self.kernel = kernel
-        self.transport = transport
-        self.method = f"c loop, {transport.provider} {transport.endpoint.upper()}, {calls}, {transport.progress}"
-        if not self.active:
-            return
-        region = transport.region
-        transport.memory[:size] = pattern(size, _seed(transport.rank))
-        transport.memory[region : region + size] = POISON
-        self.received = transport.memory[region : region + size]
-
-    def expected(self):
-        return pattern(len(self.received), _seed(self.peer))
-
-    def require_success(self, code: int) -> None:
-        self.transport.require_success(code)
-
-    def close(self) -> None:
-        self.received = nothing()
-
-
-class PingPong(_Case):
-    def __init__(self, transport, kernel, size):
-        super().__init__(transport, kernel, size, transport.message_calls(size))
-
-    def run(self, iterations: int, times: memoryview) -> None:
-        if self.active:
-            t = self.transport
-            self.require_success(
-                t.lib.fb_pingpong(t.handle, self.size, iterations, int(self.initiator), times_address(times))
-            )
-
-
-class Stream(_Case):
-    """bw: the initiator sends a window and waits for the 4-byte ack; bibw: both send a window at once."""
-
-    def __init__(self, transport, kernel, size):
-        super().__init__(transport, kernel, size, f"{transport.message_calls(size)}, window {transport.window}")
-        both = kernel.directions == 2
-        self.window = transport.window
-        self.window_holds_transit = not both  # bibw's peer window may land before our stamp
-        self.sending = self.active and (self.initiator or both)
-        self.receiving = self.active and (both or not self.initiator)
-        if self.active and not self.receiving:
-            self.received = nothing()  # a one-way sender gets nothing back
-
-    def run(self, iterations: int, times: memoryview) -> None:
-        if self.active:
-            t = self.transport
-            ack = int(self.kernel.directions == 1)
-            self.require_success(
-                t.lib.fb_stream(
-                    t.handle, self.size, self.window, iterations, int(self.sending), int(self.receiving), ack,
-                    times_address(times),
-                )
-            )  # fmt: skip
-
-
-class RMA(_Case):
+class RMA(HandleCase):
     """put, get (one operation per sample) and put-bw, get-bw (a window per sample) on the origin, rank 0; the
     target drives progress until the origin's DONE message."""
 
@@ -386,6 +317,10 @@ class OFITransport(Transport):
         if code:
             raise PeerError(self.lib.fb_error(self.handle).decode(errors="replace"))
 
+    def case_method(self, calls: str) -> str:
+        """A row's method: the loop, the provider and endpoint type, the calls and the progress."""
+        return f"c loop, {self.provider} {self.endpoint.upper()}, {calls}, {self.progress}"
+
     def message_calls(self, size: int) -> str:
         """The calls a message of ``size`` bytes takes: inject at or below the provider's inject size."""
         inject = size <= self.info.inject_size if self.handle else False
@@ -410,8 +345,8 @@ class OFITransport(Transport):
                 raise Unsupported(ZERO_RMA)
             return RMA(self, kernel, size)
         if kernel.name == "latency":
-            return PingPong(self, kernel, size)
-        return Stream(self, kernel, size)
+            return HandlePingPong(self, kernel, size)
+        return HandleStream(self, kernel, size)
 
     def domain_chosen_by(self) -> str:
         """Why this rank's endpoint is on its domain, in the metadata's words."""

@@ -33,11 +33,12 @@ from __future__ import annotations
 import ctypes
 import os
 
-from fabricbench.buffers import POISON, aligned, nothing, pattern, times_address
+from fabricbench.buffers import POISON, aligned, nothing, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.measure.kernels import Kernel, partner_of
+from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.base import Case, Diagnosis, Transport
+from fabricbench.transports.handle_cases import HandleCase, HandlePingPong, HandleStream
 from fabricbench.transports.ucx import cloop as ucx_cloop
 from fabricbench.transports.ucx.cloop import (
     ADDRESS_BYTES,
@@ -74,10 +75,6 @@ MESSAGE_LANES = ("am", "am_bw", "tag")  # tagged, stream and active messages go 
 NO_RMA_LANE = "emulated over active messages"  # UCP's software RMA, where no lane does RMA itself (tcp)
 LANES_SOURCE = "ucp_ep_print_info (UCX 1.13 has no UCP_EP_ATTR_FIELD_TRANSPORTS for ucp_ep_query)"
 ZERO_STREAM = "a stream has no messages of 0 B (ucp_stream_recv_nbx waits for bytes)"
-
-
-def _seed(rank: int) -> int:
-    return rank + 1
 
 
 def check_environment(record: object, rank: int) -> dict[str, str]:
@@ -137,70 +134,7 @@ def open_refusal(said: str, version: str, environ=os.environ) -> str:
     return f"UCX {version} could not open a worker{where}: {said} (ucx_info -d lists the transports and devices)"
 
 
-class _Case(Case):
-    """This rank's part of one kernel at one size: data written, the receive half poisoned."""
-
-    def __init__(self, transport: UCXTransport, kernel: Kernel, size: int, calls: str):
-        super().__init__()
-        role = partner_of(kernel, transport.rank, transport.ranks)
-        self.active = role is not None
-        self.peer, self.initiator = role if role else (-1, False)
-        self.size = size
-        self.kernel = kernel
-        self.transport = transport
-        self.method = f"c loop, {calls}, {transport.progress}"
-        if not self.active:
-            return
-        region = transport.region
-        transport.memory[:size] = pattern(size, _seed(transport.rank))
-        transport.memory[region : region + size] = POISON
-        self.received = transport.memory[region : region + size]
-
-    def expected(self):
-        return pattern(len(self.received), _seed(self.peer))
-
-    def close(self) -> None:
-        self.received = nothing()
-
-
-class PingPong(_Case):
-    def __init__(self, transport, kernel, size):
-        super().__init__(transport, kernel, size, transport.two_sided_method())
-
-    def run(self, iterations: int, times: memoryview) -> None:
-        if self.active:
-            t = self.transport
-            t.require_success(
-                t.lib.fb_pingpong(t.handle, self.size, iterations, int(self.initiator), times_address(times))
-            )
-
-
-class Stream(_Case):
-    """bw: the initiator sends a window and waits for the 4-byte ack; bibw: both send a window at once."""
-
-    def __init__(self, transport, kernel, size):
-        super().__init__(transport, kernel, size, f"{transport.two_sided_method()}, window {transport.window}")
-        both = kernel.directions == 2
-        self.window = transport.window
-        self.window_holds_transit = not both  # bibw's peer window may land before our stamp
-        self.sending = self.active and (self.initiator or both)
-        self.receiving = self.active and (both or not self.initiator)
-        if self.active and not self.receiving:
-            self.received = nothing()  # a one-way sender gets nothing back
-
-    def run(self, iterations: int, times: memoryview) -> None:
-        if self.active:
-            t = self.transport
-            ack = int(self.kernel.directions == 1)
-            t.require_success(
-                t.lib.fb_stream(
-                    t.handle, self.size, self.window, iterations, int(self.sending), int(self.receiving), ack,
-                    times_address(times),
-                )
-            )  # fmt: skip
-
-
-class RMA(_Case):
+class RMA(HandleCase):
     """put, get (one operation per sample) and put-bw, get-bw (a window per sample) on the origin, rank 0; the
     target drives progress until the origin's DONE message."""
 
@@ -380,6 +314,14 @@ class UCXTransport(Transport):
         if code:
             raise PeerError(self.lib.fb_error(self.handle).decode(errors="replace"))
 
+    def case_method(self, calls: str) -> str:
+        """A row's method: the loop, the calls (with the lanes they use) and the progress."""
+        return f"c loop, {calls}, {self.progress}"
+
+    def message_calls(self, size: int) -> str:
+        """A two-sided message's calls, whatever its size: the API and the lanes it goes on."""
+        return self.two_sided_method()
+
     def two_sided_method(self) -> str:
         """The API and the lanes rank 0's endpoint sends messages on: ``tag, sysv/memory``."""
         return f"{self.api}, {used_for(self.lanes.get(0, []), MESSAGE_LANES)}"
@@ -401,8 +343,8 @@ class UCXTransport(Transport):
         if size == 0 and self.api == "stream":
             raise Unsupported(ZERO_STREAM)
         if kernel.name == "latency":
-            return PingPong(self, kernel, size)
-        return Stream(self, kernel, size)
+            return HandlePingPong(self, kernel, size)
+        return HandleStream(self, kernel, size)
 
     def metadata(self) -> dict:
         environments = self.environments
