@@ -3,9 +3,9 @@
 #
 #   scripts/gpu-check.sh [RESULTS_DIR] [--wheels DIR]
 #
-# It makes a venv that sees the host's packages (--system-site-packages: CuPy, the NCCL wheel, mpi4py),
-# adds an MPI only if none loads (the MPICH wheel from --wheels DIR, else from PyPI if reachable) and
-# fabricbench itself without dependencies, then runs in well under 5 minutes on one GPU:
+# It makes a venv that sees the host's packages (--system-site-packages: CuPy, the NCCL wheel, mpi4py; a parent
+# venv's too), adds an MPI only if none loads, and fabricbench with what it needs that neither has (from the wheels
+# in --wheels DIR, else PyPI), then runs in well under 5 minutes on one GPU:
 #   - tests/test_gpu.py (when pytest is there);
 #   - nccl on 1 rank: every collective, with validation, loop and per-iteration timing, in place, graphs;
 #   - mpi --buffer cuda on 2 ranks, staged through pinned memory (and CUDA-aware, or its unsupported rows);
@@ -21,7 +21,7 @@ wheels=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) out=$1; shift ;;
     esac
 done
@@ -52,15 +52,22 @@ nvidia-smi -q 2>/dev/null | grep -iA3 'PCIe Generation' | head -8 || true
 step "venv ($venv)"
 "$python" -m venv --system-site-packages "$venv"
 vpy="$venv/bin/python"
-if ! "$vpy" -c "from mpi4py import MPI; MPI.Get_library_version()" >/dev/null 2>&1; then
-    if [ -n "$wheels" ]; then
-        "$vpy" -m pip install -q --no-index --find-links "$wheels" mpich
-    else
-        "$vpy" -m pip install -q mpich
-    fi
+# A python3 that is itself a venv's (an image's /opt/NAME/.venv holding CuPy) lends the new venv only its base
+# interpreter's packages through --system-site-packages: a .pth file names the parent venv's site-packages too.
+parent_site=$("$python" -c 'import site, sys; print("\n".join(site.getsitepackages()) if sys.prefix != sys.base_prefix else "")')
+if [ -n "$parent_site" ]; then
+    "$vpy" -c 'import site, sys; open(site.getsitepackages()[0] + "/parent-venv.pth", "w").write(sys.stdin.read())' \
+        <<<"$parent_site"
 fi
-# fabricbench itself, without dependencies; where it cannot be built here, straight from the checkout.
-if ! "$vpy" -m pip install -q --no-deps --no-build-isolation "$repo" 2>/dev/null \
+wheel_index=()
+[ -n "$wheels" ] && wheel_index=(--no-index --find-links "$wheels")
+if ! "$vpy" -c "from mpi4py import MPI; MPI.Get_library_version()" >/dev/null 2>&1; then
+    "$vpy" -m pip install -q --ignore-installed "${wheel_index[@]}" mpich  # into this venv: mpi4py looks in its lib/
+fi
+# fabricbench itself, with what it needs that neither Python has (from --wheels DIR where given); else without its
+# dependencies; where it cannot be built here, straight from the checkout.
+if ! "$vpy" -m pip install -q --no-build-isolation "${wheel_index[@]}" "$repo" 2>/dev/null \
+    && ! "$vpy" -m pip install -q --no-deps --no-build-isolation "$repo" 2>/dev/null \
     && ! "$vpy" -m pip install -q --no-deps "$repo"; then
     export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
 fi

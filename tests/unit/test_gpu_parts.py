@@ -158,3 +158,16 @@ def test_the_driver_line_follows_what_the_host_has(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu, "nvidia_devices", lambda: ["nvidia0", "nvidiactl"])
     assert "/dev has nvidia0, nvidiactl" in gpu.missing_driver()
     assert "driver's user-space library" in gpu.missing_driver()
+
+
+def test_nccl_runs_its_collectives_on_one_rank_and_mpi_refuses_them():
+    """nccl-tests runs a collective on one GPU (-g 1); OSU refuses a collective on one rank, and so does mpi."""
+    from fabricbench.transports import transport_class
+
+    allreduce, latency = get_kernel("allreduce"), get_kernel("latency")
+    assert transport_class("nccl").min_ranks(allreduce) == 1
+    assert transport_class("nccl").min_ranks(latency) == 2  # a ping-pong still needs its peer
+    assert transport_class("mpi").min_ranks(allreduce) == 2
+    allreduce.check_ranks(1, transport_class("nccl").min_ranks(allreduce))
+    with pytest.raises(UsageError, match="needs at least 2 ranks, got 1"):
+        allreduce.check_ranks(1, transport_class("mpi").min_ranks(allreduce))

@@ -243,9 +243,12 @@ class Kernel:
         """nccl-tests' factor from algorithm bandwidth to bus bandwidth (a collective that moves data)."""
         return self.collective_spec.bus_factor(ranks)
 
-    def check_ranks(self, ranks: int) -> None:
-        if ranks < self.min_ranks:
-            raise UsageError(f"kernel {self.name!r} needs at least {self.min_ranks} ranks, got {ranks}")
+    def check_ranks(self, ranks: int, least: int | None = None) -> None:
+        """Refuse a rank count it cannot run on; ``least``: the transport's floor (Transport.min_ranks), else
+        its own."""
+        least = self.min_ranks if least is None else least
+        if ranks < least:
+            raise UsageError(f"kernel {self.name!r} needs at least {least} ranks, got {ranks}")
         if self.pairing is Pairing.HALVES and ranks % 2:
             raise UsageError(
                 f"kernel {self.name!r} pairs rank r with r + N/2 and needs an even rank count, got {ranks}"

@@ -81,6 +81,14 @@ class Transport:
     buffer_places: tuple[BufferPlace, ...] = (HOST,)  # where it can put its message buffers
     buffer = "host"  # the rows' buffer column: where this run's buffers are (or, refused, were asked to be)
     sub_communicators = False  # runs on a control plane of the first N ranks (run --ranks), its .comm for MPI
+    # Its collectives run on one rank (NCCL on one GPU, as nccl-tests' -g 1: a time, and a bus bandwidth of 0 by
+    # nccl-tests' factor); elsewhere a collective needs 2 ranks (OSU refuses fewer).
+    one_rank_collectives = False
+
+    @classmethod
+    def min_ranks(cls, kernel) -> int:
+        """The fewest ranks it runs ``kernel`` (a measure.kernels.Kernel) on."""
+        return 1 if cls.one_rank_collectives and kernel.collective else kernel.min_ranks
 
     @classmethod
     def buffer_place(cls, transport_options: dict) -> BufferPlace:

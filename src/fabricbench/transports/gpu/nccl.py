@@ -315,6 +315,7 @@ class NCCLTransport(Transport):
     needs_launcher = True
     osu_name = "NCCL"
     option_groups = (gpu.GPU_OPTIONS,)
+    one_rank_collectives = True
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:
