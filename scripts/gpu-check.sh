@@ -115,6 +115,13 @@ step "mpi --buffer cuda, 2 ranks on one GPU: staged through pinned memory, and C
 mpi_cuda=latency,bw,bibw,allreduce,allgather,alltoall,bcast,reduce,reduce_scatter,barrier
 try fb run -t mpi -k "$mpi_cuda" --buffer cuda --method staged -m 4:4M -i 50 -x 5 -c --out "$out/mpi-cuda-staged"
 try fb run -t mpi -k "$mpi_cuda" --buffer cuda --method blocking -m 4:4M -i 50 -x 5 -c --out "$out/mpi-cuda-direct"
+if "$vpy" -c "from mpi4py import MPI; import sys; sys.exit('MPICH' not in MPI.Get_library_version())" 2>/dev/null; then
+    # MPICH built with GPU support inspects every buffer's pointer and may copy pinned host memory on the GPU:
+    # the staged latency again with that off shows what it costs.
+    step "mpi staged latency with MPICH's GPU support off (MPIR_CVAR_ENABLE_GPU=0)"
+    MPIR_CVAR_ENABLE_GPU=0 try fb run -t mpi -k latency --buffer cuda --method staged -m 4:64K -i 50 -x 5 -c \
+        --out "$out/mpi-cuda-staged-nogpu"
+fi
 
 step "ratio: fabricbench nccl allreduce against a minimal cupy.cuda.nccl loop (events), paired reps"
 try "$vpy" "$repo/benchmarks/nccl_overhead.py" --python "$vpy" --out "$out/ratios"
