@@ -81,6 +81,24 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def listening_above_a_free_port() -> tuple[socket.socket, int]:
+    """A socket listening on port P + 1 (any free port), and P, found free: picking P first and then binding its
+    neighbour races with the host's other sockets (CI once found P + 1 taken)."""
+    for _ in range(100):
+        busy = socket.socket()
+        busy.bind(("0.0.0.0", 0))
+        port = busy.getsockname()[1] - 1
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                busy.close()
+                continue
+        busy.listen()
+        return busy, port
+    raise RuntimeError("no free port below a free one in 100 tries")
+
+
 def one_error_line(stderr: str, expected: str) -> None:
     """STDERR holds exactly one ``fabricbench: error:`` line, containing EXPECTED, and no traceback."""
     lines = [line for line in stderr.splitlines() if line.startswith("fabricbench: error:")]

@@ -36,6 +36,7 @@ from support import (
     clean_env,
     fabricbench,
     free_port,
+    listening_above_a_free_port,
     mpiexec,
     one_error_line,
     read_rows,
@@ -106,10 +107,8 @@ def test_tcp_rings_and_pairs_on_more_ranks(tmp_path, ranks, kernels, where):
 
 
 def test_busy_data_port_ends_every_rank_with_one_line(out):
-    port = free_port()
-    with socket.socket() as busy:
-        busy.bind(("0.0.0.0", port + 1))  # rank 1 listens on --tcp-port + 1
-        busy.listen()
+    busy, port = listening_above_a_free_port()  # rank 1 listens on --tcp-port + 1
+    with busy:
         result = mpiexec(2, "run", "-t", "tcp", "-k", "latency", "-m", "8", "--tcp-port", str(port), "--out", str(out))
     assert result.returncode != 0
     one_error_line(result.stderr, f"cannot listen on 0.0.0.0:{port + 1}: address already in use")
