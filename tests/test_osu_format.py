@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from fabricbench.collectives import neighbor
 from fabricbench.errors import UsageError
 from fabricbench.launch import osu_shims
 from fabricbench.measure.kernels import get_kernel
@@ -723,9 +724,16 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
     expected_head, _ = _osu_prints(name, {}, columns, kernel.with_datatype(columns.datatype).osu_datatype)
     expected_head = [line.replace("pairs: 1 ]", f"pairs: {ranks // 2} ]") for line in expected_head]
     lines = run.stdout.splitlines()
+    table = read_rows(folder)[0]
+    if kernel.name in neighbor.NAMES:  # OSU's grid and graph lines, before the title
+        assert lines[1:3] == [
+            f"Dimensions size = {ranks} ",
+            f"Time took to create topology graph:{table.topology_us[0]:.2f} us.",
+        ]
+        assert (table.topology_us > 0).all()
+        lines = [lines[0], *lines[3:]]
     assert lines[0].startswith("# fabricbench ") and lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
     assert lines[2 : 2 + len(expected_head)] == expected_head
-    table = read_rows(folder)[0]
     data = _data_lines(run.stdout)
     if kernel.pattern == "fan":  # one host here: the fan kernels' rows refuse it, and no figure is printed
         assert data == [] and table.status.str.startswith("unsupported: ").all()

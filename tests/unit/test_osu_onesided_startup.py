@@ -144,3 +144,32 @@ def test_osu_latency_mp_counts_forked_processes_and_prints_10_wide_without_minus
     row = {"kernel": "latency-mp", "status": "ok", "size_B": 8, "lat_mean_us": 1.5, "validation": "pass"}
     assert osu.line(row) == f"{8:<10d}{1.5:10.2f}"  # OSU: "%-*d" 10, then "%*.*f" 10 wide
     assert osu.line(row, osu.Columns(validate=True)) == f"{8:<10d}{1.5:18.2f}{'Pass':>18}"
+
+
+def test_a_neighbourhood_header_names_the_grid_and_the_graphs_creation_time_before_the_title():
+    header = osu.header("mpi", "neighbor_allgather", 64, 1)
+    made, title = header.splitlines()[:2]
+    assert osu.prints_topology("neighbor_alltoallw") and not osu.prints_topology("allgather")
+    shown = osu.with_topology(header, {"ranks": 6, "topology_us": 12.345}).splitlines()
+    assert shown[:4] == [made, "Dimensions size = 6 ", "Time took to create topology graph:12.35 us.", title]
+    assert shown[4:] == header.splitlines()[2:]
+    assert osu.with_topology(header, {"ranks": 2, "topology_us": float("nan")}) == header  # no graph: unsupported
+
+
+def test_fop_and_cas_take_osus_types_as_their_one_element_on_mpi_rma_only():
+    from fabricbench.errors import UsageError
+    from fabricbench.transports.mpi.rma import atomic_element
+
+    fop = get_kernel("fop")
+    assert fop.osu_datatypes == ("MPI_LONG_LONG", "MPI_CHAR", "MPI_INT", "MPI_FLOAT")
+    char = fop.with_datatype("mpi_char")
+    assert (char.min_size, char.max_size, char.osu_datatype) == (1, 1, "MPI_CHAR")
+    assert atomic_element(char) == ("i1", 2) and atomic_element(fop) == ("i8", 0)
+    assert atomic_element(fop.with_datatype("MPI_FLOAT"))[0] == "f4"
+    for rank in range(8):  # a signed char's two sums in the check stay below 127
+        assert 1 <= operand("fop", 1, rank, "i1").view("i1")[0] <= 63
+    osu.check_columns(char, osu.Columns(datatype="MPI_CHAR"), "mpi-rma")
+    with pytest.raises(UsageError, match="MPI_Compare_and_swap takes integers"):
+        osu.check_columns(get_kernel("cas").with_datatype("MPI_FLOAT"), osu.Columns(datatype="MPI_FLOAT"), "mpi-rma")
+    with pytest.raises(UsageError, match="on verbs: its atomics take MPI_LONG_LONG only"):
+        osu.check_columns(char, osu.Columns(datatype="MPI_CHAR"), "verbs")

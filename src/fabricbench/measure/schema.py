@@ -70,6 +70,7 @@ COLUMNS = [
     "test_us",
     "wait_us",
     "overlap_pct",
+    "topology_us",
     "validation",
     "status",
     "note",
@@ -96,7 +97,9 @@ INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "c
 # 9: a non-blocking collective's row (--method nonblocking, OSU's osu_i*) carries, beside its overall time in the
 #    latency columns, the dummy compute, the MPI_Test calls within it, the start and the wait (means over ranks),
 #    the pure communication (its mean, least and most over ranks) and the overlap in %.
-SCHEMA_VERSION = 9
+# 10: a neighbourhood collective's row carries the time MPI_Dist_graph_create_adjacent took to make its graph
+#    communicator (the ranks' mean: OSU's "Time took to create topology graph").
+SCHEMA_VERSION = 10
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 META_NAME = "metadata.json"
@@ -142,6 +145,7 @@ OPTIONAL_NUMERIC += ("bw_win_p50_MBps", "bw_win_p90_MBps", "bw_win_p99_MBps")  #
 NONBLOCKING_COLUMNS = ("compute_us", "pure_comm_us", "pure_comm_min_us", "pure_comm_max_us", "init_us", "test_us")
 NONBLOCKING_COLUMNS += ("wait_us", "overlap_pct")
 OPTIONAL_NUMERIC += NONBLOCKING_COLUMNS
+OPTIONAL_NUMERIC += ("topology_us",)  # schema 9 and before: no neighbourhood rows
 
 
 def is_measured(status: object) -> bool:

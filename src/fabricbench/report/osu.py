@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 from fabricbench import __version__
 from fabricbench.argtypes import decimal
+from fabricbench.collectives import neighbor
 from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.errors import UsageError
-from fabricbench.measure.kernels import Kernel, Pairing, get_kernel
+from fabricbench.measure.kernels import ATOMIC_OSU_TYPES, Kernel, Pairing, get_kernel
 from fabricbench.measure.rows import has_window_bandwidths
 from fabricbench.measure.schema import is_measured
 from fabricbench.measure.stats import PERCENTILES, WINDOW_PERCENTILES
@@ -112,14 +113,20 @@ def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
         reduction = bool(kernel.collective_spec and kernel.collective_spec.elements)
         if columns.datatype.upper() != own:
             if len(kernel.osu_datatypes) > 1:
+                why = " (MPI_Compare_and_swap takes integers)" if kernel.name == "cas" else ""
                 raise UsageError(
                     f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} "
-                    f"{'sums' if reduction else 'moves'} {_either(kernel.osu_datatypes)}"
+                    f"{'sums' if reduction else 'moves'} {_either(kernel.osu_datatypes)}{why}"
                 )
             raise UsageError(
                 f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} moves {own} only"
             )
         default = get_kernel(kernel.name).osu_datatype
+        if own != default and kernel.name in ATOMIC_OSU_TYPES and transport != "mpi-rma":
+            raise UsageError(
+                f"datatype {columns.datatype} (-T) for {kernel.name} on {transport}: its atomics take {default} "
+                f"only (mpi-rma's {kernel.name} takes {_either(kernel.osu_datatypes)})"
+            )
         # Bytes are bytes on every transport; a sum of another type is the transport's to do.
         if reduction and own != default and not transport_class(transport).osu_sums_any_type:
             classes = {name: transport_class(name) for name in TRANSPORTS}
@@ -160,6 +167,24 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
         lines.append(f"# Datatype: {(columns.datatype or kernel.osu_datatype).upper()}.")
     lines.append(column_header(kernel_name, columns))
     return "\n".join(lines)
+
+
+def prints_topology(kernel_name: str) -> bool:
+    """Whether OSU prints its neighbourhood's lines (topology_lines) before this kernel's title."""
+    return kernel_name in neighbor.NAMES
+
+
+def with_topology(header_text: str, row: dict) -> str:
+    """A neighbourhood collective's header as OSU prints it once its graph exists: the Cartesian grid's dimensions
+    (MPI_Dims_create over the ranks in OSU's one dimension, each followed by a space) and the mean time the ranks took
+    to create the graph communicator, before the title; fabricbench's own first line stays first. A row that made
+    no graph (too few ranks: unsupported) leaves the header as it is."""
+    made, _, rest = header_text.partition("\n")
+    took = row.get("topology_us")
+    if took is None or (isinstance(took, float) and math.isnan(took)):
+        return header_text
+    lines = [f"Dimensions size = {row['ranks']} ", f"Time took to create topology graph:{took:.2f} us."]
+    return "\n".join([made, *lines, rest])
 
 
 def title(transport: str, kernel_name: str, device: str = "", transport_options: dict | None = None) -> str:

@@ -46,6 +46,7 @@ class Reporter:
         self.failed_validation = 0
         self.kept: dict[type, list[dict]] = {}  # {pattern: the rows it keeps for its end-of-run step}
         self._osu_columns = osu.Columns.from_plan(plan)
+        self._osu_pending_header = ""  # a neighbourhood collective's OSU header, said with its first row
         try:
             write_metadata(out_dir, metadata | {"complete": False})
         except ResultsError:
@@ -111,7 +112,11 @@ class Reporter:
         ranks = ranks or self.ranks
         if self.plan.output_format == "osu":
             pairs = pattern_of(step.kernel_def).pairs(step.kernel_def, ranks)
-            self.say(osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns))
+            text = osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns)
+            if osu.prints_topology(step.kernel):  # OSU's lines about the graph come first: said with the first row
+                self._osu_pending_header = text
+            else:
+                self.say(text)
         else:
             title = f"{self.metadata.get('mpi_vendor', '')} {self.plan.label}".strip()
             if self.plan.repeat > 1:
@@ -134,6 +139,9 @@ class Reporter:
         pattern = row_pattern(row)
         if pattern.keeps(row):
             self.kept.setdefault(pattern, []).append(row)
+        if self._osu_pending_header:
+            self.say(osu.with_topology(self._osu_pending_header, row))
+            self._osu_pending_header = ""
         self.say(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else pattern.line(row))
 
     def advance(self, sizes: int) -> None:

@@ -637,9 +637,13 @@ class CLoopCollective(Case):
                 sources, destinations = neighbor.ring_neighbours(rank, ranks)
             except ValueError as exc:  # alike on every rank, before any traffic
                 raise Unsupported(str(exc)) from None
+            started = MPI.Wtime()
             self.graph = comm.Create_dist_graph_adjacent(
                 sources, destinations, [1] * len(sources), [1] * len(destinations), reorder=False
             )
+            took = MPI.Wtime() - started
+            # OSU's "Time took to create topology graph": the ranks' mean, in µs (outside any timed loop)
+            self.row_fields = {"topology_us": comm.allreduce(took) / ranks * 1e6}
         self.bufs = bufs = spec.buffers(size, ranks, rank)
         self.received = bufs.received
         receives = kernel.name not in ROOT_RESULT or rank == ROOT  # the other ranks pass no buffer
@@ -669,7 +673,7 @@ class CLoopCollective(Case):
             figures[nonblocking_figures.OVERALL] = float(samples.mean()) if iterations else 0.0
             everyone = np.zeros((self.comm.Get_size(), nonblocking_figures.FIGURES))
             self.comm.Allgather(figures, everyone)
-            self.row_fields = nonblocking_figures.row_fields(everyone)
+            self.row_fields |= nonblocking_figures.row_fields(everyone)
             # nccl-tests' bandwidths over the pure communication, not over the overall time, which holds the compute
             self.row_fields |= nonblocking_figures.bandwidths(
                 self.kernel, self.size, everyone.shape[0], self.row_fields
