@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from fabricbench.transports import transport_class
-from support import REPO, clean_env, fabricbench, read_rows
+from support import PYTHON, REPO, clean_env, fabricbench, read_rows
 
 RMA_KERNELS = sorted(transport_class("mpi-rma").kernels)
 QUICK = ["-m", "1:256", "-i", "10", "-x", "2", "-W", "4", "-c", "--format", "none"]
@@ -122,3 +122,31 @@ def test_the_one_sided_kernels_validate_under_pypis_open_mpi(open_mpi_venv, tmp_
         _check(out, sync, window, 2)
         rows, meta = read_rows(out)
         assert "Open MPI" in meta["mpi_library_version"]
+
+
+def test_fop_and_cas_operate_on_each_of_osus_types_and_validate(tmp_path, open_mpi_venv):
+    # osu_fop_latency and osu_cas_latency's -T: one element of MPI_CHAR (their default), MPI_INT or MPI_FLOAT (fop
+    # only), whose size is the row's; on MPICH, and on Open MPI, whose vector sums of signed chars saturate.
+    openmpi_env = clean_env(
+        {"PYTHONPATH": str(REPO / "src"), "FABRICBENCH_CACHE_DIR": str(tmp_path / "cache")}
+        | {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    )
+    cases = [
+        ("mpi_char", "fop,cas", 1, PYTHON, None),
+        ("mpi_int", "fop,cas", 4, PYTHON, None),
+        ("mpi_float", "fop", 4, PYTHON, None),
+        ("mpi_char", "fop,cas", 1, str(open_mpi_venv / "bin" / "python"), openmpi_env),
+    ]
+    for number, (datatype, kernels, size, python, env) in enumerate(cases):
+        out = tmp_path / f"run{number}"
+        result = subprocess.run(
+            [python, "-m", "fabricbench", "run", "-n", "2", "-t", "mpi-rma", "-k", kernels, "--format", "osu",
+             "--osu-datatype", datatype, "--rma-sync", "lock", "-c", "-i", "10", "-x", "2", "--out", str(out)],
+            capture_output=True, text=True, timeout=300, env=env or clean_env(), cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"# Datatype: {datatype.upper()}." in result.stdout
+        rows, meta = read_rows(out)
+        assert set(rows.kernel) == set(kernels.split(",")) and (rows.size_B == size).all()
+        assert (rows.status == "ok").all() and (rows.validation == "pass").all(), rows[["kernel", "status"]]
+        assert {step["datatype"] for step in meta["steps"]} == {datatype.upper()}

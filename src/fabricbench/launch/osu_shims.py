@@ -176,7 +176,9 @@ WINDOWS = ("create", "allocate", "dynamic")  # OSU's -w words
 ONE_SIDED_FLAGS = {"w": "--rma-window", "s": "--rma-sync"}  # OSU's -w and -s as mpi-rma's options
 _ACTIVE_SYNC = Treatment(HONOURED, "pscw (the default) or fence: osu_put_bibw synchronises actively only")
 _ATOMIC_TYPE = Treatment(
-    REFUSED, "fabricbench's element is the 8-byte MPI_INT64_T of an RDMA atomic (MPI_LONG_LONG), not OSU's types"
+    HONOURED,
+    "mpi_char (the default), mpi_int or mpi_float (fop only: MPI_Compare_and_swap takes integers): the one "
+    "element it operates on, whose size is the size column",
 )
 _ONE_ELEMENT = Treatment(NO_EFFECT, "one element is the size; OSU 7.4 reads -m here and ignores it")
 _THREADS = Treatment(HONOURED, "[SEND:]RECV: the threads of each rank (default 1:2), MPI at MPI_THREAD_MULTIPLE")

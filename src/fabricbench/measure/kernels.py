@@ -66,6 +66,10 @@ COPY_KERNELS = {
 # library sends for size / element-size elements of that type between hosts of one byte order.
 MOVED_BYTES = "MPI_CHAR"
 MOVED_TYPES = {"MPI_CHAR": 1, "MPI_INT": 4, "MPI_FLOAT": 4}
+# The one element OSU 7.4's osu_fop_latency and osu_cas_latency operate on, by -T (MPI_CHAR without it); fop and cas
+# on their own take an RDMA atomic's 8-byte integer (MPI_LONG_LONG). MPI_Compare_and_swap takes integers only.
+ATOMIC_OSU_TYPES = {"fop": ("MPI_CHAR", "MPI_INT", "MPI_FLOAT"), "cas": ("MPI_CHAR", "MPI_INT")}
+ATOMIC_OWN_TYPE = "MPI_LONG_LONG"
 
 
 class Pairing(enum.Enum):
@@ -210,6 +214,8 @@ class Kernel:
         spec = self.collective_spec
         if spec and spec.elements:
             return tuple(element.osu_datatype for element in spec.elements)
+        if self.name in ATOMIC_OSU_TYPES:
+            return (ATOMIC_OWN_TYPE, *ATOMIC_OSU_TYPES[self.name])
         if self.osu_datatype == MOVED_BYTES:  # bytes moved as OSU's -T type's: its elements' bytes
             return tuple(MOVED_TYPES)
         return (self.osu_datatype,) if self.osu_datatype else ()
@@ -225,6 +231,9 @@ class Kernel:
             # A kernel that moves bytes moves OSU's -T type as its bytes: whole elements, from one element up.
             elem = MOVED_TYPES[wanted]
             return replace(self, min_size=max(self.min_size, elem), elem_bytes=elem, osu_datatype=wanted)
+        if wanted in ATOMIC_OSU_TYPES.get(self.name, ()):  # one element of it: the size is the element's
+            elem = MOVED_TYPES[wanted]
+            return replace(self, min_size=elem, max_size=elem, elem_bytes=elem, osu_datatype=wanted)
         if spec is None:
             return self
         for element in spec.elements:

@@ -526,7 +526,9 @@ int fb_fork_idle(int n, int *pids)
  * osu_acc_latency, osu_get_acc_latency, osu_fop_latency, osu_cas_latency) under each synchronisation OSU's -s names.
  * One operation is `op` (_mpicodes.h's RMA_OP_*): Put, Get, Accumulate and Get_accumulate of `size` bytes as
  * MPI_SIGNED_CHAR (OSU's MPI_CHAR; MPI defines MPI_SUM on the signed char type), Fetch_and_op (MPI_SUM) and
- * Compare_and_swap of one MPI_INT64_T. A sample is `per_epoch` operations (a window, or 1) and what closes them:
+ * Compare_and_swap of one element of `atomic_type` (C_TYPES' code: OSU's -T MPI_CHAR as MPI_SIGNED_CHAR, MPI_INT,
+ * MPI_FLOAT; BYTES: an MPI_INT64_T, an RDMA atomic's 8 bytes). A sample is `per_epoch` operations (a window, or 1)
+ * and what closes them:
  *
  *   lock          lock (shared; exclusive for Get_accumulate, as OSU), operations, unlock
  *   flush         operations, flush, inside one lock for the whole loop (opened by one untimed operation)
@@ -623,7 +625,7 @@ static int rma_active_epoch(const rma_call *c, int sync, int round_trip, int bot
 }
 
 int fb_rma_sync(MPI_Fint win_handle, int peer, int initiator, int op, int sync, int round_trip, int both_ways,
-                void *origin_buf, void *result_buf, void *compare_buf, long long size, long long disp, int per_epoch,
+                int atomic_type, void *origin_buf, void *result_buf, void *compare_buf, long long size, long long disp, int per_epoch,
                 long long iterations, int64_t *times)
 {
     rma_call c = {op, origin_buf, result_buf, compare_buf, 0, MPI_SIGNED_CHAR, peer, (MPI_Aint)disp,
@@ -635,12 +637,15 @@ int fb_rma_sync(MPI_Fint win_handle, int peer, int initiator, int op, int sync, 
     int locked = 0, err = MPI_SUCCESS, unlocked;
     MPI_Group window_group = MPI_GROUP_NULL, peer_group = MPI_GROUP_NULL;
     if (op == RMA_OP_FOP || op == RMA_OP_CAS) {
-        c.type = MPI_INT64_T;
+        c.type = atomic_type == CHARS  ? MPI_SIGNED_CHAR
+                 : atomic_type == INTS   ? MPI_INT
+                 : atomic_type == FLOATS ? MPI_FLOAT
+                                         : MPI_INT64_T;
         c.count = 1;
     } else if ((err = as_count(size, &c.count)) != MPI_SUCCESS) {
         return err;
     }
-    if (per_epoch < 1 || op < RMA_OP_PUT || op > RMA_OP_CAS || sync < RMA_SYNC_LOCK || sync > RMA_SYNC_FENCE)
+    if (per_epoch < 1 || atomic_type < BYTES || atomic_type > INTS || op < RMA_OP_PUT || op > RMA_OP_CAS || sync < RMA_SYNC_LOCK || sync > RMA_SYNC_FENCE)
         return MPI_ERR_ARG;
     if (passive) {
         if (!initiator)

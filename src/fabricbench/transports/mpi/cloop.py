@@ -39,7 +39,7 @@ SIGNATURES = {
     "fb_pingpong_synced": [_HANDLE, _FLAG, _FLAG, _BUFFER, _BUFFER, _INT64, _INT64, _BUFFER],
     "fb_fork_idle": [_FLAG, _BUFFER],
     "fb_pingpong_mt": [_HANDLE, *[_FLAG] * 4, _BUFFER, _INT64, _INT64, _BUFFER],
-    "fb_rma_sync": [_HANDLE, *[_FLAG] * 6, *[_BUFFER] * 3, _INT64, _INT64, _FLAG, _INT64, _BUFFER],
+    "fb_rma_sync": [_HANDLE, *[_FLAG] * 7, *[_BUFFER] * 3, _INT64, _INT64, _FLAG, _INT64, _BUFFER],
     "fb_canary": [_HANDLE, _HANDLE, *[_FLAG] * 3, *[_BUFFER] * 4, _INT64, _FLAG, _FLAG, _BUFFER, _FLAG, _BUFFER]
     + [_INT64, _BUFFER],
     "fb_congestor": [*[_HANDLE] * 3, _FLAG, _FLAG, *[_BUFFER] * 3, _INT64, _FLAG, _BUFFER],

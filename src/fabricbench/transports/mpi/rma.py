@@ -24,6 +24,7 @@ from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Transport
 from fabricbench.transports.mpi.cloop import RMA_OPS, RMA_SYNCS, CLoop
 from fabricbench.transports.mpi.transport import (
+    C_TYPES,
     MPI_OPTIONS,
     MPITransport,
     import_mpi,
@@ -125,12 +126,23 @@ def buffer_unsupported(options: dict) -> str | None:
     return None
 
 
-def operand(op: str, size: int, rank: int) -> np.ndarray:
-    """What ``rank`` puts, accumulates, adds or swaps in (bytes). A sum's operands stay small enough that the check's
-    few sums never overflow: MPI leaves a signed overflow to the library, and Open MPI's vector MPI_SUM on signed
-    chars saturates where MPICH's wraps."""
+def atomic_element(kernel: Kernel) -> tuple[str, int]:
+    """(numpy dtype, fb_rma_sync's atomic_type code) of the one element fop and cas operate on: OSU's -T type
+    (Kernel.with_datatype: MPI_CHAR, MPI_INT, MPI_FLOAT), else the kernel's own 8-byte integer (code 0)."""
+    for element, (code, _) in C_TYPES.items():
+        if element.osu_datatype == kernel.osu_datatype:
+            return element.dtype, code
+    return "i8", 0
+
+
+def operand(op: str, size: int, rank: int, atomic_dtype: str = "i8") -> np.ndarray:
+    """What ``rank`` puts, accumulates, adds or swaps in (bytes); fop adds one element of ``atomic_dtype``. A sum's
+    operands stay small enough that the check's few sums never overflow: MPI leaves a signed overflow to the
+    library, and Open MPI's vector MPI_SUM on signed chars saturates where MPICH's wraps."""
     if op == "fop":
-        return np.array([ORIGIN_SEED + rank], dtype=np.int64).view(np.uint8)
+        one_byte = np.dtype(atomic_dtype).itemsize == 1
+        value = (ORIGIN_SEED + rank) % SMALL_ADDEND + 1 if one_byte else ORIGIN_SEED + rank
+        return np.array([value], dtype=atomic_dtype).view(np.uint8)
     data = filled(size, ORIGIN_SEED + rank)
     if op in SUMS:
         data %= SMALL_ADDEND
@@ -169,13 +181,22 @@ class OneSided(Case):
         self.base = self.memory = None
         self._open_window(comm, window_kind)
         self.memory[:] = self.window_start
-        self.origin = operand(self.op, size, self.rank)
+        self.atomic_dtype, atomic_code = atomic_element(kernel)
+        self.origin = operand(self.op, size, self.rank, self.atomic_dtype)
         self.result = poisoned(size)
         self.compare = self._window_start(self.rank)  # cas: swap while the target holds what it started with
         if self.active and cloop:
             buffers = (self.origin.ctypes.data, self.result.ctypes.data, self.compare.ctypes.data)
             self.c_args = (self.win.py2f(), self.peer, int(self.initiator), RMA_OPS[self.op], RMA_SYNCS[sync])
-            self.c_args += (int(self.round_trip), int(self.both_ways), *buffers, size, self.disp, self.per_epoch)
+            self.c_args += (
+                int(self.round_trip),
+                int(self.both_ways),
+                atomic_code,
+                *buffers,
+                size,
+                self.disp,
+                self.per_epoch,
+            )
 
     def _window_start(self, rank: int) -> np.ndarray:
         """What a rank's window holds before each run: Get's data; 0 for the sums to start from; else POISON."""
@@ -223,7 +244,7 @@ class OneSided(Case):
         of the peer on this window, ``outgoing`` of this rank on the peer's."""
         if not self.active:
             return nothing()
-        peer_origin, own_origin = operand(self.op, self.size, self.peer), self.origin
+        peer_origin, own_origin = operand(self.op, self.size, self.peer, self.atomic_dtype), self.origin
         parts = []
         if self.incoming and self.op != "get":
             parts.append(self._after(self._window_start(self.rank), peer_origin, self.incoming))
@@ -243,7 +264,8 @@ class OneSided(Case):
         if self.op in SUMS:
             return start + np.uint8(operations) * added
         if self.op == "fop":
-            return (start.view(np.int64) + operations * added.view(np.int64)).view(np.uint8)
+            dtype = np.dtype(self.atomic_dtype)
+            return (start.view(dtype) + dtype.type(operations) * added.view(dtype)).view(np.uint8)
         return added.copy()  # cas: the first swaps in the operand; the later ones compare and leave it
 
     def poison(self) -> None:
