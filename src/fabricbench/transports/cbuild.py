@@ -129,6 +129,67 @@ def tool_output(command: Sequence[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+@dataclass(frozen=True)
+class FoundLibrary:
+    """Where a C loop's build takes a host library from: its flags, and how it was found (the metadata says so)."""
+
+    how: str  # "pkg-config ucx 1.13.1", "$LIBFABRIC_ROOT=/opt/libfabric", "system paths", a Cray module's root
+    compile_flags: tuple[str, ...] = ()
+    link_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostLibrary:
+    """How a C loop finds a host library (libfabric, UCX): by pkg-config, else under a root an environment variable
+    names, else wherever the compiler looks by itself."""
+
+    package: str  # pkg-config's name, and the name a refusal gives it
+    header: str  # under include/: "rdma/fabric.h"
+    shared: str  # a glob under lib64/ or lib/: "libfabric.so*"
+    libs: tuple[str, ...]  # the -l flags
+    name: str = ""  # how a refusal names it, where not as pkg-config does ("UCX")
+
+    def system(self) -> FoundLibrary:
+        return FoundLibrary("system paths", (), self.libs)
+
+    def from_pkg_config(self) -> FoundLibrary | None:
+        """pkg-config's flags, an rpath added for each -L, where pkg-config knows the package."""
+        if not shutil.which("pkg-config"):
+            return None
+        version = (tool_output(["pkg-config", "--modversion", self.package]) or "").strip()
+        if not version:
+            return None
+        cflags = (tool_output(["pkg-config", "--cflags", self.package]) or "").split()
+        libs = (tool_output(["pkg-config", "--libs", self.package]) or " ".join(self.libs)).split()
+        rpath = [f"-Wl,-rpath,{flag[2:]}" for flag in libs if flag.startswith("-L")]
+        return FoundLibrary(f"pkg-config {self.package} {version}", tuple(cflags), tuple(libs + rpath))
+
+    def under(self, root: str, how: str) -> FoundLibrary | None:
+        """An install under ``root`` (include/HEADER and lib64 or lib), linked with an rpath; None where none is."""
+        include = Path(root, "include")
+        if not (include / self.header).is_file():
+            return None
+        for lib in ("lib64", "lib"):
+            directory = os.path.join(root, lib)
+            if list(Path(directory).glob(self.shared)):
+                return FoundLibrary(how, (f"-I{include}",), (f"-L{directory}", f"-Wl,-rpath,{directory}", *self.libs))
+        return None
+
+    def from_roots(self, environ, names: Sequence[str], unavailable: type[Exception]) -> FoundLibrary | None:
+        """The install under the first of ``names`` the environment sets; ``unavailable`` where it holds none."""
+        for name in names:
+            root = environ.get(name)
+            if root:
+                found = self.under(root, f"${name}={root}")
+                if found is None:
+                    shared = self.shared.rstrip("*")
+                    raise unavailable(
+                        f"${name}={root} holds no {self.name or self.package} (include/{self.header} and lib/{shared})"
+                    )
+                return found
+        return None
+
+
 def compiler_identity(compiler: Sequence[str]) -> str:
     """The first line of ``compiler --version`` ("" when it does not answer), asked once per process."""
     return _identity(tuple(compiler))

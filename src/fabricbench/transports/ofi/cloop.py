@@ -20,7 +20,6 @@ import ctypes
 import functools
 import glob
 import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,12 +34,13 @@ from fabricbench.transports.cbuild import (
     U32,
     U64,
     CLoopUnavailable,
+    FoundLibrary,
+    HostLibrary,
     Recipe,
     find_compiler,
     load_library,
     mapped_libraries,
     read_codes,
-    tool_output,
 )
 from fabricbench.transports.ofi.options import INSTALL_HINT, MESSAGES, PROGRESS, OFIUnavailable
 
@@ -145,51 +145,23 @@ def version_text(version: int) -> str:
     return f"{version >> 16}.{version & 0xFFFF}"
 
 
-@dataclass(frozen=True)
-class Found:
-    """Where the build takes libfabric from: the flags, and how it was found (the metadata says so)."""
-
-    how: str  # "pkg-config libfabric 1.17.0", "$LIBFABRIC_ROOT=/opt/...", "system paths", "/opt/cray/libfabric/1.20"
-    compile_flags: tuple[str, ...] = ()
-    link_flags: tuple[str, ...] = ("-lfabric",)
-
-
-def _prefix(root: str, how: str) -> Found | None:
-    """A libfabric install under ``root`` (include/rdma/fabric.h and lib64 or lib), linked with an rpath."""
-    include = Path(root, "include")
-    if not (include / "rdma" / "fabric.h").is_file():
-        return None
-    for lib in ("lib64", "lib"):
-        if glob.glob(os.path.join(root, lib, "libfabric.so*")):
-            directory = os.path.join(root, lib)
-            return Found(how, (f"-I{include}",), (f"-L{directory}", f"-Wl,-rpath,{directory}", "-lfabric"))
-    return None
+LIBFABRIC = HostLibrary("libfabric", "rdma/fabric.h", "libfabric.so*", ("-lfabric",))
+Found = FoundLibrary
 
 
 def find_libfabric(environ=os.environ, cray_glob: str = CRAY_GLOB, system_header: str = SYSTEM_HEADER) -> Found:
     """Where libfabric is, in the order of the module docstring. The system's paths are the answer when nothing
     else is: a missing header there is the build's one-line refusal."""
-    if shutil.which("pkg-config"):
-        version = (tool_output(["pkg-config", "--modversion", "libfabric"]) or "").strip()
-        if version:
-            cflags = (tool_output(["pkg-config", "--cflags", "libfabric"]) or "").split()
-            libs = (tool_output(["pkg-config", "--libs", "libfabric"]) or "-lfabric").split()
-            rpath = [f"-Wl,-rpath,{flag[2:]}" for flag in libs if flag.startswith("-L")]
-            return Found(f"pkg-config libfabric {version}", tuple(cflags), tuple(libs + rpath))
-    for name in ROOT_VARS:
-        root = environ.get(name)
-        if root:
-            found = _prefix(root, f"${name}={root}")
-            if found is None:
-                raise OFIUnavailable(f"${name}={root} holds no libfabric (include/rdma/fabric.h and lib/libfabric.so)")
-            return found
+    found = LIBFABRIC.from_pkg_config() or LIBFABRIC.from_roots(environ, ROOT_VARS, OFIUnavailable)
+    if found:
+        return found
     if Path(system_header).is_file() or not glob.glob(cray_glob):
-        return Found("system paths")
+        return LIBFABRIC.system()
     for root in sorted(glob.glob(cray_glob), reverse=True):  # the newest version first
-        found = _prefix(root, root)
+        found = LIBFABRIC.under(root, root)
         if found:
             return found
-    return Found("system paths")
+    return LIBFABRIC.system()
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +34,13 @@ from fabricbench.transports.cbuild import (
     STR,
     U64,
     CLoopUnavailable,
+    FoundLibrary,
+    HostLibrary,
     Recipe,
     find_compiler,
     load_library,
     mapped_libraries,
     read_codes,
-    tool_output,
 )
 from fabricbench.transports.ucx.options import INSTALL_HINT, UCXUnavailable
 
@@ -128,44 +127,13 @@ def version_text(said: str) -> str:
     return said.strip() or "unknown"
 
 
-@dataclass(frozen=True)
-class Found:
-    """Where the build takes UCX from: the flags, and how it was found (the metadata says so)."""
-
-    how: str
-    compile_flags: tuple[str, ...] = ()
-    link_flags: tuple[str, ...] = ("-lucp", "-lucs")
+UCX = HostLibrary("ucx", "ucp/api/ucp.h", "libucp.so*", ("-lucp", "-lucs"), name="UCX")
 
 
-def _prefix(root: str, how: str) -> Found | None:
-    include = Path(root, "include")
-    if not (include / "ucp" / "api" / "ucp.h").is_file():
-        return None
-    for lib in ("lib64", "lib"):
-        if glob.glob(os.path.join(root, lib, "libucp.so*")):
-            directory = os.path.join(root, lib)
-            return Found(how, (f"-I{include}",), (f"-L{directory}", f"-Wl,-rpath,{directory}", "-lucp", "-lucs"))
-    return None
-
-
-def find_ucx(environ=os.environ) -> Found:
+def find_ucx(environ=os.environ) -> FoundLibrary:
     """Where UCX is, in the order of the module docstring. The system's paths are the answer when nothing else
     is: a missing header there is the build's one-line refusal, with the packages to install."""
-    if shutil.which("pkg-config"):
-        version = (tool_output(["pkg-config", "--modversion", "ucx"]) or "").strip()
-        if version:
-            cflags = (tool_output(["pkg-config", "--cflags", "ucx"]) or "").split()
-            libs = (tool_output(["pkg-config", "--libs", "ucx"]) or "-lucp -lucs").split()
-            rpath = [f"-Wl,-rpath,{flag[2:]}" for flag in libs if flag.startswith("-L")]
-            return Found(f"pkg-config ucx {version}", tuple(cflags), tuple(libs + rpath))
-    for name in ROOT_VARS:
-        root = environ.get(name)
-        if root:
-            found = _prefix(root, f"${name}={root}")
-            if found is None:
-                raise UCXUnavailable(f"${name}={root} holds no UCX (include/ucp/api/ucp.h and lib/libucp.so)")
-            return found
-    return Found("system paths")
+    return UCX.from_pkg_config() or UCX.from_roots(environ, ROOT_VARS, UCXUnavailable) or UCX.system()
 
 
 @dataclass(frozen=True)
