@@ -104,7 +104,9 @@ def test_libfabric_is_found_under_a_root_given_or_crays_newest(tmp_path, monkeyp
     none = str(tmp_path / "no-header")
     picked = find_libfabric({}, cray_glob=str(cray / "*"), system_header=none)
     assert picked.how == str(cray / "1.20.1") and picked.compile_flags == (f"-I{cray}/1.20.1/include",)
-    assert find_libfabric({}, cray_glob=str(cray / "none"), system_header=none) == Found("system paths", (), ("-lfabric",))
+    assert find_libfabric({}, cray_glob=str(cray / "none"), system_header=none) == Found(
+        "system paths", (), ("-lfabric",)
+    )
 
 
 def test_the_libfabric_files_mapped_are_read_from_proc(tmp_path):

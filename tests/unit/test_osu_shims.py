@@ -472,3 +472,10 @@ def test_osus_14_persistent_collectives_run_their_kernel_with_mpi_4s_persistent_
         blocking = BENCHMARKS[name.removesuffix("_persistent")]  # the blocking program: OSU's own calls
         assert "--method" not in run_argv(parse(blocking.name, []), "OUT")
         assert "Persistent" not in version_text(blocking)
+
+
+def test_cas_refuses_osus_float_before_any_rank_starts_and_fop_takes_it():
+    with pytest.raises(UsageError, match=r"osu_cas_latency: -T MPI_FLOAT: fabricbench's cas takes MPI_CHAR, MPI_INT"):
+        parse("osu_cas_latency", ["-T", "mpi_float"])
+    assert parse("osu_fop_latency", ["-T", "mpi_float"]).values["T"] == "MPI_FLOAT"
+    assert osu_datatype(BENCHMARKS["osu_cas_latency"], {}) == "MPI_CHAR"  # OSU's default

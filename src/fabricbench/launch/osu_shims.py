@@ -47,7 +47,7 @@ from fabricbench import __version__
 from fabricbench.collectives import neighbor
 from fabricbench.errors import UsageError
 from fabricbench.launch.osu_programs import LONG_OPTIONS, OSU_VERSION, PROGRAMS, Program
-from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.kernels import ATOMIC_OSU_TYPES, ATOMIC_TYPES_WHY, get_kernel
 from fabricbench.measure.plan import parse_size_range
 from fabricbench.transports import transport_class
 
@@ -407,6 +407,12 @@ def parse(name: str, argv: list[str]) -> Request:
         )
     if datatypes:
         values["T"] = datatypes[0]
+        taken = get_kernel(bench.kernel).osu_datatypes
+        if bench.kernel in ATOMIC_OSU_TYPES and datatypes[0] not in taken:  # refused before any rank starts
+            raise UsageError(
+                f"{name}: -T {datatypes[0]}: fabricbench's {bench.kernel} takes {', '.join(taken[1:])} "
+                f"({ATOMIC_TYPES_WHY.get(bench.kernel, 'one element')})"
+            )
     if "c" in values and "t" in values and bench.counts_flag == "--mpi-threads":
         senders, _, receivers = values["t"].rpartition(":")
         if (senders or "1") != receivers:

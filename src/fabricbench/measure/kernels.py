@@ -70,6 +70,7 @@ MOVED_TYPES = {"MPI_CHAR": 1, "MPI_INT": 4, "MPI_FLOAT": 4}
 # on their own take an RDMA atomic's 8-byte integer (MPI_LONG_LONG). MPI_Compare_and_swap takes integers only.
 ATOMIC_OSU_TYPES = {"fop": ("MPI_CHAR", "MPI_INT", "MPI_FLOAT"), "cas": ("MPI_CHAR", "MPI_INT")}
 ATOMIC_OWN_TYPE = "MPI_LONG_LONG"
+ATOMIC_TYPES_WHY = {"cas": "MPI_Compare_and_swap takes integers"}  # why a kernel takes fewer of OSU's types
 
 
 class Pairing(enum.Enum):

@@ -31,7 +31,7 @@ from fabricbench.argtypes import decimal
 from fabricbench.collectives import neighbor
 from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.errors import UsageError
-from fabricbench.measure.kernels import ATOMIC_OSU_TYPES, Kernel, Pairing, get_kernel
+from fabricbench.measure.kernels import ATOMIC_OSU_TYPES, ATOMIC_TYPES_WHY, Kernel, Pairing, get_kernel
 from fabricbench.measure.rows import has_window_bandwidths
 from fabricbench.measure.schema import is_measured
 from fabricbench.measure.stats import PERCENTILES, WINDOW_PERCENTILES
@@ -113,7 +113,7 @@ def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
         reduction = bool(kernel.collective_spec and kernel.collective_spec.elements)
         if columns.datatype.upper() != own:
             if len(kernel.osu_datatypes) > 1:
-                why = " (MPI_Compare_and_swap takes integers)" if kernel.name == "cas" else ""
+                why = f" ({ATOMIC_TYPES_WHY[kernel.name]})" if kernel.name in ATOMIC_TYPES_WHY else ""
                 raise UsageError(
                     f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} "
                     f"{'sums' if reduction else 'moves'} {_either(kernel.osu_datatypes)}{why}"
@@ -122,10 +122,11 @@ def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
                 f"datatype {columns.datatype} (-T) for {kernel.name}: fabricbench's {kernel.name} moves {own} only"
             )
         default = get_kernel(kernel.name).osu_datatype
-        if own != default and kernel.name in ATOMIC_OSU_TYPES and transport != "mpi-rma":
+        if own != default and kernel.name in ATOMIC_OSU_TYPES and not transport_class(transport).osu_atomic_types:
+            taking = [name for name in TRANSPORTS if transport_class(name).osu_atomic_types]
             raise UsageError(
                 f"datatype {columns.datatype} (-T) for {kernel.name} on {transport}: its atomics take {default} "
-                f"only (mpi-rma's {kernel.name} takes {_either(kernel.osu_datatypes)})"
+                f"only ({', '.join(taking)} takes {_either(kernel.osu_datatypes)})"
             )
         # Bytes are bytes on every transport; a sum of another type is the transport's to do.
         if reduction and own != default and not transport_class(transport).osu_sums_any_type:

@@ -75,6 +75,7 @@ class Transport:
     needs_launcher = False  # MPI ranks only: refused by ``serve`` and ``run --peer``
     osu_name = ""  # how OSU's text header names it ("MPI"); empty: "fabricbench NAME"
     osu_sums_any_type = False  # its reductions sum every OSU -T type a collective spec lists, not the default only
+    osu_atomic_types = False  # its fop and cas take OSU's -T types (one element), not an 8-byte integer only
     # The option groups whose settings it reads (fabricbench.transports.options); the registry adds each to the
     # command line once, whichever transports include it.
     option_groups: tuple[OptionGroup, ...] = ()

@@ -330,6 +330,7 @@ class MPIRMATransport(Transport):
     default_kernels = ("put", "get", "put-bw")
     needs_launcher = True
     osu_name = "MPI"
+    osu_atomic_types = True  # fb_rma_sync's fop and cas take one element of OSU's type (rma.atomic_element)
     option_groups = (MPI_OPTIONS, RMA_OPTIONS)  # the same MPI, loop and library as the mpi transport; OSU's -w, -s
     doctor = MPITransport.doctor
 
