@@ -146,6 +146,9 @@ def test_fop_and_cas_operate_on_each_of_osus_types_and_validate(tmp_path, open_m
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert f"# Datatype: {datatype.upper()}." in result.stdout
+        # OSU's summary after each atomic table with -c, rank by rank
+        passed = "Atomic Data Validation results for Rank={}:\nPASSED: All 1 combinations of ops and datatypes tested"
+        assert all(result.stdout.count(passed.format(rank)) == len(kernels.split(",")) for rank in (0, 1))
         rows, meta = read_rows(out)
         assert set(rows.kernel) == set(kernels.split(",")) and (rows.size_B == size).all()
         assert (rows.status == "ok").all() and (rows.validation == "pass").all(), rows[["kernel", "status"]]

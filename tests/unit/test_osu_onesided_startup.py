@@ -173,3 +173,15 @@ def test_fop_and_cas_take_osus_types_as_their_one_element_on_mpi_rma_only():
         osu.check_columns(get_kernel("cas").with_datatype("MPI_FLOAT"), osu.Columns(datatype="MPI_FLOAT"), "mpi-rma")
     with pytest.raises(UsageError, match="on verbs: its atomics take MPI_LONG_LONG only"):
         osu.check_columns(char, osu.Columns(datatype="MPI_CHAR"), "verbs")
+
+
+def test_the_atomic_programs_summarise_each_ranks_validation_after_the_table_with_c():
+    checked = osu.Columns(validate=True)
+    said = osu.validation_summary("fop", checked, ["pass"], 2).splitlines()
+    rule = "-" * 43
+    assert said == [rule, "Atomic Data Validation results for Rank=0:", said[2], rule] * 1 + said[4:]
+    assert said[2] == "PASSED: All 1 combinations of ops and datatypes tested passed." and len(said) == 8
+    assert said[5] == "Atomic Data Validation results for Rank=1:"
+    assert "FAILED: 1 of the 1 combinations" in osu.validation_summary("cas", checked, ["pass", "fail"], 2)
+    assert osu.validation_summary("fop", osu.Columns(), ["pass"], 2) == ""  # without -c OSU prints nothing more
+    assert osu.validation_summary("put", checked, ["pass"], 2) == ""  # nor after a put's table

@@ -31,7 +31,14 @@ from fabricbench.argtypes import decimal
 from fabricbench.collectives import neighbor
 from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.errors import UsageError
-from fabricbench.measure.kernels import ATOMIC_OSU_TYPES, ATOMIC_TYPES_WHY, Kernel, Pairing, get_kernel
+from fabricbench.measure.kernels import (
+    ATOMIC_CHECK_WORDS,
+    ATOMIC_OSU_TYPES,
+    ATOMIC_TYPES_WHY,
+    Kernel,
+    Pairing,
+    get_kernel,
+)
 from fabricbench.measure.rows import has_window_bandwidths
 from fabricbench.measure.schema import is_measured
 from fabricbench.measure.stats import PERCENTILES, WINDOW_PERCENTILES
@@ -186,6 +193,24 @@ def with_topology(header_text: str, row: dict) -> str:
         return header_text
     lines = [f"Dimensions size = {row['ranks']} ", f"Time took to create topology graph:{took:.2f} us."]
     return "\n".join([made, *lines, rest])
+
+
+RULE = "-" * 43  # OSU's rule around each rank's atomic validation summary
+
+
+def validation_summary(kernel_name: str, columns: Columns, validations: list[str], ranks: int) -> str:
+    """What OSU's atomic programs (osu_acc_latency, osu_fop_latency, osu_cas_latency) print after their table with
+    -c: each of the 2 ranks' summary of its validations between rules, one combination of op and datatype per run.
+    ``validations``: the step's rows' validation column; '' where nothing follows the table."""
+    kernel = get_kernel(kernel_name)
+    if not columns.validate or kernel.osu_validation != ATOMIC_CHECK_WORDS or not validations:
+        return ""
+    if "fail" in validations:
+        said = "FAILED: 1 of the 1 combinations of ops and datatypes tested failed."
+    else:
+        said = "PASSED: All 1 combinations of ops and datatypes tested passed."
+    blocks = [f"{RULE}\nAtomic Data Validation results for Rank={rank}:\n{said}\n{RULE}" for rank in range(ranks)]
+    return "\n".join(blocks)
 
 
 def title(transport: str, kernel_name: str, device: str = "", transport_options: dict | None = None) -> str:

@@ -47,6 +47,7 @@ class Reporter:
         self.kept: dict[type, list[dict]] = {}  # {pattern: the rows it keeps for its end-of-run step}
         self._osu_columns = osu.Columns.from_plan(plan)
         self._osu_pending_header = ""  # a neighbourhood collective's OSU header, said with its first row
+        self._osu_step: tuple | None = None  # the OSU step under way: (kernel, ranks, its rows' validations)
         try:
             write_metadata(out_dir, metadata | {"complete": False})
         except ResultsError:
@@ -110,7 +111,9 @@ class Reporter:
     def start_step(self, step, repeat: int = 0, ranks: int | None = None) -> None:
         """A step's header; ``repeat`` (0-based) is named when the plan repeats, ``ranks`` when a subset runs it."""
         ranks = ranks or self.ranks
+        self._osu_step_ends()
         if self.plan.output_format == "osu":
+            self._osu_step = (step.kernel, ranks, [])
             pairs = pattern_of(step.kernel_def).pairs(step.kernel_def, ranks)
             text = osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns)
             if osu.prints_topology(step.kernel):  # OSU's lines about the graph come first: said with the first row
@@ -142,7 +145,18 @@ class Reporter:
         if self._osu_pending_header:
             self.say(osu.with_topology(self._osu_pending_header, row))
             self._osu_pending_header = ""
+        if self._osu_step:
+            self._osu_step[2].append(row.get("validation", ""))
         self.say(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else pattern.line(row))
+
+    def _osu_step_ends(self) -> None:
+        """What OSU prints after a table (the atomic programs' validation summary with -c), once its rows are in."""
+        if self._osu_step:
+            kernel, ranks, validations = self._osu_step
+            self._osu_step = None
+            footer = osu.validation_summary(kernel, self._osu_columns, validations, ranks)
+            if footer:
+                self.say(footer)
 
     def advance(self, sizes: int) -> None:
         if self._progress:
@@ -153,6 +167,8 @@ class Reporter:
         if self._progress:
             self._progress.close()
             self._progress = None
+        if not self.failure:
+            self._osu_step_ends()
         self.writer.close()
         finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         meta = self.metadata | {
