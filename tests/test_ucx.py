@@ -166,3 +166,18 @@ def test_without_ucx_the_refusal_is_one_line_and_no_rank_starts(tmp_path):
     one_error_line(result.stderr, "ucp/api/ucp.h not found")
     assert "apt-get install libucx-dev ucx-utils" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+@needs_ucx
+def test_a_listener_on_a_socket_address_connects_the_pair_client_server(tmp_path):
+    # UCX's client-server set-up (--ucx-sockaddr): rank 0 listens, rank 1 connects to its address and port, UCX's
+    # connection manager wires the endpoint up; then every kernel moves checked data as over exchanged addresses.
+    rows, meta = run_ucx(
+        tmp_path, "--ucx-sockaddr", "127.0.0.1", kernels="latency,bw,put,get", sizes="8:4K", env={"UCX_TLS": "tcp"}
+    )
+    assert (rows.status == "ok").all() and (rows.validation == "pass").all(), rows[["kernel", "size_B", "status"]]
+    assert rows.method.str.contains("tcp/").all(), set(rows.method)
+    assert meta["transports"]["ucx"]["connection"] == "client-server: a UCP listener on 127.0.0.1 (--ucx-sockaddr)"
+    bad = fabricbench("run", "-t", "ucx", "--ucx-sockaddr", "nowhere", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and not (tmp_path / "bad").exists()
+    one_error_line(bad.stderr, "--ucx-sockaddr 'nowhere': not an IPv4 address")

@@ -1,5 +1,6 @@
 """UCX's verbs transports (rc_verbs, with ud_verbs beside it) on a real RDMA device: the ``ucx`` transport beside
-``verbs``, in one run.
+``verbs``, in one run; and rc_verbs alone, wired up by rdma_cm through UCX's client-server set-up
+(``--ucx-sockaddr``) on a device whose netdev has an IPv4 address.
 
 UCX_TLS names the verbs transports only (no shared memory, no tcp), so the two local ranks can only meet over
 the device: the rows name rc_verbs on it and every figure is of checked data, or, where UCX cannot reach the
@@ -9,6 +10,7 @@ the device, the test skips with ucx_info's own list. Under emulation only pass o
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -97,3 +99,51 @@ def test_ucx_over_rc_verbs_moves_intact_data_beside_verbs_or_says_why_in_one_lin
     info = meta["transports"]["ucx"]
     assert all(f"rc_verbs/{ucx_verbs['device']}" in lanes for lanes in info["transports_by_rank"].values()), info
     assert info["ucx_environment"] == ucx_verbs["env"]
+
+
+def _ipv4_device() -> tuple[str, str]:
+    """(device, IPv4 address) of the first RDMA port whose netdev is not lo and has an IPv4 address (rdma_cm binds
+    there; scripts/softroce-vm.sh: FABRICBENCH_VM_RDMACM=1 adds rxe1 on dummy0); ('', '') where none is."""
+    for device in sorted(RDMA_DEVICES.iterdir()):
+        try:
+            netdev = (device / "ports" / "1" / "gid_attrs" / "ndevs" / "0").read_text().strip()
+        except OSError:
+            continue
+        if not netdev or netdev == "lo":
+            continue
+        said = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", netdev], capture_output=True, text=True).stdout
+        found = re.search(r"\binet (\d+\.\d+\.\d+\.\d+)/", said)
+        if found:
+            return device.name, found[1]
+    return "", ""
+
+
+def test_ucx_client_server_over_rdma_cm_runs_rc_verbs_without_ud_verbs(ucx_verbs, tmp_path):
+    """rdma_cm carries the wire-up (a UCP listener on the device's IPv4 address, --ucx-sockaddr), so rc_verbs runs
+    without ud_verbs: every kernel moves checked data, its lanes name rc_verbs on that device and nothing else, and
+    -t verbs runs beside on the same device. UCX_TLS keeps sm and self for the MPI's own UCX (MPICH's ch4:ucx reads
+    the same variables and needs a transport that wires up here); a client-server endpoint, which asks for peer
+    error handling, leaves shared memory out of its lanes."""
+    device, address = _ipv4_device()
+    if not device:
+        pytest.skip("no RDMA port on a netdev with an IPv4 address other than lo (rdma_cm needs one)")
+    env = {"UCX_TLS": "rc_verbs,sm,self", "UCX_NET_DEVICES": f"{device}:1"}
+    if gid_index := ipv4_gid_index(device):
+        env["UCX_IB_GID_INDEX"] = gid_index
+    out = tmp_path / "run"
+    result = mpiexec(
+        2, "run", "-t", "verbs,ucx", "-k", ",".join(KERNELS), "-m", f"{SIZES[0]}:{SIZES[-1]}", "-i", "5", "-x", "1",
+        "-W", "4", "-c", "--timeout", "120", "--device", device, "--ucx-sockaddr", address, "--out", str(out),
+        "--format", "none", env=env, timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows, meta = read_rows(out)
+    rows = rows[(rows.transport == "ucx") | (rows.kernel != "put")]  # verbs has no put kernel: its row says so
+    assert (rows.status == "ok").all() and (rows.validation == "pass").all(), rows[["transport", "kernel", "status"]]
+    ucx = rows[rows.transport == "ucx"]
+    assert sorted(zip(ucx.kernel, ucx.size_B, strict=True)) == sorted((k, s) for k in KERNELS for s in SIZES)
+    assert ucx.method.str.contains(f"rc_verbs/{device}:1", regex=False).all(), set(ucx.method)
+    assert (rows.transport == "verbs").any()
+    info = meta["transports"]["ucx"]
+    assert info["connection"] == f"client-server: a UCP listener on {address} (--ucx-sockaddr)"
+    assert set(info["transports_by_rank"].values()) == {f"rc_verbs/{device}:1"}, info

@@ -39,6 +39,8 @@
 /* First, so that a host without UCX's headers fails on this line and the builder names the package. */
 #include <ucp/api/ucp.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,6 +63,8 @@ struct fb_ucx {
     ucp_context_h context;
     ucp_worker_h worker;
     ucp_ep_h ep;
+    ucp_listener_h listener;        /* client-server set-up (--ucx-sockaddr): the listening side's */
+    ucp_conn_request_h conn_request; /* the first connection request the listener got */
     ucp_mem_h memh;
     ucp_rkey_h rkey;
     ucp_address_t *address;
@@ -141,6 +145,8 @@ void fb_close(struct fb_ucx *l)
             ucp_request_free(request);
         }
     }
+    if (l->listener)
+        ucp_listener_destroy(l->listener);
     if (l->packed_rkey)
         ucp_rkey_buffer_release(l->packed_rkey);
     if (l->memh)
@@ -258,6 +264,91 @@ int fb_connect(struct fb_ucx *l, const uint8_t *address, int length)
     if (status != UCS_OK) {
         l->ep = NULL;
         return fail(l, "ucp_ep_create", status);
+    }
+    return 0;
+}
+
+/* Client-server set-up (--ucx-sockaddr), as UCX's own client-server example: one side listens on an IPv4
+ * address, the other creates its endpoint to that address and port, and UCX's connection manager (rdma_cm on an
+ * RDMA device, tcp sockets elsewhere) carries the wire-up, so rc_verbs needs no ud_verbs beside it. Error handling
+ * is UCP_ERR_HANDLING_MODE_PEER, which client-server endpoints ask for. */
+static int expired(struct fb_ucx *l, int64_t *deadline);
+static void progress(struct fb_ucx *l);
+
+static int ipv4(struct fb_ucx *l, const char *ip, int port, struct sockaddr_in *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sin_family = AF_INET;
+    out->sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, ip, &out->sin_addr) != 1)
+        return FB_FAIL(l, "not an IPv4 address: %.64s", ip);
+    return 0;
+}
+
+static void on_conn_request(ucp_conn_request_h request, void *arg)
+{
+    struct fb_ucx *l = arg;
+    if (l->conn_request)
+        ucp_listener_reject(l->listener, request); /* one peer per link */
+    else
+        l->conn_request = request;
+}
+
+/* A listener on `ip`, on a port the system picks: the port, or -1. */
+int fb_listen(struct fb_ucx *l, const char *ip)
+{
+    struct sockaddr_in at;
+    if (ipv4(l, ip, 0, &at))
+        return -1;
+    ucp_listener_params_t params = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr = {.addr = (const struct sockaddr *)&at, .addrlen = sizeof at},
+        .conn_handler = {.cb = on_conn_request, .arg = l}};
+    ucs_status_t status = ucp_listener_create(l->worker, &params, &l->listener);
+    if (status != UCS_OK) {
+        l->listener = NULL;
+        return fail(l, "ucp_listener_create", status);
+    }
+    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    if ((status = ucp_listener_query(l->listener, &attr)) != UCS_OK)
+        return fail(l, "ucp_listener_query", status);
+    return ntohs(((const struct sockaddr_in *)&attr.sockaddr)->sin_port);
+}
+
+/* The listening side's endpoint, from the first connection request (progress until it comes, or the deadline). */
+int fb_accept(struct fb_ucx *l)
+{
+    int64_t deadline = 0;
+    while (!l->conn_request) {
+        progress(l);
+        if (expired(l, &deadline))
+            return FB_FAIL(l, "no connection request within %d s", l->timeout_ms / 1000);
+    }
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                          .conn_request = l->conn_request, .err_mode = UCP_ERR_HANDLING_MODE_PEER};
+    ucs_status_t status = ucp_ep_create(l->worker, &ep, &l->ep);
+    if (status != UCS_OK) {
+        l->ep = NULL;
+        return fail(l, "ucp_ep_create from a connection request", status);
+    }
+    return 0;
+}
+
+/* The other side's endpoint to the listener at `ip`:`port`. */
+int fb_connect_sockaddr(struct fb_ucx *l, const char *ip, int port)
+{
+    struct sockaddr_in at;
+    if (ipv4(l, ip, port, &at))
+        return -1;
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR
+                                        | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                          .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+                          .sockaddr = {.addr = (const struct sockaddr *)&at, .addrlen = sizeof at},
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER};
+    ucs_status_t status = ucp_ep_create(l->worker, &ep, &l->ep);
+    if (status != UCS_OK) {
+        l->ep = NULL;
+        return fail(l, "ucp_ep_create to a socket address", status);
     }
     return 0;
 }

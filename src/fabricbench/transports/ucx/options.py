@@ -13,12 +13,13 @@ section, since both sides must make the same calls.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 
 from fabricbench.argtypes import MASK
 from fabricbench.control.rendezvous import FieldReader, Fields, ProtocolError
-from fabricbench.errors import FabricbenchError
+from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.transports.options import OptionGroup
 
 APIS = ("tag", "stream", "am")  # --ucx-api, in the order of their code in the HELLO section
@@ -58,10 +59,29 @@ class UCXOptions(OptionGroup):
             "a wait on the worker's event descriptor (ucp_worker_wait's way, with a deadline)",
         )
 
+        group.add_argument(
+            "--ucx-sockaddr",
+            metavar="IPV4",
+            help="connect through a UCP listener on this address, where the pair's first rank runs (UCX's "
+            "client-server set-up: rdma_cm on an RDMA device, so rc_verbs needs no ud_verbs; tcp elsewhere), "
+            "instead of from the worker addresses the ranks exchange (default)",
+        )
+
     def parse(self, args, role: str) -> dict:
         if role != "run":
             return {}
-        return {"api": args.ucx_api, "progress": args.ucx_progress}
+        chosen = {"api": args.ucx_api, "progress": args.ucx_progress}
+        if args.ucx_sockaddr is not None:
+            try:
+                address = ipaddress.IPv4Address(args.ucx_sockaddr)
+            except ValueError:
+                raise UsageError(f"--ucx-sockaddr {args.ucx_sockaddr!r}: not an IPv4 address") from None
+            if getattr(args, "peer", None):
+                raise UsageError(
+                    "--ucx-sockaddr needs ranks under a launcher: a --peer run connects from worker addresses"
+                )
+            chosen["sockaddr"] = str(address)
+        return chosen
 
     def encode_handshake(self, settings: dict) -> bytes:
         fields = Fields().u8(APIS.index(settings.get("api", "tag")))

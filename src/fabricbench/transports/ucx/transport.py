@@ -213,6 +213,7 @@ class UCXTransport(Transport):
         self.settings = settings = UCX_OPTIONS.of(plan.transport_options)
         self.api = settings.get("api", "tag")
         self.progress = settings.get("progress", "spin")
+        self.sockaddr = settings.get("sockaddr", "")  # client-server set-up through a listener there
         self.window = plan.window
         self.timeout = plan.timeout
         self.region = max([s for step in plan.steps if step.transport == self.name for s in step.sizes] + [8])
@@ -251,20 +252,23 @@ class UCXTransport(Transport):
                 raise UCXUnavailable(f"rank {rank}: {said}")
         self.environments = [check_environment(record.get("env"), r) for r, record in enumerate(table)]
         connected = ""
-        if self.peer is not None:
+        if self.sockaddr:
+            connected = self._connect_sockaddr(ctrl, table)
+        elif self.peer is not None:
             record = table[self.peer]
             peer_address = decode_blob(record.get("address"), self.peer, "worker address", ADDRESS_BYTES)
-            peer_rkey = decode_blob(record.get("rkey"), self.peer, "rkey", RKEY_BYTES)
-            peer_base = check_base(record.get("base"), self.peer)
-            connected = self._connect(peer_address, peer_rkey, peer_base)
-        self._check_all(ctrl, connected, "could not reach its peer")
+            connected = self._connect(peer_address, *self._peer_rkey(table))
+        if not self.sockaddr:
+            self._check_all(ctrl, connected, "could not reach its peer")
         wired = ""
         lanes: list[Lane] = []
-        if self.peer is not None:
+        if self.peer is not None and not connected:
             if self.lib.fb_handshake(self.handle):
                 wired = self.lib.fb_error(self.handle).decode(errors="replace")
             else:
                 lanes = self._describe()
+        if self.sockaddr:  # a side that could not connect or accept is named as such, after the other's wait
+            self._check_all(ctrl, connected, "could not reach its peer")
         table = self._check_all(ctrl, wired, "could not exchange a first message", {"lanes": lane_records(lanes)})
         self.lanes = {rank: check_lanes(table[rank].get("lanes"), rank) for rank in self.pair}
 
@@ -287,6 +291,42 @@ class UCXTransport(Transport):
         if length < 0 or rkey_length < 0:  # over what the control plane carries: said on every rank alike
             raise UCXUnavailable(self.lib.fb_error(self.handle).decode(errors="replace"))
         return address, out.raw[:rkey_length].hex(), found_base.value
+
+    def _peer_rkey(self, table: list[dict]) -> tuple[bytes, int]:
+        record = table[self.peer]
+        rkey = decode_blob(record.get("rkey"), self.peer, "rkey", RKEY_BYTES)
+        return rkey, check_base(record.get("base"), self.peer)
+
+    def _connect_sockaddr(self, ctrl, table: list[dict]) -> str:
+        """Client-server set-up: the pair's first rank listens on --ucx-sockaddr, the port goes to every rank, the
+        other rank connects and the first accepts; '' on success, else why. The rkey is unpacked as for a worker
+        address. The sides meet in the handshake that follows, with no exchange between: the listener's wait for
+        the request would otherwise hold the connecting side in the control plane."""
+        port, why = 0, ""
+        if self.rank == self.pair[0]:
+            port = self.lib.fb_listen(self.handle, self.sockaddr.encode())
+            if port < 0:
+                why, port = self.lib.fb_error(self.handle).decode(errors="replace"), 0
+        ports = allgather_json(ctrl, {"said": why[:400], "port": port}, "UCX listener table")
+        said = ports[self.pair[0]].get("said")
+        if said:
+            raise PeerError(f"the UCX listener of rank {self.pair[0]} on {self.sockaddr}: {str(said)[:400]}")
+        if self.peer is None:
+            return ""
+        if self.rank == self.pair[0]:
+            failed = self.lib.fb_accept(self.handle)
+        else:
+            port = ports[self.pair[0]].get("port")
+            if not isinstance(port, int) or not 0 < port < 65536:
+                raise PeerError(f"rank {self.pair[0]} sent no listener port: {port!r}")
+            failed = self.lib.fb_connect_sockaddr(self.handle, self.sockaddr.encode(), port)
+        if failed or self.lib.fb_set_remote(self.handle, *self._rkey_args(table)):
+            return self.lib.fb_error(self.handle).decode(errors="replace")
+        return ""
+
+    def _rkey_args(self, table: list[dict]) -> tuple[bytes, int, int]:
+        rkey, base = self._peer_rkey(table)
+        return rkey, len(rkey), base
 
     def _connect(self, address: bytes, rkey: bytes, base: int) -> str:
         """The endpoint to the peer and its rkey unpacked; '' on success, else why."""
@@ -361,6 +401,11 @@ class UCXTransport(Transport):
             "ucx_found": self.loop.found if self.loop else None,
             "ucx_library": self.loop.library if self.loop else None,
             "ucx_apart_from": self.loop.apart_from if self.loop else None,
+            "connection": (
+                f"client-server: a UCP listener on {self.sockaddr} (--ucx-sockaddr)"
+                if self.sockaddr
+                else "endpoints from the worker addresses the ranks exchanged"
+            ),
             "api": TWO_SIDED[self.api],
             "rma_calls": RMA_CALLS,
             "progress": "busy ucp_worker_progress"
