@@ -148,6 +148,30 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def perftest_server(env: dict, listening) -> tuple[subprocess.Popen, int]:
+    """A ucx_perftest server listening on a free port. A server that exits before it listens (its port taken
+    between the probe and its bind: seen here) is started again on another, up to 5 times."""
+    said = ""
+    for _ in range(5):
+        port = free_port()
+        with tempfile.TemporaryFile() as errors:
+            server = subprocess.Popen(
+                ["ucx_perftest", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=errors, env=env
+            )
+            deadline = time.monotonic() + 30
+            while not listening(port) and server.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if listening(port):
+                return server, port
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+            errors.seek(0)
+            said = errors.read().decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            said = said[0]
+    raise SystemExit(f"ucx_perftest's server never listened, 5 ports tried (the last said: {said})")
+
+
 def ucx_perftest(args, transport: str, group: str) -> dict[int, float]:
     """ucx_perftest at each reported size: its p50 latency (us) or its overall bandwidth (10^6 B/s)."""
     from fabricbench.transports.reference_tool import listening
@@ -159,16 +183,8 @@ def ucx_perftest(args, transport: str, group: str) -> dict[int, float]:
         test = "tag_lat" if group == "latency" else "tag_bw"
         count = iterations if group == "latency" else iterations * args.window
         flags = ["-t", test, "-s", str(size), "-n", str(count), "-w", str(max(warmup, 1)), "-f", "-v"]
-        port = free_port()
-        server = subprocess.Popen(
-            ["ucx_perftest", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-        )
+        server, port = perftest_server(env, listening)
         try:
-            deadline = time.monotonic() + 30
-            while not listening(port):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"ucx_perftest's server on port {port} never listened")
-                time.sleep(0.02)
             out = tool(["ucx_perftest", "127.0.0.1", "-p", str(port), *flags], TIMEOUT_S, env=env)
             server.wait(timeout=TIMEOUT_S)
         finally:
