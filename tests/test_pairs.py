@@ -83,9 +83,17 @@ def _figures(found: dict, entry: dict) -> str:
 
 @pytest.mark.parametrize("transport", ["tcp", "mpi"])
 def test_a_shaped_pair_is_the_one_slow_link_and_no_host_is_slow(slow_pair, transport, tmp_path):
-    found = pairs_bw(tmp_path / "run", transport)
+    # The shaped pair is named in every run; a healthy pair that a moment of load (the SoftRoCE VM's beside, on
+    # these two cores) put 50 % under the median is named too now and then (CI once named one), so a run that
+    # names more than the shaped pair is made once more, and one of the two must name it alone.
+    for attempt in range(2):
+        found = pairs_bw(tmp_path / f"run{attempt}", transport)
+        named = [{link["src_host"], link["dst_host"]} for link in found["slow_links"]]
+        assert set(slow_pair) in named, found
+        if named == [set(slow_pair)] and found["slow_hosts"] == []:
+            break
     assert found["slow_hosts"] == [], found
-    assert [{link["src_host"], link["dst_host"]} for link in found["slow_links"]] == [set(slow_pair)], found
+    assert named == [set(slow_pair)], found
     (link,) = found["slow_links"]
     assert len(link["directions"]) == 2  # shaped both ways, flagged both ways
     assert link["value"] <= 12.5 and link["median"] > 10 * link["value"], _figures(found, link)
