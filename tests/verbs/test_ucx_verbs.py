@@ -73,11 +73,14 @@ def test_ucx_over_rc_verbs_moves_intact_data_beside_verbs_or_says_why_in_one_lin
     """UCX's verbs lanes either carry checked data (the rows name rc_verbs on the device), or the run ends in one
     line per rank naming UCX's first message that never completed, exit 3, with the verbs rows kept and no ucx
     figure made up. On rxe over lo in the VM (UCX 1.13.1) it is the second: ud_verbs, which wires rc_verbs up,
-    delivers nothing there, and ucx_perftest with the same settings aborts on its UD timeout."""
+    delivers nothing there, and ucx_perftest with the same settings aborts on its UD timeout. The ranks wait for
+    completions on the worker's event descriptor (--ucx-progress wait) with a 20 s deadline: a guest that spun for
+    it would hold one of the host's two cores that long."""
     out = tmp_path / "run"
     result = mpiexec(
         2, "run", "-t", "verbs,ucx", "-k", ",".join(KERNELS), "-m", f"{SIZES[0]}:{SIZES[-1]}", "-i", "5", "-x", "1",
-        "-W", "4", "-c", "--timeout", "60", "--out", str(out), "--format", "none", env=ucx_verbs["env"],
+        "-W", "4", "-c", "--timeout", "20", "--ucx-progress", "wait", "--out", str(out), "--format", "none",
+        env=ucx_verbs["env"],
         timeout=RUN_TIMEOUT,
     )  # fmt: skip
     assert "Traceback" not in result.stderr
