@@ -23,13 +23,21 @@
  * each followed by CPU_PARENT CPU_CHILD, where the two were when the timed loop ended (sched_getcpu),
  * and a first line starting with '#' naming the UCX version and the endpoint's lanes (ucp_ep_print_info).
  *
+ * -S IPV4: connect as fabricbench's --ucx-sockaddr does instead (UCX's client-server set-up): the parent listens
+ * there with ucp_listener_create on a port the system picks and sends the port over the socketpair, the child
+ * creates its endpoint to that address, the parent its own from the connection request; both endpoints ask for
+ * peer error handling, and the first ping-pong, not a barrier, follows the connection on both sides.
+ *
  * Build: cc -O2 -o ucx_reference ucx_reference.c -lucp -lucs
- * Usage: ucx_reference -k latency|bw -s SIZE[,SIZE...] -i ITERATIONS -x WARMUP [-w WINDOW]   (-F FD: the child)
+ * Usage: ucx_reference -k latency|bw -s SIZE[,SIZE...] -i ITERATIONS -x WARMUP [-w WINDOW] [-S IPV4]
+ *        (-F FD: the child)
  */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -196,12 +204,22 @@ static void lanes_line(void)
     printf("# UCX %s, lanes %s\n", ucp_get_version_string(), line);
 }
 
+static ucp_conn_request_h conn_request; /* -S: the first connection request the parent's listener got */
+
+static void on_conn_request(ucp_conn_request_h request, void *arg)
+{
+    (void)arg;
+    if (!conn_request)
+        conn_request = request;
+}
+
 int main(int argc, char **argv)
 {
     const char *kind = "latency", *size_list = "8";
     int64_t iterations = 1000, warmup = 100;
     int window = 16, opt, inherited = -1;
-    while ((opt = getopt(argc, argv, "k:s:i:x:w:F:")) != -1) {
+    const char *listen_at = NULL;
+    while ((opt = getopt(argc, argv, "k:s:i:x:w:F:S:")) != -1) {
         switch (opt) {
         case 'k': kind = optarg; break;
         case 's': size_list = optarg; break;
@@ -209,6 +227,7 @@ int main(int argc, char **argv)
         case 'x': warmup = atoll(optarg); break;
         case 'w': window = atoi(optarg); break;
         case 'F': inherited = atoi(optarg); break;
+        case 'S': listen_at = optarg; break;
         default:
             fprintf(stderr, "usage: ucx_reference -k latency|bw -s SIZES -i ITERATIONS -x WARMUP [-w WINDOW]\n");
             return 2;
@@ -275,24 +294,62 @@ int main(int argc, char **argv)
     if ((status = ucp_mem_map(context, &mp, &memh)) != UCS_OK)
         die("ucp_mem_map", status);
 
-    ucp_address_t *address;
-    size_t length;
-    if ((status = ucp_worker_get_address(worker, &address, &length)) != UCS_OK)
-        die("ucp_worker_get_address", status);
-    uint64_t n = length;
-    put_all(&n, sizeof n);
-    put_all(address, length);
-    uint64_t peer_length;
-    get_all(&peer_length, sizeof peer_length);
-    if (peer_length > (1 << 16))
-        return 1;
-    void *peer = malloc(peer_length);
-    get_all(peer, peer_length);
-    ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = peer};
-    if ((status = ucp_ep_create(worker, &ep_params, &ep)) != UCS_OK)
-        die("ucp_ep_create", status);
+    ucp_address_t *address = NULL;
+    ucp_listener_h listener = NULL;
+    if (listen_at) {
+        struct sockaddr_in at = {.sin_family = AF_INET};
+        if (inet_pton(AF_INET, listen_at, &at.sin_addr) != 1) {
+            fprintf(stderr, "ucx_reference: -S %s: not an IPv4 address\n", listen_at);
+            return 2;
+        }
+        ucp_ep_params_t ep_params = {.err_mode = UCP_ERR_HANDLING_MODE_PEER};
+        if (initiator) {
+            ucp_listener_params_t lp = {
+                .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+                .sockaddr = {.addr = (const struct sockaddr *)&at, .addrlen = sizeof at},
+                .conn_handler = {.cb = on_conn_request, .arg = NULL}};
+            if ((status = ucp_listener_create(worker, &lp, &listener)) != UCS_OK)
+                die("ucp_listener_create", status);
+            ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+            if ((status = ucp_listener_query(listener, &attr)) != UCS_OK)
+                die("ucp_listener_query", status);
+            uint64_t port = ntohs(((const struct sockaddr_in *)&attr.sockaddr)->sin_port);
+            put_all(&port, sizeof port);
+            while (!conn_request)
+                ucp_worker_progress(worker);
+            ep_params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+            ep_params.conn_request = conn_request;
+        } else {
+            uint64_t port;
+            get_all(&port, sizeof port);
+            at.sin_port = htons((uint16_t)port);
+            ep_params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR
+                                   | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+            ep_params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+            ep_params.sockaddr.addr = (const struct sockaddr *)&at;
+            ep_params.sockaddr.addrlen = sizeof at;
+        }
+        if ((status = ucp_ep_create(worker, &ep_params, &ep)) != UCS_OK)
+            die("ucp_ep_create", status);
+    } else {
+        size_t length;
+        if ((status = ucp_worker_get_address(worker, &address, &length)) != UCS_OK)
+            die("ucp_worker_get_address", status);
+        uint64_t n = length;
+        put_all(&n, sizeof n);
+        put_all(address, length);
+        uint64_t peer_length;
+        get_all(&peer_length, sizeof peer_length);
+        if (peer_length > (1 << 16))
+            return 1;
+        void *peer = malloc(peer_length);
+        get_all(peer, peer_length);
+        ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = peer};
+        if ((status = ucp_ep_create(worker, &ep_params, &ep)) != UCS_OK)
+            die("ucp_ep_create", status);
+        barrier();
+    }
     int64_t wire_up;
-    barrier();
     pingpong(buffer, buffer + largest, 1, 1, initiator, &wire_up); /* the endpoint's lanes wired up */
     if (initiator)
         lanes_line();
@@ -341,7 +398,10 @@ int main(int argc, char **argv)
         ucp_request_free(closing);
     }
     ucp_mem_unmap(context, memh);
-    ucp_worker_release_address(worker, address);
+    if (address)
+        ucp_worker_release_address(worker, address);
+    if (listener)
+        ucp_listener_destroy(listener);
     ucp_worker_destroy(worker);
     ucp_cleanup(context);
     if (initiator) {

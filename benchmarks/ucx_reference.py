@@ -12,7 +12,9 @@ CPU, and on a loaded 2-core host the two busy-polling processes then took turns 
 fabricbench 1.6-3x faster than the same calls in a first run), with no MPI, Python, ctypes or dlmopen. It is built
 at start with ``cc -O2 ... -lucp -lucs`` into a
 temporary directory. The UCX transports are chosen by UCX_TLS, the same for every contender: ``shm`` is
-UCX_TLS=sm,self, ``tcp`` UCX_TLS=tcp. Contenders, per transport and group, each a launch of its own:
+UCX_TLS=sm,self, ``tcp`` UCX_TLS=tcp, ``rc_verbs`` UCX_TLS=rc_verbs,sm,self with the caller's UCX_NET_DEVICES and
+UCX_IB_GID_INDEX (in the SoftRoCE VM: --sockaddr, so that rdma_cm wires it up; --no-ucx-perftest, whose endpoints
+wire up over ud_verbs). Contenders, per transport and group, each a launch of its own:
 - ``fabricbench``: ``run -t ucx`` (2 ranks, its own mpiexec), reading its rows back;
 - ``c`` and ``c again``: the C program, twice; the second is the A/A control, the resolution this machine allows;
 - ``ucx_perftest``: tag_lat (latency) and tag_bw (bandwidth), a server and a client on 127.0.0.1, one launch per
@@ -59,7 +61,10 @@ KiB, MiB = 1024, 1024 * 1024
 SETTLE_S = 0.3
 TIMEOUT_S = 300
 GROUPS = ("latency", "bandwidth")
-TLS = {"shm": "sm,self", "tcp": "tcp"}  # --transports: UCX_TLS for every contender
+# --transports: UCX_TLS for every contender. rc_verbs keeps sm and self for the MPI's own UCX (MPICH's ch4:ucx reads
+# the same variables); with --sockaddr its client-server endpoints leave shared memory out of their lanes.
+TLS = {"shm": "sm,self", "tcp": "tcp", "rc_verbs": "rc_verbs,sm,self"}
+KEPT_UCX = ("UCX_NET_DEVICES", "UCX_IB_GID_INDEX")  # the caller's choice of device and GID, kept for every contender
 MIB_TO_MB = MiB / 1e6
 PERFTEST_HEADER = "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr"
 
@@ -83,6 +88,7 @@ def size_words(size: int) -> str:
 def ucx_env(transport: str) -> dict[str, str]:
     env = child_env(drop=("PMI_", "UCX_"))
     env["UCX_TLS"] = TLS[transport]
+    env |= {name: os.environ[name] for name in KEPT_UCX if name in os.environ}
     return env
 
 
@@ -110,6 +116,7 @@ def fabricbench(args, transport: str, group: str, out: Path, facts: dict) -> dic
     kernel, sweep, counts = group_settings(args, group)
     command = ["run", "-t", "ucx", "-k", kernel, "-m", f"{sweep[0]}:{sweep[-1]}", "-i", str(counts[0])]
     command += ["-x", str(counts[1]), "-W", str(args.window), "--hugepages", "off", "--timeout", "120"]
+    command += ["--ucx-sockaddr", args.sockaddr] if args.sockaddr else []
     table, metadata = run_fabricbench(command, out, TIMEOUT_S, env=ucx_env(transport))
     if not facts:
         ucx = metadata["transports"]["ucx"]
@@ -127,7 +134,7 @@ def c_program(args, program: Path, transport: str, group: str, facts: dict) -> d
     kind, sizes, counts = group_settings(args, group)
     out = tool(
         [str(program), "-k", kind, "-s", ",".join(map(str, sizes)), "-i", str(counts[0]), "-x", str(counts[1]),
-         "-w", str(args.window)],
+         "-w", str(args.window), *(["-S", args.sockaddr] if args.sockaddr else [])],
         TIMEOUT_S, env=ucx_env(transport),
     )  # fmt: skip
     figures = {}
@@ -229,6 +236,7 @@ def measure(args, program: Path) -> dict:
 def encode(args, reps: dict, facts: dict, seconds: float) -> dict:
     settings = {key: getattr(args, key) for key in ("lat_counts", "bw_counts", "window", "lat_sweep", "bw_sweep")}
     settings |= {"reps": args.reps, "seed": args.seed, "lat_sizes": args.lat_sizes, "bw_sizes": args.bw_sizes}
+    settings |= {"sockaddr": args.sockaddr}
     return {"settings": settings, "facts": facts, "seconds": seconds, "reps": reps, "load": os.getloadavg()}
 
 
@@ -313,7 +321,18 @@ def size_list(text: str) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=8)
-    parser.add_argument("--transports", default="shm,tcp", help="shm (UCX_TLS=sm,self), tcp (UCX_TLS=tcp)")
+    parser.add_argument(
+        "--transports",
+        default="shm,tcp",
+        help="shm (UCX_TLS=sm,self), tcp (UCX_TLS=tcp), rc_verbs (UCX_TLS=rc_verbs,sm,self; with --sockaddr, and "
+        "UCX_NET_DEVICES and UCX_IB_GID_INDEX from the environment)",
+    )
+    parser.add_argument(
+        "--sockaddr",
+        metavar="IPV4",
+        help="connect client-server through a listener there (fabricbench --ucx-sockaddr, the C program's -S): "
+        "rdma_cm then wires rc_verbs up, with no ud_verbs",
+    )
     parser.add_argument("--groups", default="latency,bandwidth", help="latency,bandwidth (default both)")
     parser.add_argument("--lat-counts", type=counts, default=(1000, 100), help="ITERATIONS/WARMUP (1000/100)")
     parser.add_argument("--bw-counts", type=counts, default=(8, 1), help="windows/warm-up windows per size (8/1)")
@@ -329,7 +348,7 @@ def main() -> int:
     args.transports = [t for t in args.transports.split(",") if t]
     args.groups = [g for g in args.groups.split(",") if g]
     if not args.groups or set(args.groups) - set(GROUPS) or set(args.transports) - set(TLS):
-        parser.error("--groups: latency and/or bandwidth; --transports: shm and/or tcp")
+        parser.error("--groups: latency and/or bandwidth; --transports: shm, tcp and/or rc_verbs")
     args.lat_sweep = sizes_between(min(args.lat_sizes), max(args.lat_sizes))
     args.bw_sweep = sizes_between(min(args.bw_sizes), max(args.bw_sizes))
     if not set(args.lat_sizes) <= set(args.lat_sweep) or not set(args.bw_sizes) <= set(args.bw_sweep):
