@@ -40,7 +40,7 @@ def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     default_suite = not args.transport and not args.kernel
     for step in steps:
         if _runs(step):
-            step.kernel_def.check_ranks(ranks, transports.transport_class(step.transport).min_ranks(step.kernel_def))
+            _check_ranks(step, ranks)
     _check_rank_counts(args.ranks or [], steps, ranks)
     options = transports.transport_options(args, "run")
     # Every rank on this host (self-launched, or a launcher's ranks all local): what they will bind is checked here.
@@ -102,6 +102,11 @@ def _steps(args: argparse.Namespace) -> list[Step]:
     return steps
 
 
+def _check_ranks(step: Step, ranks: int) -> None:
+    """Refuse a rank count the step's kernel cannot run on with its transport (Transport.min_ranks)."""
+    step.kernel_def.check_ranks(ranks, transports.transport_class(step.transport).min_ranks(step.kernel_def))
+
+
 def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> None:
     """--ranks: every count within the launched ranks and each collective's minimum, on transports that can."""
     if not counts:
@@ -114,9 +119,8 @@ def _check_rank_counts(counts: list[int], steps: list[Step], launched: int) -> N
     for step in collectives:
         if not transports.transport_class(step.transport).sub_communicators:
             raise UsageError(f"--ranks: transport {step.transport!r} cannot run on a subset of the ranks (mpi can)")
-        least = transports.transport_class(step.transport).min_ranks(step.kernel_def)
         try:
-            step.kernel_def.check_ranks(counts[0], least)
+            _check_ranks(step, counts[0])
         except UsageError as exc:
             raise UsageError(f"--ranks {counts[0]}: {exc}") from None
 

@@ -257,7 +257,7 @@ class UCXTransport(Transport):
         elif self.peer is not None:
             record = table[self.peer]
             peer_address = decode_blob(record.get("address"), self.peer, "worker address", ADDRESS_BYTES)
-            connected = self._connect(peer_address, *self._peer_rkey(table))
+            connected = self._connect(peer_address, table)
         if not self.sockaddr:
             self._check_all(ctrl, connected, "could not reach its peer")
         wired = ""
@@ -292,11 +292,6 @@ class UCXTransport(Transport):
             raise UCXUnavailable(self.lib.fb_error(self.handle).decode(errors="replace"))
         return address, out.raw[:rkey_length].hex(), found_base.value
 
-    def _peer_rkey(self, table: list[dict]) -> tuple[bytes, int]:
-        record = table[self.peer]
-        rkey = decode_blob(record.get("rkey"), self.peer, "rkey", RKEY_BYTES)
-        return rkey, check_base(record.get("base"), self.peer)
-
     def _connect_sockaddr(self, ctrl, table: list[dict]) -> str:
         """Client-server set-up: the pair's first rank listens on --ucx-sockaddr, the port goes to every rank, the
         other rank connects and the first accepts; '' on success, else why. The rkey is unpacked as for a worker
@@ -320,19 +315,21 @@ class UCXTransport(Transport):
             if not isinstance(port, int) or not 0 < port < 65536:
                 raise PeerError(f"rank {self.pair[0]} sent no listener port: {port!r}")
             failed = self.lib.fb_connect_sockaddr(self.handle, self.sockaddr.encode(), port)
-        if failed or self.lib.fb_set_remote(self.handle, *self._rkey_args(table)):
+        if failed:
             return self.lib.fb_error(self.handle).decode(errors="replace")
-        return ""
+        return self._set_remote(table)
 
-    def _rkey_args(self, table: list[dict]) -> tuple[bytes, int, int]:
-        rkey, base = self._peer_rkey(table)
-        return rkey, len(rkey), base
+    def _connect(self, address: bytes, table: list[dict]) -> str:
+        """The endpoint to the peer's worker address and its rkey unpacked; '' on success, else why."""
+        if self.lib.fb_connect(self.handle, address, len(address)):
+            return self.lib.fb_error(self.handle).decode(errors="replace")
+        return self._set_remote(table)
 
-    def _connect(self, address: bytes, rkey: bytes, base: int) -> str:
-        """The endpoint to the peer and its rkey unpacked; '' on success, else why."""
-        if self.lib.fb_connect(self.handle, address, len(address)) or self.lib.fb_set_remote(
-            self.handle, rkey, len(rkey), base
-        ):
+    def _set_remote(self, table: list[dict]) -> str:
+        """The peer's rkey (checked as it came over the control plane) unpacked on the endpoint; '' or why."""
+        record = table[self.peer]
+        rkey = decode_blob(record.get("rkey"), self.peer, "rkey", RKEY_BYTES)
+        if self.lib.fb_set_remote(self.handle, rkey, len(rkey), check_base(record.get("base"), self.peer)):
             return self.lib.fb_error(self.handle).decode(errors="replace")
         return ""
 
