@@ -136,10 +136,17 @@ def test_check_passes_the_plain_testbed_and_fails_the_shaped_pair_by_name(hosts,
 
 def test_the_heatmap_of_a_shaped_pair(slow_pair, tmp_path):
     """compare --out draws the matrix: results/examples/netns-pairs-heatmap/ holds one made this way."""
-    run = tmp_path / "run"
-    result = across_hosts("run", "-t", "tcp", *SWEEP, "--tcp-interface", "veth0", "--out", str(run), "--label", "netns")
-    assert result.returncode == 0, result.stderr
-    assert "slow link fbp2 (rank 1) <-> fbp3 (rank 2) (both ways)" in result.stdout
+    # As in the first test, a healthy link of fbp2 or fbp3 that a moment of load put 50 % under the median makes
+    # that host read as slow instead (CI once saw "slow host fbp2 (rank 1): 2 of 3 links slow"): one more run.
+    named = "slow link fbp2 (rank 1) <-> fbp3 (rank 2) (both ways)"
+    for attempt in range(2):
+        run = tmp_path / f"run{attempt}"
+        args = ["-t", "tcp", *SWEEP, "--tcp-interface", "veth0", "--out", str(run), "--label", "netns"]
+        result = across_hosts("run", *args)
+        assert result.returncode == 0, result.stderr
+        if named in result.stdout:
+            break
+    assert named in result.stdout, result.stdout
     drawn = subprocess.run(
         [PYTHON, "-m", "fabricbench", "compare", str(run), "--out", str(tmp_path / "plots")],
         capture_output=True,
