@@ -184,7 +184,7 @@ ensure_guest_venv() {
     fi
 }
 
-# Builds the C loops (MPI, tcp, verbs, ofi) on the host, into a cache the guest may
+# Builds the C loops (MPI, tcp, verbs, ofi, ucx) on the host, into a cache the guest may
 # write: compiling them under emulation takes minutes, natively about a second.
 # The guest shares the host's compiler, libraries and headers, so the cache
 # keys match there and the ranks load these builds.
@@ -196,12 +196,14 @@ ensure_c_loops() {
 from fabricbench.transports.mpi import transport as mpi
 from fabricbench.transports.ofi import cloop as ofi_cloop
 from fabricbench.transports.tcp import transport as tcp
+from fabricbench.transports.ucx import cloop as ucx_cloop
 from fabricbench.transports.verbs import cloop as verbs_cloop
 for name, build in (
     ("mpi", lambda: mpi.load(mpi.library_version())),
     ("tcp", tcp.load_c_loop),
     ("verbs", verbs_cloop.load),
     ("ofi", ofi_cloop.load),
+    ("ucx", ucx_cloop.load),
 ):
     try:
         build()
