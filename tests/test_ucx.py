@@ -16,6 +16,8 @@ import subprocess
 
 import pytest
 
+from fabricbench.hostinfo import usable_cpus
+from fabricbench.transports.ucx.transport import PROGRESS_WORDS
 from support import PYTHON, Server, clean_env, fabricbench, one_error_line, read_rows
 
 KERNELS = "latency,bw,bibw,put,get,put-bw,get-bw"
@@ -58,7 +60,9 @@ def test_every_kernel_moves_checked_data_over_the_ucx_transport(tls, named, tmp_
     rows = rows[~empty]
     assert (rows.status == "ok").all(), rows[rows.status != "ok"][["kernel", "size_B", "status"]]
     assert (rows.validation == "pass").all(), rows[rows.validation != "pass"][["kernel", "size_B"]]
-    assert rows.method.str.startswith("c loop, ").all() and rows.method.str.endswith(", spin").all()
+    # --ucx-progress auto: two ranks spin where each has a CPU, and yield where they share one
+    progress = "spin" if usable_cpus() >= 2 else "yield"
+    assert rows.method.str.startswith("c loop, ").all() and rows.method.str.endswith(f", {progress}").all()
     assert rows.method.str.contains(named, regex=False).all(), set(rows.method)
     two_sided = rows[rows.kernel.isin(["latency", "bw", "bibw"])]
     assert two_sided.method.str.startswith("c loop, tag, ").all()
@@ -74,10 +78,10 @@ def test_every_kernel_moves_checked_data_over_the_ucx_transport(tls, named, tmp_
 
 
 @needs_ucx
-@pytest.mark.parametrize("api", ["stream", "am"])
-def test_the_other_two_sided_apis_and_waiting_for_completions(api, tmp_path):
+@pytest.mark.parametrize(("api", "progress"), [("stream", "wait"), ("am", "yield")])
+def test_the_other_two_sided_apis_and_the_other_ways_of_progress(api, progress, tmp_path):
     rows, meta = run_ucx(
-        tmp_path, "--ucx-api", api, "--ucx-progress", "wait", kernels="latency,bw,bibw", sizes="0:64K",
+        tmp_path, "--ucx-api", api, "--ucx-progress", progress, kernels="latency,bw,bibw", sizes="0:64K",
         env={"UCX_TLS": "tcp"},
     )  # fmt: skip
     measured = rows[rows.status == "ok"]
@@ -88,8 +92,10 @@ def test_the_other_two_sided_apis_and_waiting_for_completions(api, tmp_path):
     else:
         assert len(measured) == len(rows)
     assert (measured.validation == "pass").all()
-    assert measured.method.str.startswith(f"c loop, {api}, tcp/").all() and measured.method.str.endswith("wait").all()
-    assert meta["transports"]["ucx"]["progress"].startswith("ucp_worker_arm")
+    assert measured.method.str.startswith(f"c loop, {api}, tcp/").all()
+    assert measured.method.str.endswith(f", {progress}").all()
+    assert meta["transports"]["ucx"]["progress"] == PROGRESS_WORDS[progress]
+    assert meta["transports"]["ucx"]["progress_choice"] == progress  # named, so not auto's to choose
 
 
 @needs_ucx

@@ -13,7 +13,7 @@ from fabricbench.control.rendezvous import FieldReader, ProtocolError
 from fabricbench.errors import PeerError
 from fabricbench.measure.kernels import KERNELS
 from fabricbench.transports.ucx.cloop import Lane, find_ucx, lanes_summary, parse_lanes, used_for
-from fabricbench.transports.ucx.options import UCX_OPTIONS, UCXUnavailable
+from fabricbench.transports.ucx.options import UCX_OPTIONS, UCXUnavailable, resolve_progress
 from fabricbench.transports.ucx.transport import (
     check_base,
     check_environment,
@@ -154,17 +154,25 @@ def _run_args(*argv: str) -> argparse.Namespace:
 def test_the_options_parse_and_travel_in_the_hello():
     settings = UCX_OPTIONS.settings(_run_args("--ucx-api", "am", "--ucx-progress", "wait"), "run")
     assert settings == {"api": "am", "progress": "wait"}
-    assert UCX_OPTIONS.settings(_run_args(), "run") == {"api": "tag", "progress": "spin"}
+    assert UCX_OPTIONS.settings(_run_args(), "run") == {"api": "tag", "progress": "auto"}
     with pytest.raises(SystemExit):
         _run_args("--ucx-api", "rma")
     payload = UCX_OPTIONS.encode_handshake(settings)
     assert UCX_OPTIONS.decode_handshake(FieldReader(payload, "ucx"), {}) == settings
-    for bad in (b"\x03\x00", b"\x00\x02"):
+    for bad in (b"\x03\x00", b"\x00\x04"):
         with pytest.raises(ProtocolError, match="bad ucx API or progress"):
             UCX_OPTIONS.decode_handshake(FieldReader(bad, "ucx"), {})
     serve = argparse.ArgumentParser()
     UCX_OPTIONS.add_arguments(serve, "serve")
     assert UCX_OPTIONS.settings(serve.parse_args([]), "serve") == {}
+
+
+def test_auto_progress_yields_only_where_the_host_runs_more_ranks_than_cpus():
+    assert resolve_progress("auto", 2, 1) == ("yield", "auto: yield (2 ranks on this host, 1 CPU)")
+    assert resolve_progress("auto", 2, 2) == ("spin", "auto: spin (2 ranks on this host, 2 CPUs)")
+    assert resolve_progress("auto", 4, 2)[0] == "yield"
+    for named in ("spin", "yield", "wait"):
+        assert resolve_progress(named, 8, 1) == (named, named)
 
 
 def test_ucx_is_found_by_its_root_where_pkg_config_has_none(tmp_path, monkeypatch):

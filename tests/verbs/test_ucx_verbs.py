@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 
+from fabricbench.hostinfo import usable_cpus
 from fabricbench.measure.plan import sizes_between
 from support import NEEDS_RDMA_DEVICE, RDMA_DEVICES, mpiexec, read_rows
 
@@ -150,3 +151,9 @@ def test_ucx_client_server_over_rdma_cm_runs_rc_verbs_without_ud_verbs(ucx_verbs
     info = meta["transports"]["ucx"]
     assert info["connection"] == f"client-server: a UCP listener on {address} (--ucx-sockaddr)"
     assert set(info["transports_by_rank"].values()) == {f"rc_verbs/{device}:1"}, info
+    # --ucx-progress auto: two ranks on the VM's one vCPU yield (spinning, each tagged message waited for the
+    # scheduler's 4 ms tick); on a host with a CPU per rank they spin.
+    cpus = usable_cpus()
+    expected = "yield" if cpus < 2 else "spin"
+    assert ucx.method.str.endswith(f", {expected}").all(), set(ucx.method)
+    assert info["progress_choice"].startswith(f"auto: {expected} (2 ranks on this host, {cpus} CPU"), info

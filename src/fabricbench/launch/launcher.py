@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from fabricbench.control.mpi import find_mpiexec
 from fabricbench.errors import UsageError
+from fabricbench.hostinfo import usable_cpus
 from fabricbench.launch import slurm
 
 T = TypeVar("T")
@@ -120,7 +121,7 @@ def check_ranks(ranks: int, limits: HostLimits, oversubscribe: bool) -> None:
 
 def host_limits() -> HostLimits:
     """This host's cores, descriptors and tasks left, as check_ranks takes them."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     tasks = []
     nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]

@@ -28,10 +28,12 @@
  *   origin's tagged DONE message.
  * The acknowledgement and DONE messages are tagged whatever the API measured
  * (a stream's bytes would mix with the data's). Progress is busy
- * ucp_worker_progress (--ucx-progress spin) or, where a call finds nothing to
- * do, ucp_worker_arm and a poll of the worker's event descriptor, the wait
- * ucp_worker_wait does, in slices so the deadline holds (wait). Every wait has
- * the link's deadline. Stamps are fb_runtime.h's, one per iteration into times[i].
+ * ucp_worker_progress (--ucx-progress spin); or, where a call finds nothing to
+ * do, sched_yield (yield: a rank that shares its CPU with its peer hands it
+ * over instead of spinning out its time slice, as MPICH yields after idle
+ * polls), or ucp_worker_arm and a poll of the worker's event descriptor, the
+ * wait ucp_worker_wait does, in slices so the deadline holds (wait). Every
+ * wait has the link's deadline. Stamps are fb_runtime.h's, one per iteration into times[i].
  * Every function returns 0, or -1 with one line in the link's error text.
  */
 #define _GNU_SOURCE
@@ -42,6 +44,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +77,7 @@ struct fb_ucx {
     uint64_t remote_base;
     char *buf;
     uint64_t bytes, region;
-    int api, wait, timeout_ms, efd;
+    int api, wait, yield, timeout_ms, efd;
     ucs_status_t peer_status;   /* UCS_OK until a receive of an active message's data fails */
     uint64_t am_arrived;        /* active messages whose data is in the receive half */
     uint64_t am_expected;       /* active messages this side has waited for, all calls together: a count to
@@ -229,6 +232,9 @@ failed:
     fb_close(l);
     return NULL;
 }
+
+/* Whether an idle progress call yields the CPU (--ucx-progress yield); set before the first exchange. */
+void fb_set_yield(struct fb_ucx *l, int yield) { l->yield = yield; }
 
 /* This worker's address into `out` (at most `capacity` bytes): its length, or -1 where it does not fit. */
 int fb_address(struct fb_ucx *l, uint8_t *out, int capacity)
@@ -394,10 +400,15 @@ static int expired(struct fb_ucx *l, int64_t *deadline)
     return now > *deadline;
 }
 
-/* One round of progress: busy, or (wait) where it found nothing, arm the worker and wait on its descriptor. */
+/* One round of progress: busy; or where it found nothing, yield the CPU (yield) or arm the worker and wait on its
+ * descriptor (wait). */
 static void progress(struct fb_ucx *l)
 {
-    if (ucp_worker_progress(l->worker) || !l->wait)
+    if (ucp_worker_progress(l->worker))
+        return;
+    if (l->yield)
+        sched_yield();
+    if (!l->wait)
         return;
     if (ucp_worker_arm(l->worker) == UCS_OK) {
         struct pollfd fd = {.fd = l->efd, .events = POLLIN};

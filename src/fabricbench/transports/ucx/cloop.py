@@ -75,6 +75,7 @@ SIGNATURES = {
     "fb_listen": ([_ptr, _bytes], _int),
     "fb_accept": ([_ptr], _int),
     "fb_connect_sockaddr": ([_ptr, _bytes, _int], _int),
+    "fb_set_yield": ([_ptr, _int], None),
     "fb_set_remote": ([_ptr, _bytes, _int, _u64], _int),
     "fb_describe": ([_ptr, ctypes.c_char_p, _int], _int),
     "fb_pingpong": ([_ptr, _u64, _i64, _int, _ptr], _int),

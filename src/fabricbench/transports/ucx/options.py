@@ -23,9 +23,23 @@ from fabricbench.errors import FabricbenchError, UsageError
 from fabricbench.transports.options import OptionGroup
 
 APIS = ("tag", "stream", "am")  # --ucx-api, in the order of their code in the HELLO section
-PROGRESS = ("spin", "wait")  # --ucx-progress: busy ucp_worker_progress, or arm the worker and wait on its fd
+# --ucx-progress, in the order of their code in the HELLO section: busy ucp_worker_progress; arm the worker and wait on
+# its fd; sched_yield where a progress call found nothing; auto: yield where this host runs more ranks than this rank
+# has CPUs (there a spinning rank keeps its peer off the CPU for a whole time slice per message), else spin.
+PROGRESS = ("spin", "wait", "yield", "auto")
 INSTALL_HINT = "Debian/Ubuntu: apt-get install libucx-dev ucx-utils; RHEL/Fedora: dnf install ucx-devel ucx"
 BIN_HINT = "Debian/Ubuntu: apt-get install ucx-utils; RHEL/Fedora: dnf install ucx"
+
+
+def resolve_progress(progress: str, local_ranks: int, cpus: int) -> tuple[str, str]:
+    """--ucx-progress as this rank runs it, and the words that say how it was chosen: auto yields where this host
+    runs more ranks than this rank has CPUs, as the verbs loop's --spin auto (there a rank spinning in
+    ucp_worker_progress keeps its peer off the CPU until the scheduler's tick, so every message waits that long:
+    4.0 ms a message on one vCPU at 250 Hz), and spins elsewhere; a named choice is kept."""
+    if progress != "auto":
+        return progress, progress
+    chosen = "yield" if local_ranks > cpus else "spin"
+    return chosen, f"auto: {chosen} ({local_ranks} ranks on this host, {cpus} CPU{'s' * (cpus != 1)})"
 
 
 class UCXUnavailable(FabricbenchError):
@@ -54,9 +68,11 @@ class UCXOptions(OptionGroup):
         group.add_argument(
             "--ucx-progress",
             choices=PROGRESS,
-            default="spin",
-            help="waiting for completions: spin, busy ucp_worker_progress (default), or wait, ucp_worker_arm and "
-            "a wait on the worker's event descriptor (ucp_worker_wait's way, with a deadline)",
+            default="auto",
+            help="waiting for completions: spin, busy ucp_worker_progress; yield, sched_yield where a progress "
+            "call found nothing; wait, ucp_worker_arm and a wait on the worker's event descriptor (ucp_worker_wait's "
+            "way, with a deadline); auto (default): yield where this host runs more ranks than this rank has CPUs, "
+            "else spin",
         )
 
         group.add_argument(
@@ -85,7 +101,7 @@ class UCXOptions(OptionGroup):
 
     def encode_handshake(self, settings: dict) -> bytes:
         fields = Fields().u8(APIS.index(settings.get("api", "tag")))
-        return fields.u8(PROGRESS.index(settings.get("progress", "spin"))).payload()
+        return fields.u8(PROGRESS.index(settings.get("progress", "auto"))).payload()
 
     def decode_handshake(self, reader: FieldReader, settings: dict) -> dict:
         """The client's API and progress, each checked."""

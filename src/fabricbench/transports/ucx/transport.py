@@ -18,8 +18,10 @@ transport measures UCP between rank 0 and rank N/2 with the loops of
   ucp_ep_flush_nbx (the data is in the peer's memory), a get sample when its
   requests complete; one operation per sample, or a window (-bw).
 
-Completions are driven by busy ucp_worker_progress or, with ``--ucx-progress
-wait``, by waiting on the worker's event descriptor. Worker addresses and
+Completions are driven by busy ucp_worker_progress, by ucp_worker_progress
+and sched_yield where it found nothing (``--ucx-progress yield``, and auto's
+choice where a host runs more ranks than a rank has CPUs), or, with
+``--ucx-progress wait``, by waiting on the worker's event descriptor. Worker addresses and
 rkeys travel over the control plane (MPI, or ``--peer``'s connection) as hex,
 each checked (length bounds, hex) before UCX reads it. What UCX chose is read
 from ``ucp_ep_print_info`` (UCX 1.13 has no ep_query for transports: see
@@ -32,10 +34,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
 
 from fabricbench.buffers import POISON, aligned, nothing, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
+from fabricbench.hostinfo import usable_cpus
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.handle_cases import HandleCase, HandlePingPong, HandleStream
@@ -58,6 +62,7 @@ from fabricbench.transports.ucx.options import (
     UCX_ENV_PREFIX,
     UCX_OPTIONS,
     UCXUnavailable,
+    resolve_progress,
     ucx_environment,
 )
 
@@ -68,6 +73,11 @@ TWO_SIDED = {
     "tag": "ucp_tag_send_nbx/ucp_tag_recv_nbx",
     "stream": "ucp_stream_send_nbx/ucp_stream_recv_nbx",
     "am": "ucp_am_send_nbx to a receive handler",
+}
+PROGRESS_WORDS = {  # the metadata's words for each --ucx-progress, once auto is resolved
+    "spin": "busy ucp_worker_progress",
+    "yield": "ucp_worker_progress, and sched_yield where it found nothing",
+    "wait": "ucp_worker_arm and a wait on the worker's event descriptor",
 }
 RMA_CALLS = {"put": "ucp_put_nbx + ucp_ep_flush_nbx", "get": "ucp_get_nbx"}
 RMA_LANES = ("rma", "rma_bw")
@@ -183,7 +193,7 @@ class UCXTransport(Transport):
         loop = ucx_cloop.load()
         memory = aligned(2 * 8 + CONTROL_BYTES)
         error = ctypes.create_string_buffer(ERROR_BYTES)
-        progress = int(UCX_OPTIONS.of(settings).get("progress", "spin") == "wait")
+        progress = int(UCX_OPTIONS.of(settings).get("progress", "auto") == "wait")
         handle = loop.lib.fb_open(API_CODES["tag"], progress, memory.ctypes.data, memory.nbytes, 8, 1000, error,
                                   ERROR_BYTES)  # fmt: skip
         if not handle:
@@ -212,7 +222,8 @@ class UCXTransport(Transport):
         self.rank, self.ranks = ctrl.rank, ctrl.size
         self.settings = settings = UCX_OPTIONS.of(plan.transport_options)
         self.api = settings.get("api", "tag")
-        self.progress = settings.get("progress", "spin")
+        self.progress = settings.get("progress", "auto")  # auto: resolved to spin or yield once the ranks are known
+        self.progress_choice = self.progress
         self.sockaddr = settings.get("sockaddr", "")  # client-server set-up through a listener there
         self.window = plan.window
         self.timeout = plan.timeout
@@ -243,13 +254,15 @@ class UCXTransport(Transport):
                 address, rkey, base = self._open_worker()
             except UCXUnavailable as exc:
                 why = str(exc)[:400]
-        mine = {"why": why, "address": address, "rkey": rkey, "base": base, "env": ucx_environment()}
+        host = socket.gethostname()
+        mine = {"why": why, "address": address, "rkey": rkey, "base": base, "env": ucx_environment(), "host": host}
         table = allgather_json(ctrl, mine, "UCX address table")
         for rank in self.pair:
             said = table[rank].get("why")
             if said:
                 said = said if isinstance(said, str) else "no reason given"
                 raise UCXUnavailable(f"rank {rank}: {said}")
+        self._choose_progress(sum(1 for record in table if record.get("host") == host))
         self.environments = [check_environment(record.get("env"), r) for r, record in enumerate(table)]
         connected = ""
         if self.sockaddr:
@@ -271,6 +284,12 @@ class UCXTransport(Transport):
             self._check_all(ctrl, connected, "could not reach its peer")
         table = self._check_all(ctrl, wired, "could not exchange a first message", {"lanes": lane_records(lanes)})
         self.lanes = {rank: check_lanes(table[rank].get("lanes"), rank) for rank in self.pair}
+
+    def _choose_progress(self, local_ranks: int) -> None:
+        """Resolve --ucx-progress auto (options.resolve_progress) and tell the C loop whether to yield."""
+        self.progress, self.progress_choice = resolve_progress(self.progress, local_ranks, usable_cpus())
+        if self.handle:
+            self.lib.fb_set_yield(self.handle, int(self.progress == "yield"))
 
     def _open_worker(self) -> tuple[str, str, int]:
         self.memory = aligned(2 * self.region + CONTROL_BYTES)
@@ -405,9 +424,8 @@ class UCXTransport(Transport):
             ),
             "api": TWO_SIDED[self.api],
             "rma_calls": RMA_CALLS,
-            "progress": "busy ucp_worker_progress"
-            if self.progress == "spin"
-            else "ucp_worker_arm and a wait on the worker's event descriptor",
+            "progress": PROGRESS_WORDS[self.progress],
+            "progress_choice": self.progress_choice,
             "peer_rank": self.peer,
             "window": self.window,
             "lanes_source": LANES_SOURCE,

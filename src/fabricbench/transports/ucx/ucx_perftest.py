@@ -23,7 +23,8 @@ average, from its MB/s (2^20 B) to MB/s (10^6 B), and messages per second.
 ucx_perftest checks no data (its -c is CPU affinity), so a run with -c says
 ``off`` in the validation column. What it cannot do is an ``unsupported``
 row, decided on every rank alike before a server starts: bibw (it has no
-bidirectional test), --ucx-progress wait (it busy-polls), messages of 0 B.
+bidirectional test), --ucx-progress wait or yield (it busy-polls: auto runs
+it as it is), messages of 0 B.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ CSV_HEADER = "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_
 MIB_TO_MB = 2**20 / 1e6  # ucx_perftest's MB/s are 2^20 B per second
 NO_BIBW = "ucx_perftest has no bidirectional test"
 NO_WAIT = "ucx_perftest always busy-polls ucp_worker_progress: it has no blocking wait (--ucx-progress wait)"
+NO_YIELD = "ucx_perftest always busy-polls ucp_worker_progress: it never yields the CPU (--ucx-progress yield)"
 NO_ZERO = "ucx_perftest measures messages of 1 B and more"
 LATENCY_NOTE = "ucx_perftest's own timing: p50 its 50th percentile, mean its overall average; no data check"
 PUT_NOTE = "ucx_perftest's ucp_put_lat: a ping-pong of puts, half a round trip (fabricbench's put: put and flush)"
@@ -174,8 +176,9 @@ class UCXPerftestTransport(Transport):
         self.version = ucx_version() if ctrl.rank == 0 else ""
 
     def unsupported(self, kernel: Kernel) -> str | None:
-        if self.settings.get("progress") == "wait":
-            return NO_WAIT
+        progress = self.settings.get("progress")
+        if progress in ("wait", "yield"):
+            return NO_WAIT if progress == "wait" else NO_YIELD
         if kernel.name == "bibw":
             return NO_BIBW
         return super().unsupported(kernel)

@@ -45,6 +45,7 @@ import time
 from fabricbench.buffers import POISON, nothing, pattern, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageError
+from fabricbench.hostinfo import usable_cpus
 from fabricbench.lazy import np
 from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
@@ -563,7 +564,7 @@ class VerbsTransport(Transport):
                 why = str(exc)
         mine = {
             "host": socket.gethostname(),
-            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+            "cpus": usable_cpus(),
             "c_loop": self.cloop is not None,
             "why": why[:400],
         }
