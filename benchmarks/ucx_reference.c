@@ -23,13 +23,16 @@
  * each followed by CPU_PARENT CPU_CHILD, where the two were when the timed loop ended (sched_getcpu),
  * and a first line starting with '#' naming the UCX version and the endpoint's lanes (ucp_ep_print_info).
  *
+ * -Y: where ucp_worker_progress finds nothing, sched_yield (fabricbench's --ucx-progress yield), instead of busy
+ * progress (spin).
+ *
  * -S IPV4: connect as fabricbench's --ucx-sockaddr does instead (UCX's client-server set-up): the parent listens
  * there with ucp_listener_create on a port the system picks and sends the port over the socketpair, the child
  * creates its endpoint to that address, the parent its own from the connection request; both endpoints ask for
  * peer error handling, and the first ping-pong, not a barrier, follows the connection on both sides.
  *
  * Build: cc -O2 -o ucx_reference ucx_reference.c -lucp -lucs
- * Usage: ucx_reference -k latency|bw -s SIZE[,SIZE...] -i ITERATIONS -x WARMUP [-w WINDOW] [-S IPV4]
+ * Usage: ucx_reference -k latency|bw -s SIZE[,SIZE...] -i ITERATIONS -x WARMUP [-w WINDOW] [-S IPV4] [-Y]
  *        (-F FD: the child)
  */
 #define _GNU_SOURCE
@@ -57,6 +60,7 @@
 static ucp_worker_h worker;
 static ucp_ep_h ep;
 static int sock;
+static int yielding; /* -Y */
 static const ucp_request_param_t contig = {.op_attr_mask = 0};
 
 static void die(const char *what, ucs_status_t status)
@@ -111,6 +115,13 @@ static void barrier(void)
     get_all(&token, 1);
 }
 
+/* One progress call; with -Y, the CPU given up where it found nothing (_ucxloop.c's progress(), yield). */
+static void progress(void)
+{
+    if (!ucp_worker_progress(worker) && yielding)
+        sched_yield();
+}
+
 static void finish(ucs_status_ptr_t request, const char *what)
 {
     if (request == NULL)
@@ -118,7 +129,7 @@ static void finish(ucs_status_ptr_t request, const char *what)
     if (UCS_PTR_IS_ERR(request))
         die(what, UCS_PTR_STATUS(request));
     while (ucp_request_check_status(request) == UCS_INPROGRESS)
-        ucp_worker_progress(worker);
+        progress();
     ucs_status_t status = ucp_request_check_status(request);
     ucp_request_free(request);
     if (status != UCS_OK)
@@ -219,7 +230,7 @@ int main(int argc, char **argv)
     int64_t iterations = 1000, warmup = 100;
     int window = 16, opt, inherited = -1;
     const char *listen_at = NULL;
-    while ((opt = getopt(argc, argv, "k:s:i:x:w:F:S:")) != -1) {
+    while ((opt = getopt(argc, argv, "k:s:i:x:w:F:S:Y")) != -1) {
         switch (opt) {
         case 'k': kind = optarg; break;
         case 's': size_list = optarg; break;
@@ -228,8 +239,10 @@ int main(int argc, char **argv)
         case 'w': window = atoi(optarg); break;
         case 'F': inherited = atoi(optarg); break;
         case 'S': listen_at = optarg; break;
+        case 'Y': yielding = 1; break;
         default:
-            fprintf(stderr, "usage: ucx_reference -k latency|bw -s SIZES -i ITERATIONS -x WARMUP [-w WINDOW]\n");
+            fprintf(stderr, "usage: ucx_reference -k latency|bw -s SIZES -i ITERATIONS -x WARMUP [-w WINDOW] [-S IPV4] "
+                            "[-Y]\n");
             return 2;
         }
     }
@@ -316,7 +329,7 @@ int main(int argc, char **argv)
             uint64_t port = ntohs(((const struct sockaddr_in *)&attr.sockaddr)->sin_port);
             put_all(&port, sizeof port);
             while (!conn_request)
-                ucp_worker_progress(worker);
+                progress();
             ep_params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
             ep_params.conn_request = conn_request;
         } else {

@@ -6,12 +6,13 @@ Run it alone, on one machine (Debian: apt-get install libucx-dev ucx-utils), fro
 
 The reference is ucx_reference.c, beside this script: the smallest program that makes _ucxloop.c's UCP calls
 with the same parameters (--ucx-api tag, --ucx-progress spin: ucp_tag_recv_nbx posted before ucp_tag_send_nbx,
-busy ucp_worker_progress; bw: a window of sends and a 4-byte tagged acknowledgement), in one process that forks
-two (the child executing the program anew, as a launcher's rank is an exec: a forked child stays on its parent's
-CPU, and on a loaded 2-core host the two busy-polling processes then took turns on one CPU, which read as
-fabricbench 1.6-3x faster than the same calls in a first run), with no MPI, Python, ctypes or dlmopen. It is built
-at start with ``cc -O2 ... -lucp -lucs`` into a
-temporary directory. The UCX transports are chosen by UCX_TLS, the same for every contender: ``shm`` is
+busy ucp_worker_progress, or with --progress yield sched_yield where a progress call found nothing, fabricbench's
+--ucx-progress yield and the C program's -Y; bw: a window of sends and a 4-byte tagged acknowledgement), in one
+process that forks two (the child executing the program anew, as a launcher's rank is an exec: a forked child
+stays on its parent's CPU, and on a loaded 2-core host the two busy-polling processes then took turns on one CPU,
+which read as fabricbench 1.6-3x faster than the same calls in a first run), with no MPI, Python, ctypes or
+dlmopen. It is built at start with ``cc -O2 ... -lucp -lucs`` into a temporary directory. The UCX transports are
+chosen by UCX_TLS, the same for every contender: ``shm`` is
 UCX_TLS=sm,self, ``tcp`` UCX_TLS=tcp, ``rc_verbs`` UCX_TLS=rc_verbs,sm,self with the caller's UCX_NET_DEVICES and
 UCX_IB_GID_INDEX (in the SoftRoCE VM: --sockaddr, so that rdma_cm wires it up; --no-ucx-perftest, whose endpoints
 wire up over ud_verbs). Contenders, per transport and group, each a launch of its own:
@@ -117,6 +118,7 @@ def fabricbench(args, transport: str, group: str, out: Path, facts: dict) -> dic
     command = ["run", "-t", "ucx", "-k", kernel, "-m", f"{sweep[0]}:{sweep[-1]}", "-i", str(counts[0])]
     command += ["-x", str(counts[1]), "-W", str(args.window), "--hugepages", "off", "--timeout", "120"]
     command += ["--ucx-sockaddr", args.sockaddr] if args.sockaddr else []
+    command += ["--ucx-progress", args.progress]  # named, never auto's choice: the C program is told the same
     table, metadata = run_fabricbench(command, out, TIMEOUT_S, env=ucx_env(transport))
     if not facts:
         ucx = metadata["transports"]["ucx"]
@@ -134,7 +136,8 @@ def c_program(args, program: Path, transport: str, group: str, facts: dict) -> d
     kind, sizes, counts = group_settings(args, group)
     out = tool(
         [str(program), "-k", kind, "-s", ",".join(map(str, sizes)), "-i", str(counts[0]), "-x", str(counts[1]),
-         "-w", str(args.window), *(["-S", args.sockaddr] if args.sockaddr else [])],
+         "-w", str(args.window), *(["-S", args.sockaddr] if args.sockaddr else []),
+         *(["-Y"] if args.progress == "yield" else [])],
         TIMEOUT_S, env=ucx_env(transport),
     )  # fmt: skip
     figures = {}
@@ -236,7 +239,7 @@ def measure(args, program: Path) -> dict:
 def encode(args, reps: dict, facts: dict, seconds: float) -> dict:
     settings = {key: getattr(args, key) for key in ("lat_counts", "bw_counts", "window", "lat_sweep", "bw_sweep")}
     settings |= {"reps": args.reps, "seed": args.seed, "lat_sizes": args.lat_sizes, "bw_sizes": args.bw_sizes}
-    settings |= {"sockaddr": args.sockaddr}
+    settings |= {"sockaddr": args.sockaddr, "progress": args.progress}
     return {"settings": settings, "facts": facts, "seconds": seconds, "reps": reps, "load": os.getloadavg()}
 
 
@@ -333,6 +336,13 @@ def main() -> int:
         help="connect client-server through a listener there (fabricbench --ucx-sockaddr, the C program's -S): "
         "rdma_cm then wires rc_verbs up, with no ud_verbs",
     )
+    parser.add_argument(
+        "--progress",
+        choices=["spin", "yield"],
+        default="spin",
+        help="spin: busy ucp_worker_progress (default); yield: sched_yield where it finds nothing (fabricbench's "
+        "--ucx-progress yield, the C program's -Y), where the two processes share a CPU (the SoftRoCE VM's one)",
+    )
     parser.add_argument("--groups", default="latency,bandwidth", help="latency,bandwidth (default both)")
     parser.add_argument("--lat-counts", type=counts, default=(1000, 100), help="ITERATIONS/WARMUP (1000/100)")
     parser.add_argument("--bw-counts", type=counts, default=(8, 1), help="windows/warm-up windows per size (8/1)")
@@ -377,7 +387,7 @@ def main() -> int:
     print("# median over the reps; pt/c: that over the C program's median. Never judged.")
     print(
         f"# counts: latency {args.lat_counts[0]}/{args.lat_counts[1]} iterations/warm-up, bandwidth "
-        f"{args.bw_counts[0]}/{args.bw_counts[1]} windows of {args.window}"
+        f"{args.bw_counts[0]}/{args.bw_counts[1]} windows of {args.window}; progress {args.progress}"
     )
     any_missed = False
     for transport in args.transports:
