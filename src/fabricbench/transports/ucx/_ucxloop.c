@@ -30,8 +30,8 @@
  * (a stream's bytes would mix with the data's). Progress is busy
  * ucp_worker_progress (--ucx-progress spin); or, where a call finds nothing to
  * do, sched_yield (yield: a rank that shares its CPU with its peer hands it
- * over instead of spinning out its time slice, as MPICH yields after idle
- * polls), or ucp_worker_arm and a poll of the worker's event descriptor, the
+ * over instead of spinning out its time slice, as the verbs loop's --spin
+ * yield), or ucp_worker_arm and a poll of the worker's event descriptor, the
  * wait ucp_worker_wait does, in slices so the deadline holds (wait). Every
  * wait has the link's deadline. Stamps are fb_runtime.h's, one per iteration into times[i].
  * Every function returns 0, or -1 with one line in the link's error text.
