@@ -30,6 +30,7 @@ SWEEP = ["-k", "pairs-bw", "-m", "1M:1M", "-W", "4", "-i", "40", "-x", "1", "--m
 # Four hosts share two cores, so a healthy pair's figure scatters far more than on a fabric (README, "The all-pairs
 # matrix"): a pair is slow only when 50 % off (and beyond the MAD's reach); the shaped pairs are 25 to 100 times off.
 SWEEP += ["--outlier-floor", "50"]
+ATTEMPTS = 3  # runs a shaped-pair test may make before one must name the shaped pair alone (see the first test)
 
 pytestmark = NETNS
 
@@ -83,14 +84,17 @@ def _figures(found: dict, entry: dict) -> str:
 
 @pytest.mark.parametrize("transport", ["tcp", "mpi"])
 def test_a_shaped_pair_is_the_one_slow_link_and_no_host_is_slow(slow_pair, transport, tmp_path):
-    # The shaped pair is named in every run; a healthy pair that a moment of load (the SoftRoCE VM's beside, on
-    # these two cores) put 50 % under the median is named too now and then (CI once named one), so a run that
-    # names more than the shaped pair is made once more, and one of the two must name it alone.
-    for attempt in range(2):
+    # The shaped pair is named in every run. A healthy link that a moment of load (the SoftRoCE VM's beside, on
+    # these two cores) put 50 % under the median is named too now and then (CI once named one); where that link
+    # has an end in the shaped pair, its host has 2 of 3 links slow and is named instead, the shaped link with it
+    # (seen on a slower machine). So a run that names anything more is made again, up to 3 runs, and one must
+    # name the shaped pair alone.
+    for attempt in range(ATTEMPTS):
         found = pairs_bw(tmp_path / f"run{attempt}", transport)
         named = [{link["src_host"], link["dst_host"]} for link in found["slow_links"]]
-        assert set(slow_pair) in named, found
-        if named == [set(slow_pair)] and found["slow_hosts"] == []:
+        hosts = {host["host"] for host in found["slow_hosts"]}
+        assert set(slow_pair) in named or hosts & set(slow_pair), found
+        if named == [set(slow_pair)] and not hosts:
             break
     assert found["slow_hosts"] == [], found
     assert named == [set(slow_pair)], found
@@ -137,9 +141,9 @@ def test_check_passes_the_plain_testbed_and_fails_the_shaped_pair_by_name(hosts,
 def test_the_heatmap_of_a_shaped_pair(slow_pair, tmp_path):
     """compare --out draws the matrix: results/examples/netns-pairs-heatmap/ holds one made this way."""
     # As in the first test, a healthy link of fbp2 or fbp3 that a moment of load put 50 % under the median makes
-    # that host read as slow instead (CI once saw "slow host fbp2 (rank 1): 2 of 3 links slow"): one more run.
+    # that host read as slow instead (CI once saw "slow host fbp2 (rank 1): 2 of 3 links slow"): another run.
     named = "slow link fbp2 (rank 1) <-> fbp3 (rank 2) (both ways)"
-    for attempt in range(2):
+    for attempt in range(ATTEMPTS):
         run = tmp_path / f"run{attempt}"
         args = ["-t", "tcp", *SWEEP, "--tcp-interface", "veth0", "--out", str(run), "--label", "netns"]
         result = across_hosts("run", *args)

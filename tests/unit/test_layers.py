@@ -20,8 +20,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "fabricbench"
 # Top first. A module's layer is its sub-package, or its own name at the root.
 LAYERS = ["__main__", "cli", "analysis", "launch", "run", "report", "transports", "measure", "collectives", "control"]
 # The root's shared pieces (lazy: numpy at first use; buffers: filling, patterns and poison for every buffer;
-# terminal: the one sanitiser of untrusted text) and the package itself.
-BASE = {"errors", "argtypes", "lazy", "buffers", "terminal", ""}
+# terminal: the one sanitiser of untrusted text; hostinfo: the CPUs a rank may use) and the package itself.
+BASE = {"errors", "argtypes", "lazy", "buffers", "terminal", "hostinfo", ""}
 GUARDED = ("control", "collectives", "measure", "transports")
 
 
