@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
 
 from fabricbench.buffers import POISON, aligned, nothing, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported
-from fabricbench.hostinfo import usable_cpus
+from fabricbench.hostinfo import ranks_here, this_host, usable_cpus
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.handle_cases import HandleCase, HandlePingPong, HandleStream
@@ -254,15 +253,15 @@ class UCXTransport(Transport):
                 address, rkey, base = self._open_worker()
             except UCXUnavailable as exc:
                 why = str(exc)[:400]
-        host = socket.gethostname()
-        mine = {"why": why, "address": address, "rkey": rkey, "base": base, "env": ucx_environment(), "host": host}
+        mine = {"why": why, "address": address, "rkey": rkey, "base": base, "env": ucx_environment()}
+        mine["host"] = this_host()
         table = allgather_json(ctrl, mine, "UCX address table")
         for rank in self.pair:
             said = table[rank].get("why")
             if said:
                 said = said if isinstance(said, str) else "no reason given"
                 raise UCXUnavailable(f"rank {rank}: {said}")
-        self._choose_progress(sum(1 for record in table if record.get("host") == host))
+        self._choose_progress(ranks_here(table))
         self.environments = [check_environment(record.get("env"), r) for r, record in enumerate(table)]
         connected = ""
         if self.sockaddr:

@@ -176,9 +176,9 @@ class UCXPerftestTransport(Transport):
         self.version = ucx_version() if ctrl.rank == 0 else ""
 
     def unsupported(self, kernel: Kernel) -> str | None:
-        progress = self.settings.get("progress")
-        if progress in ("wait", "yield"):
-            return NO_WAIT if progress == "wait" else NO_YIELD
+        refused = {"wait": NO_WAIT, "yield": NO_YIELD}.get(self.settings.get("progress"))
+        if refused:
+            return refused
         if kernel.name == "bibw":
             return NO_BIBW
         return super().unsupported(kernel)

@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
 import sys
 import time
 
 from fabricbench.buffers import POISON, nothing, pattern, times_address
 from fabricbench.control import allgather_json
 from fabricbench.errors import FabricbenchError, PeerError, Unsupported, UsageError
-from fabricbench.hostinfo import usable_cpus
+from fabricbench.hostinfo import ranks_here, this_host, usable_cpus
 from fabricbench.lazy import np
 from fabricbench.measure.kernels import ATOMIC_KERNELS, Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
@@ -563,7 +562,7 @@ class VerbsTransport(Transport):
             except (CLoopUnavailable, FabricbenchError) as exc:
                 why = str(exc)
         mine = {
-            "host": socket.gethostname(),
+            "host": this_host(),
             "cpus": usable_cpus(),
             "c_loop": self.cloop is not None,
             "why": why[:400],
@@ -606,8 +605,7 @@ class VerbsTransport(Transport):
 
     def _choose_spin(self, spin: str, table: list[dict]) -> None:
         """Yield the CPU between polls when this host has more ranks than this rank has CPUs (or when told to)."""
-        host = socket.gethostname()
-        local_ranks = sum(1 for record in table if record["host"] == host)
+        local_ranks = ranks_here(table)
         cpus = table[self.rank]["cpus"]
         if spin == "yield" or (spin == "auto" and local_ranks > cpus):
             self.relax = os.sched_yield
