@@ -34,8 +34,8 @@ BIN_HINT = "Debian/Ubuntu: apt-get install ucx-utils; RHEL/Fedora: dnf install u
 def resolve_progress(progress: str, local_ranks: int, cpus: int) -> tuple[str, str]:
     """--ucx-progress as this rank runs it, and the words that say how it was chosen: auto yields where this host
     runs more ranks than this rank has CPUs, as the verbs loop's --spin auto (there a rank spinning in
-    ucp_worker_progress keeps its peer off the CPU until the scheduler's tick, so every message waits that long:
-    4.0 ms a message on one vCPU at 250 Hz), and spins elsewhere; a named choice is kept."""
+    ucp_worker_progress keeps its peer off the CPU until the scheduler's tick, so every message waits that long;
+    docs/fabrics/ucx.md has the figures), and spins elsewhere; a named choice is kept."""
     if progress != "auto":
         return progress, progress
     chosen = "yield" if local_ranks > cpus else "spin"
