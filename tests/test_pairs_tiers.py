@@ -3,8 +3,8 @@
 scripts/netns-testbed.sh builds three leaf switches of two hosts under a spine (leaf2 holds fbv3 and fbv4) and
 shapes leaf2's trunk to the spine to 100 Mbit/s both ways. One pairs-bw run of 64 KiB messages over the six hosts
 (one rank each, tcp over the veths, --topology the testbed's topology.conf) must: give every row its tier and
-hops, name exactly leaf2's uplink, name none of its hosts or links, and find its intra-leaf pair normal (in one of
-up to three runs: six hosts share two cores). Needs root.
+hops, name exactly leaf2's uplink, name none of its hosts or links, and find its intra-leaf pair not slowed as its
+cross-switch pairs are (in one of up to three runs: six hosts share two cores). Needs root.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def uplink_verdict(found: dict, stdout: str) -> str:
     uplink = uplinks[0]
     if uplink["name"] != "leaf2's uplink" or (uplink["slow_links"], uplink["links"]) != (8, 8):
         return f"uplink {uplink}"
-    if (uplink["intra_links"], uplink["slow_intra_links"]) != (1, 0):
+    if (uplink["intra_links"], uplink["alike_intra_links"]) != (1, 0):  # load may slow it, never 100x
         return f"intra-leaf links {uplink}"
     if found["slow_hosts"]:
         return f"slow hosts {found['slow_hosts']}"

@@ -84,6 +84,7 @@ def test_a_slow_uplink_is_named_and_not_its_hosts_or_links():
     (uplink,) = found["slow_uplinks"]
     assert uplink["name"] == "leaf2's uplink" and uplink["switch"] == "leaf2"
     assert (uplink["slow_links"], uplink["links"], uplink["intra_links"], uplink["slow_intra_links"]) == (8, 8, 1, 0)
+    assert uplink["alike_intra_links"] == 0
     assert uplink["ratio"] < 0.02 and 1150 < uplink["median"] < 1250
     assert found["slow_hosts"] == [] and found["slow_links"] == [], found
     lines = summary_lines(found)
@@ -92,6 +93,39 @@ def test_a_slow_uplink_is_named_and_not_its_hosts_or_links():
     )
     assert lines[-1].endswith("; 1 of its 1 intra-switch links normal")
     json.dumps(found, allow_nan=False)  # verdict.json holds no NaN
+
+
+# A pairs-bw run of tests/test_pairs_tiers.py's testbed (leaf2's trunk shaped to 100 Mbit/s) under CPU load, as
+# measured (MB/s): leaf2's intra-switch pair fell to 0.3-0.4x its tier's median beside its cross-switch pairs' 0.01x,
+# and the verdict named nothing at all while that pair counted against the uplink.
+LOADED_SHAPED_UPLINK = {
+    ("h1", "h2"): 1125.4, ("h1", "h3"): 6.1, ("h1", "h4"): 9.2, ("h1", "h5"): 1079.2, ("h1", "h6"): 744.5,
+    ("h2", "h1"): 1210.9, ("h2", "h3"): 9.0, ("h2", "h4"): 7.1, ("h2", "h5"): 267.4, ("h2", "h6"): 1205.3,
+    ("h3", "h1"): 6.2, ("h3", "h2"): 9.3, ("h3", "h4"): 520.8, ("h3", "h5"): 11.1, ("h3", "h6"): 5.8,
+    ("h4", "h1"): 9.3, ("h4", "h2"): 6.6, ("h4", "h3"): 395.8, ("h4", "h5"): 6.7, ("h4", "h6"): 10.1,
+    ("h5", "h1"): 1059.6, ("h5", "h2"): 264.5, ("h5", "h3"): 10.5, ("h5", "h4"): 6.6, ("h5", "h6"): 1155.9,
+    ("h6", "h1"): 728.4, ("h6", "h2"): 929.3, ("h6", "h3"): 7.9, ("h6", "h4"): 9.4, ("h6", "h5"): 1497.0,
+}  # fmt: skip
+
+
+def test_an_intra_switch_link_slowed_far_less_than_the_uplinks_links_does_not_hide_the_uplink():
+    topology = _leaf_spine(3, 2)
+    found = verdict(_rows(_hosts(topology), lambda a, b: LOADED_SHAPED_UPLINK[a, b]), topology=topology)
+    (uplink,) = found["slow_uplinks"]
+    assert uplink["name"] == "leaf2's uplink" and (uplink["slow_links"], uplink["links"]) == (8, 8)
+    assert (uplink["intra_links"], uplink["slow_intra_links"], uplink["alike_intra_links"]) == (1, 1, 0)
+    assert found["slow_hosts"] == [], found["slow_hosts"]
+    assert summary_lines(found)[-1].endswith(
+        "; 0 of its 1 intra-switch links normal, 1 slow but not half as far (in log) as these"
+    )
+
+
+def test_two_slow_hosts_under_one_switch_slow_its_intra_switch_link_alike_and_are_not_its_uplink():
+    # Both hosts' NICs at 12 MB/s: the intra-switch link is as slow as the cross-switch ones (0.006x beside 0.01x).
+    topology = _leaf_spine(3, 2)
+    under = {"h3", "h4"}
+    found = verdict(_rows(_hosts(topology), _fabric(topology, lambda a, b: bool({a, b} & under))), topology=topology)
+    assert found["slow_uplinks"] == [] and not found["ok"]
 
 
 def test_a_slow_host_under_a_switch_is_a_host_not_its_uplink():
