@@ -120,12 +120,16 @@ def test_an_intra_switch_link_slowed_far_less_than_the_uplinks_links_does_not_hi
     )
 
 
-def test_two_slow_hosts_under_one_switch_slow_its_intra_switch_link_alike_and_are_not_its_uplink():
+def test_two_slow_hosts_under_one_switch_slow_its_intra_switch_link_alike_and_are_hosts_not_its_uplink():
     # Both hosts' NICs at 12 MB/s: the intra-switch link is as slow as the cross-switch ones (0.006x beside 0.01x).
+    # Their 16 pairs are most of the 24 cross-switch ones, so the tier's median is theirs: the switch's verdict
+    # hands them to the host rule as its first guess, or only their intra-switch link would be named.
     topology = _leaf_spine(3, 2)
     under = {"h3", "h4"}
     found = verdict(_rows(_hosts(topology), _fabric(topology, lambda a, b: bool({a, b} & under))), topology=topology)
-    assert found["slow_uplinks"] == [] and not found["ok"]
+    assert found["slow_uplinks"] == [] and found["slow_links"] == [], found
+    assert [(h["host"], h["slow_links"], h["links"]) for h in found["slow_hosts"]] == [("h3", 5, 5), ("h4", 5, 5)]
+    assert found["groups"][0]["tiers"]["cross-switch"]["pairs"] == 8  # the median without theirs
 
 
 def test_a_slow_host_under_a_switch_is_a_host_not_its_uplink():

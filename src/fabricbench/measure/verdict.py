@@ -41,7 +41,10 @@ against the pairs of its tier that do not cross it:
   slow host and a slow uplink look alike, and the host's entry says so.
 
 The pairs a slow uplink or global link explains are reported there and not
-judged again: its hosts are not slow hosts, its links not slow links. Where
+judged again: its hosts are not slow hosts, its links not slow links. A
+switch whose cross-switch and intra-switch links are slow alike has slow
+hosts, and those hosts are the host rule's first guess: their pairs can be
+most of a tier, whose median is then theirs. Where
 every pair of a tier crosses the same part (two leaves: every cross-switch
 pair crosses both uplinks) there is nothing to hold it against, and no uplink
 is named; the tiers' medians, printed with the verdict, still show it.
@@ -369,9 +372,12 @@ def _uplink_entry(name: str, tier: str, pairs: list, slow: set, ratios: dict, va
 
 
 def _slow_parts(values: dict, tiers: dict, places: dict, worse: str, z: float, floor: float):
-    """The slow global links and uplinks (module docstring), and the pairs they explain."""
+    """The slow global links and uplinks (module docstring), the pairs they explain, and the suspects: the
+    hosts under a switch whose cross-switch and intra-switch links are slow alike, which the host rule takes as
+    its first guess (their pairs can be most of a tier, and its median then theirs)."""
     found: list[dict] = []
     explained: set = set()
+    suspects: set = set()  # the hosts of a switch whose own links are slow, out of it and within it alike
 
     def name(entry: dict, ratio: float) -> None:
         entry.update(ratio=ratio, median=_ratio(entry["value"], ratio))
@@ -408,7 +414,10 @@ def _slow_parts(values: dict, tiers: dict, places: dict, worse: str, z: float, f
             entry, ratio = _uplink_entry(f"{switch}'s uplink", tier, out, slow_out, ratios, values, switch=switch)
             name(dict(entry, intra_links=links_in, slow_intra_links=bad_in, alike_intra_links=alike_in), ratio)
             explained |= set(out)
-    return found, explained
+        elif bad and bad >= UPLINK_SHARE * links:  # its hosts slow their own pairs alike: slow hosts, not the uplink
+            slow = slow_out | alike
+            suspects |= {rank for rank in under if slow_host(*_link_counts(rank, out + inside, slow))}
+    return found, explained, suspects
 
 
 def _tier_stats(values: dict, tiers: dict) -> dict:
@@ -436,9 +445,9 @@ def _tiered_group(transport, kernel, schedule, size, values, hosts, topology: To
     ranks = {rank for pair in values for rank in pair}
     places = {rank: (topology.switch_of(hosts[rank]), topology.group_of(hosts[rank])) for rank in ranks}
     tiers = {pair: topology.tier(hosts[pair[0]], hosts[pair[1]]) for pair in values}
-    uplinks, explained = _slow_parts(values, tiers, places, worse, z, floor)
+    uplinks, explained, suspects = _slow_parts(values, tiers, places, worse, z, floor)
     rest = {pair: v for pair, v in values.items() if pair not in explained}
-    slow_ranks: set[int] = set()
+    slow_ranks: set[int] = set(suspects)  # a first guess only: the passes below keep the hosts that are slow
     for _ in range(TIER_PASSES):  # a slow host can hold half a small tier: its median, then without its pairs
         kept = {pair: v for pair, v in rest.items() if not set(pair) & slow_ranks}
         medians = {tier: stats["median"] for tier, stats in _tier_stats(kept, tiers).items()}
