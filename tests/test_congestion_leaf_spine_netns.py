@@ -68,9 +68,9 @@ def congestion_run(out, topology: str, placement: str, extra: tuple[str, ...] = 
 def test_canaries_crossing_the_shaped_uplink_the_incast_fills_slow_down_and_within_one_leaf_they_do_not(
     shaped_leaf_spine, tmp_path
 ):
-    # Six ranks share two cores, so the congestors' CPU alone slows the within-leaf canaries now and then (4.8x
-    # once on a slow CI machine, beside cross-switch's 16.9x): the pair of runs is made again, up to ATTEMPTS
-    # pairs, until the direction holds; the placements are asserted on every run.
+    # Six ranks share two cores, so the congestors' CPU alone now and then slows the within-leaf canaries past
+    # the bound: the pair of runs is made again, up to ATTEMPTS pairs, until the direction holds; the placements
+    # are asserted on every run.
     summaries = []
     for attempt in range(ATTEMPTS):
         cross, cross_placed = congestion_run(tmp_path / f"cross{attempt}", shaped_leaf_spine, "cross-switch")

@@ -82,8 +82,7 @@ def test_incast_through_a_shaped_link_the_canaries_share_slows_them_and_unshaped
     testbed, transport, tmp_path
 ):
     # Seven ranks share two cores, so the congestors' CPU alone now and then slows the unshaped canaries past the
-    # bound (as it did once beside the leaf-spine test's twin): the pair of runs is made again, up to 3 pairs,
-    # until the direction holds.
+    # bound: the pair of runs is made again, up to 3 pairs, until the direction holds.
     summaries = []
     for attempt in range(3):
         plain = congestion_run(tmp_path / f"plain{attempt}", transport)

@@ -35,19 +35,19 @@ against the pairs of its tier that do not cross it:
   links (one end under it, the other elsewhere) are slow while at most
   1 - UPLINK_SHARE of its intra-switch links are slow at least half as far
   (in log) as those: a slow host slows its intra-switch pairs as much as
-  its others, a slow uplink does not, which is what tells them apart (an
-  intra-switch link at 0.44x beside cross-switch links at 0.01x is load on
-  its hosts, not their NICs). A switch with one measured host has no intra-switch pair: there a
-  slow host and a slow uplink look alike, and the host's entry says so.
+  its others, a slow uplink does not, which is what tells them apart (load
+  on the hosts can slow an intra-switch pair a little, never as far). A
+  switch with one measured host has no intra-switch pair: there a slow host
+  and a slow uplink look alike, and the host's entry says so.
 
 The pairs a slow uplink or global link explains are reported there and not
 judged again: its hosts are not slow hosts, its links not slow links. A
 switch whose cross-switch and intra-switch links are slow alike has slow
 hosts, and those hosts are the host rule's first guess: their pairs can be
-most of a tier, whose median is then theirs. Where
-every pair of a tier crosses the same part (two leaves: every cross-switch
-pair crosses both uplinks) there is nothing to hold it against, and no uplink
-is named; the tiers' medians, printed with the verdict, still show it.
+most of a tier, whose median is then theirs. Where every pair of a tier
+crosses the same part (two leaves: every cross-switch pair crosses both
+uplinks) there is nothing to hold it against, and no uplink is named; the
+tiers' medians, printed with the verdict, still show it.
 """
 
 from __future__ import annotations
@@ -356,8 +356,8 @@ def _share_slow(pairs: Iterable, slow: set) -> tuple[int, int]:
 def _slowed_alike(slow: set, ratios: dict, across: list[float]) -> set:
     """The intra-switch pairs in ``slow`` slowed as a slow host would slow them: at least half as far from their
     median, in log, as the median of the slow cross-switch pairs' ``across`` ratios. A slow host slows both kinds
-    alike; a slow uplink leaves the intra-switch pairs alone, though load on a shared host can still slow one by
-    2x where the uplink's are 100x (seen on the netns testbed: 0.44x beside 0.01x)."""
+    alike; a slow uplink leaves the intra-switch pairs alone, though load on a shared host can still slow one a
+    little where the uplink's are slowed many times over."""
     if not across:
         return set(slow)
     half = abs(math.log(_median(across))) / 2
@@ -404,17 +404,19 @@ def _slow_parts(values: dict, tiers: dict, places: dict, worse: str, z: float, f
             continue
         elsewhere = [p for p in values if not set(p) & under and p not in explained]
         slow_out, ratios = _slow_in_tier(values, tiers, out, elsewhere, worse, z, floor)
+        bad, links = _share_slow(out, slow_out)
+        if not (bad and bad >= UPLINK_SHARE * links):
+            continue
         slow_in, ratios_in = _slow_in_tier(values, tiers, inside, elsewhere, worse, z, floor)
         alike = _slowed_alike(slow_in, ratios_in, [ratios[p] for p in slow_out if p in ratios])
-        bad, links = _share_slow(out, slow_out)
         bad_in, links_in = _share_slow(inside, slow_in)
         alike_in, _ = _share_slow(inside, alike)
-        if bad and bad >= UPLINK_SHARE * links and alike_in <= (1 - UPLINK_SHARE) * links_in:
+        if alike_in <= (1 - UPLINK_SHARE) * links_in:
             tier = CROSS_SWITCH if any(tiers[p] == CROSS_SWITCH for p in out) else CROSS_GROUP
             entry, ratio = _uplink_entry(f"{switch}'s uplink", tier, out, slow_out, ratios, values, switch=switch)
             name(dict(entry, intra_links=links_in, slow_intra_links=bad_in, alike_intra_links=alike_in), ratio)
             explained |= set(out)
-        elif bad and bad >= UPLINK_SHARE * links:  # its hosts slow their own pairs alike: slow hosts, not the uplink
+        else:  # its hosts slow their own pairs alike: slow hosts, not the uplink
             slow = slow_out | alike
             suspects |= {rank for rank in under if slow_host(*_link_counts(rank, out + inside, slow))}
     return found, explained, suspects
@@ -600,7 +602,7 @@ def _uplink_line(uplink: dict) -> str:
     if "switch" in uplink:
         normal = uplink["intra_links"] - uplink["slow_intra_links"]
         line += f"; {normal} of its {uplink['intra_links']} intra-switch links normal"
-        milder = uplink["slow_intra_links"] - uplink.get("alike_intra_links", uplink["slow_intra_links"])
+        milder = uplink["slow_intra_links"] - uplink["alike_intra_links"]
         line += f", {milder} slow but not half as far (in log) as these" if milder else ""
     return line
 
