@@ -473,8 +473,9 @@ def _tiered_group(transport, kernel, schedule, size, values, hosts, topology: To
         pair = (link["src_rank"], link["dst_rank"])
         pick = min if worse == "low" else max
         link["value"] = pick(values[tuple(d)] for d in link["directions"])
-        link["tier"] = tiers[pair]
-        link["median"] = medians[tiers[pair]] * centre
+        tier = tiers[pair if pair in tiers else pair[::-1]]  # a link of one measured direction: that one's
+        link["tier"] = tier
+        link["median"] = medians[tier] * centre
         link["ratio"] = _ratio(link["value"], link["median"])
     group.update(
         median=_median([values[pair] for pair in healthy] or list(values.values())),

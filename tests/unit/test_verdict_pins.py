@@ -1,0 +1,90 @@
+"""The all-pairs verdict against verdicts pinned before it became array work.
+
+``data/verdict-pins.json.gz`` holds 444 verdicts made by the verdict of commit 55cf06b (dicts and loops over
+pairs): every call the unit tests made, the leaf-spine example of results/examples/, and 400 random matrices of 2
+to 70 ranks, flat and under leaf-spine, fat-tree and dragonfly topologies (uneven switches, ranks sharing hosts,
+missing, zero and repeated pairs, failed rows), with slow hosts, links, one-way pairs, uplinks and global links
+at several depths under five kinds of noise. Each case keeps its rows as one N x N table per (transport, kernel,
+schedule, size, repeat), rows that do not fit one beside them, and the verdict. Every figure must agree to 1e-12
+(numpy's log and math.log may differ in the last bit), everything else exactly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from fabricbench.measure.topology import Topology, parse_slurm, parse_toml
+from fabricbench.measure.verdict import verdict
+
+PINS = Path(__file__).parent / "data" / "verdict-pins.json.gz"
+
+
+def _cases() -> list[dict]:
+    with gzip.open(PINS, "rt") as pins:
+        return json.load(pins)
+
+
+def _rows(case: dict) -> list[dict]:
+    hosts = case["hosts"]
+    count = len(hosts)
+    rows = []
+    for (transport, kernel, schedule, size, repeat), table in case["tables"]:
+        metric = "bw_MBps" if kernel == "pairs-bw" else "lat_p50_us"
+        for at, value in enumerate(table):
+            if value is not None:
+                src, dst = divmod(at, count)
+                rows.append(
+                    {
+                        "transport": transport,
+                        "kernel": kernel,
+                        "schedule": schedule,
+                        "size_B": size,
+                        "repeat": repeat,
+                        "src_rank": src,
+                        "dst_rank": dst,
+                        "src_host": hosts[src],
+                        "dst_host": hosts[dst],
+                        "status": "ok",
+                        "validation": "off",
+                        metric: value,
+                    }
+                )
+    return rows + case["odd_rows"]
+
+
+def _topology(pinned) -> Topology | None:
+    if pinned is None:
+        return None
+    if isinstance(pinned, dict):
+        return Topology.from_dict(pinned)
+    text, kind = pinned
+    return parse_slurm(text, "t.conf") if kind == "slurm" else parse_toml(text, "t.toml")
+
+
+def _difference(got, want, path: str = "") -> str | None:
+    """Where ``got`` differs from ``want`` (figures to 1e-12), or None."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict) or set(got) != set(want):
+            return f"{path}: keys {sorted(set(got or {}) ^ set(want))}"
+        return next((d for k in want if (d := _difference(got[k], want[k], f"{path}.{k}"))), None)
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return f"{path}: {len(got or [])} items, pinned {len(want)}"
+        return next((d for i, (g, w) in enumerate(zip(got, want)) if (d := _difference(g, w, f"{path}[{i}]"))), None)
+    if isinstance(want, float) and isinstance(got, float):
+        return None if math.isclose(got, want, rel_tol=1e-12) else f"{path}: {got!r}, pinned {want!r}"
+    return None if got == want and type(got) is type(want) else f"{path}: {got!r}, pinned {want!r}"
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{i}-{c['name']}" for i, c in enumerate(CASES)])
+def test_the_verdict_is_the_pinned_one(case):
+    found = verdict(_rows(case), case["z"], "", case["floor"], _topology(case["topology"]))
+    assert _difference(json.loads(json.dumps(found)), case["verdict"]) is None
