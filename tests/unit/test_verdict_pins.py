@@ -75,7 +75,10 @@ def _difference(got, want, path: str = "") -> str | None:
     if isinstance(want, list):
         if not isinstance(got, list) or len(got) != len(want):
             return f"{path}: {len(got or [])} items, pinned {len(want)}"
-        return next((d for i, (g, w) in enumerate(zip(got, want)) if (d := _difference(g, w, f"{path}[{i}]"))), None)
+        return next(
+            (d for i, (g, w) in enumerate(zip(got, want, strict=True)) if (d := _difference(g, w, f"{path}[{i}]"))),
+            None,
+        )
     if isinstance(want, float) and isinstance(got, float):
         return None if math.isclose(got, want, rel_tol=1e-12) else f"{path}: {got!r}, pinned {want!r}"
     return None if got == want and type(got) is type(want) else f"{path}: {got!r}, pinned {want!r}"
@@ -88,3 +91,26 @@ CASES = _cases()
 def test_the_verdict_is_the_pinned_one(case):
     found = verdict(_rows(case), case["z"], "", case["floor"], _topology(case["topology"]))
     assert _difference(json.loads(json.dumps(found)), case["verdict"]) is None
+
+
+def test_pairs_read_from_parquet_give_the_pinned_verdicts():
+    """What analysis reads (Pairs.from_arrow: only PAIR_COLUMNS, text columns dictionary-encoded, several row
+    groups) judges as the rows do."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fabricbench.measure.verdict import PAIR_COLUMNS, Pairs
+
+    kinds = {"bw_MBps": pa.float64(), "lat_p50_us": pa.float64(), "size_B": pa.int64()}
+    kinds |= {"src_rank": pa.int64(), "dst_rank": pa.int64()}
+    for case in CASES[::10]:
+        rows = _rows(case)
+        columns = {c: pa.array([row.get(c) for row in rows], type=kinds.get(c, pa.string())) for c in PAIR_COLUMNS}
+        file = io.BytesIO()
+        pq.write_table(pa.table(columns), file, row_group_size=97)
+        file.seek(0)
+        table = pq.read_table(file, read_dictionary=["transport", "kernel", "src_host", "dst_host"])
+        found = verdict(Pairs.from_arrow(table), case["z"], "", case["floor"], _topology(case["topology"]))
+        assert _difference(json.loads(json.dumps(found)), case["verdict"]) is None, case["name"]

@@ -48,15 +48,23 @@ most of a tier, whose median is then theirs. Where every pair of a tier
 crosses the same part (two leaves: every cross-switch pair crosses both
 uplinks) there is nothing to hold it against, and no uplink is named; the
 tiers' medians, printed with the verdict, still show it.
+
+Every rule is array work on a group's N x N matrix of figures (numpy), so time and memory grow with the pairs,
+N^2: each part is held against the pairs of its tier without its own through measure.ordered, which sorts a
+tier once rather than once per part, and the hosts' and links' counts are sums over the matrix's rows.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+from fabricbench.lazy import np
+from fabricbench.measure import ordered
 from fabricbench.measure.schema import is_measured
-from fabricbench.measure.topology import CROSS_GROUP, CROSS_SWITCH, SAME_SWITCH, TIERS, Topology
+from fabricbench.measure.topology import CROSS_GROUP, CROSS_SWITCH, SAME_HOST, SAME_SWITCH, TIERS, Topology
 
 SCHEDULES = ("isolated", "shift")
 DEFAULT_OUTLIER_Z = 4.0
@@ -72,6 +80,9 @@ TIER_PASSES = 3  # the most times the tiers' medians are taken again without the
 SPREAD = (0.10, 0.90)  # a tier's spread: these quantiles of its pairs' figures
 # The figure judged for each pairs kernel, and whether a low value (bandwidth) or a high one (latency) is slow.
 METRICS = {"pairs-bw": ("bw_MBps", "low"), "pairs-latency": ("lat_p50_us", "high")}
+# The table's columns the verdict reads (Pairs.from_arrow): what analysis takes from a run's Parquet file.
+PAIR_COLUMNS = ("transport", "kernel", "schedule", "size_B", "src_rank", "dst_rank", "src_host", "dst_host")
+PAIR_COLUMNS += ("status", "validation", *(metric for metric, _ in METRICS.values()))
 
 
 def round_robin(participants: Sequence[int]) -> list[list[tuple[int, int]]]:
@@ -114,146 +125,278 @@ def per_node(hosts: Sequence[str]) -> list[int]:
     return sorted(first.values())
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def _ratio(value: float, median: float) -> float:
     return value / median if median else math.nan
 
 
-def judge_group(
-    values: dict, worse: str, z: float, reference: Iterable | None = None, floor: float = MIN_EFFECT
-) -> tuple[float, float, float, set]:
-    """(median, MAD of the logs, threshold, the slow keys) for one group's {key: figure}; the median and MAD are
-    taken over the ``reference`` keys (all keys when None or fewer than MIN_PAIRS).
-
-    The log makes the rule scale-free: half the median's bandwidth is as far
-    out as twice its latency, and a few very fast pairs cannot stretch the
-    spread enough to hide a slow one. Figures that are not positive (no
-    measurement) take no part.
-    """
-    logs = {key: math.log(v) for key, v in values.items() if v > 0 and math.isfinite(v)}
-    if len(logs) < MIN_PAIRS:
-        return math.nan, math.nan, math.nan, set()
-    kept = [logs[key] for key in reference or () if key in logs]
-    base = kept if len(kept) >= MIN_PAIRS else list(logs.values())
-    centre = _median(base)
-    mad = _median([abs(v - centre) for v in base])
-    reach = max(z * MAD_TO_SIGMA * mad, math.log1p(floor))
-    sign = -1 if worse == "low" else 1
-    threshold = math.exp(centre + sign * reach)
-    slow = {key for key, v in logs.items() if sign * (v - centre) > reach}
-    return math.exp(centre), mad, threshold, slow
-
-
-def _beyond(figures: list[float], threshold: float, worse: str) -> bool:
-    """Whether the median of a host's figures (both directions of its links) lies beyond ``threshold``."""
-    figure = _median(figures) if figures else math.nan
+def _beyond(figure: float, threshold: float, worse: str) -> bool:
+    """Whether a host's figure (the median of both directions of its links) lies beyond ``threshold``."""
     return figure < threshold if worse == "low" else figure > threshold
 
 
-def slow_host(slow_links: int, links: int) -> bool:
+def slow_host(slow_links, links):
     """The slow-host rule, here and in ``fabricbench check``: a host (or rank) is slow when more than half of its
-    links are; with half or fewer, its slow links are the links' own."""
+    links are; with half or fewer, its slow links are the links' own. Counts or arrays of counts."""
     return slow_links * 2 > links
 
 
-def _slow_hosts_alone(values: dict[tuple[int, int], float], worse: str, z: float, floor: float) -> set[int]:
-    """The ranks more than half of whose links are slow against the pairs between the other ranks.
+@dataclass
+class Pairs:
+    """The rows the verdict reads, as columns: each measured, valid pair row's group (an index into ``keys``, a
+    (transport, kernel, schedule, size) each), its source and destination rank and its figure; and each rank's
+    host. ``from_rows`` reads dicts with the table's columns, ``from_arrow`` a pyarrow table of them."""
+
+    keys: list[tuple]
+    group: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    value: np.ndarray
+    hosts: dict[int, str]
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[dict]) -> Pairs:
+        """Rows of another kernel, not ``ok``, failed validation or without the kernel's figure are left out."""
+        keys: dict[tuple, int] = {}
+        group, src, dst, value = [], [], [], []
+        hosts: dict[int, str] = {}
+        for row in rows:
+            if row.get("kernel") not in METRICS or not is_measured(row.get("status", "")):
+                continue
+            if row.get("validation") == "fail":
+                continue
+            figure = row.get(METRICS[row["kernel"]][0])
+            if figure is None or figure == "" or (isinstance(figure, float) and math.isnan(figure)):
+                continue
+            source, destination = int(row["src_rank"]), int(row["dst_rank"])
+            hosts[source], hosts[destination] = str(row.get("src_host", "")), str(row.get("dst_host", ""))
+            key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
+            group.append(keys.setdefault(key, len(keys)))
+            src.append(source)
+            dst.append(destination)
+            value.append(float(figure))
+        arrays = (np.array(column, dtype=kind) for column, kind in ((group, np.int64), (src, np.int64)))
+        return cls(list(keys), *arrays, np.array(dst, dtype=np.int64), np.array(value, dtype=np.float64), hosts)
+
+    @classmethod
+    def from_arrow(cls, table) -> Pairs:
+        """The same from a pyarrow table holding (at least) PAIR_COLUMNS, its text columns plain or
+        dictionary-encoded: column by column, never a row at a time (analysis reads only these from Parquet)."""
+        kernel, kernels = _codes(table["kernel"])
+        figure = np.full(table.num_rows, math.nan)
+        for code, name in enumerate(kernels):
+            if name in METRICS:
+                chosen = kernel == code
+                figure[chosen] = table[METRICS[name][0]].to_numpy()[chosen]
+        status, statuses = _codes(table["status"])
+        validation, validations = _codes(table["validation"])
+        keep = np.isin(status, [code for code, name in enumerate(statuses) if is_measured(name)])
+        keep &= ~np.isnan(figure)
+        if "fail" in validations:
+            keep &= validation != validations.index("fail")
+        columns = [_codes(table[name]) for name in ("transport", "kernel", "schedule", "size_B")]
+        combined = np.zeros(int(keep.sum()), dtype=np.int64)
+        for codes, names in columns:  # one number per (transport, kernel, schedule, size): few, so a bincount
+            combined = combined * max(len(names), 1) + codes[keep]
+        present = np.flatnonzero(np.bincount(combined)) if combined.size else combined
+        lookup = np.zeros(int(present[-1]) + 1 if present.size else 0, dtype=np.int64)
+        lookup[present] = np.arange(present.size)
+        keys = []
+        for number in present.tolist():
+            parts = []
+            for _, names in reversed(columns):
+                number, code = divmod(number, max(len(names), 1))
+                parts.append(names[code])
+            transport, kernel_name, schedule, size = reversed(parts)
+            keys.append((transport, kernel_name, schedule, int(size)))
+        src = table["src_rank"].to_numpy()[keep].astype(np.int64)
+        dst = table["dst_rank"].to_numpy()[keep].astype(np.int64)
+        (src_host, src_names), (dst_host, dst_names) = (_codes(table[name]) for name in ("src_host", "dst_host"))
+        hosts = _last_host(src, dst, src_host[keep], dst_host[keep], (src_names, dst_names))
+        return cls(keys, lookup[combined], src, dst, figure[keep], hosts)
+
+    def matrix(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Group ``index`` as (its ranks, sorted; an N x N matrix of each ordered pair's figure, NaN where none).
+        Repeated rows of a pair (run --repeat) count once, at their median; a rank's row with itself is no pair."""
+        chosen = (self.group == index) & (self.src != self.dst)
+        src, dst, value = self.src[chosen], self.dst[chosen], self.value[chosen]
+        ranks = np.unique(np.concatenate([src, dst]))
+        count = len(ranks)
+        code = np.searchsorted(ranks, src) * count + np.searchsorted(ranks, dst)
+        values = np.full(count * count, math.nan)
+        values[code] = value
+        if np.count_nonzero(~np.isnan(values)) < len(code):  # repeats: each pair's median
+            order = np.lexsort((value, code))
+            code, value = code[order], value[order]
+            starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+            ends = np.r_[starts[1:], len(code)]
+            low, high = value[starts + (ends - starts - 1) // 2], value[starts + (ends - starts) // 2]
+            values[code[starts]] = np.where(low == high, low, (low + high) / 2)
+        return ranks, values.reshape(count, count)
+
+
+def _codes(column) -> tuple[np.ndarray, list]:
+    """A pyarrow column (plain or dictionary-encoded) as codes into the list of its distinct values, null as ""."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    known: dict = {}
+    codes = []
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        encoded = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
+        names = ["" if value is None else value for value in encoded.dictionary.to_pylist()]
+        mapping = np.array([known.setdefault(value, len(known)) for value in [*names, ""]], dtype=np.int64)
+        codes.append(mapping[pc.fill_null(encoded.indices, len(names)).to_numpy()])
+    return (np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)), list(known)
+
+
+def _last_host(src, dst, src_host, dst_host, names) -> dict[int, str]:
+    """Each rank's host as the rows last say it (rows in order, a row's source before its destination)."""
+    ranks = np.unique(np.concatenate([src, dst]))
+    last = np.full(len(ranks), -1, dtype=np.int64)
+    order = np.arange(len(src), dtype=np.int64) * 2
+    np.maximum.at(last, np.searchsorted(ranks, src), order)
+    np.maximum.at(last, np.searchsorted(ranks, dst), order + 1)
+    hosts = {}
+    for rank, at in zip(ranks.tolist(), last.tolist(), strict=True):
+        row, side = divmod(at, 2)
+        hosts[rank] = names[side][(dst_host if side else src_host)[row]]
+    return hosts
+
+
+class _Judged:
+    """judge_group's rule on logs: the reference's median and MAD, the reach beyond which a pair is slow."""
+
+    def __init__(self, centre: float, spread: float, worse: str, z: float, floor: float):
+        self.centre, self.mad, self.worse = centre, spread, worse
+        self.sign = -1 if worse == "low" else 1
+        self.reach = max(z * MAD_TO_SIGMA * spread, math.log1p(floor)) if not math.isnan(centre) else math.nan
+        self.threshold = math.exp(centre + self.sign * self.reach) if not math.isnan(centre) else math.nan
+
+    @classmethod
+    def of(cls, judged: np.ndarray, reference: np.ndarray | None, worse: str, z: float, floor: float) -> _Judged:
+        """The rule from the ``judged`` logs (NaN for none with fewer than MIN_PAIRS) and the ``reference`` logs
+        among them (all of them where None or fewer than MIN_PAIRS)."""
+        if judged.size < MIN_PAIRS:
+            return cls(math.nan, math.nan, worse, z, floor)
+        base = reference if reference is not None and reference.size >= MIN_PAIRS else judged
+        centre = ordered.median(base)
+        return cls(centre, ordered.mad(base, centre), worse, z, floor)
+
+    @property
+    def median(self) -> float:
+        """The reference's median figure (not its log)."""
+        return math.exp(self.centre) if not math.isnan(self.centre) else math.nan
+
+    def slow(self, logs: np.ndarray) -> np.ndarray:
+        """Which logs lie beyond the reach (NaN: none)."""
+        with np.errstate(invalid="ignore"):
+            return self.sign * (logs - self.centre) > self.reach
+
+
+def _logs(values: np.ndarray) -> np.ndarray:
+    """The log of each positive, finite figure; NaN for the rest (no measurement, 0, inf)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(values)
+    logs[~np.isfinite(logs)] = math.nan
+    return logs
+
+
+def _touching(chosen: np.ndarray) -> np.ndarray:
+    """The pairs with an end among the ``chosen`` ranks (a bool per rank)."""
+    return chosen[:, None] | chosen[None, :]
+
+
+def _own(values: np.ndarray, rank: int, others: np.ndarray) -> np.ndarray:
+    """Both directions of ``rank``'s pairs with the ``others`` (a bool per rank), where measured."""
+    both = np.concatenate([values[rank, others], values[others, rank]])
+    return both[~np.isnan(both)]
+
+
+def _slow_hosts_alone(values: np.ndarray, worse: str, z: float, floor: float) -> np.ndarray:
+    """The ranks more than half of whose links are slow against the pairs between the other ranks (a bool each).
 
     Each rank is held against a reference without its own pairs: in a small
     matrix a slow host holds too many pairs (half of them with four hosts) for
     the median of all pairs to stand. Above LEAVE_ONE_OUT_UP_TO ranks a host
     holds at most 2/N of the pairs, and the pairs' own median serves them all.
     """
-    ranks = sorted({rank for pair in values for rank in pair})
-    leave_out = len(ranks) <= LEAVE_ONE_OUT_UP_TO
-    overall = None if leave_out else judge_group(values, worse, z, floor=floor)
-    judged: dict[int, tuple] = {}
-    for rank in ranks:
-        reference = [p for p in values if rank not in p]
-        judged[rank] = judge_group(values, worse, z, reference, floor) if leave_out else overall
+    count = len(values)
+    logs = _logs(values)
+    judged = logs[~np.isnan(logs)]
+    linked = ~np.isnan(values)
+    linked |= linked.T
+    if count <= LEAVE_ONE_OUT_UP_TO:
+        rules = []
+        for rank in range(count):
+            without = np.ones(count, dtype=bool)
+            without[rank] = False
+            reference = logs[np.ix_(without, without)]
+            rules.append(_Judged.of(judged, reference[~np.isnan(reference)], worse, z, floor))
+        slows = [rule.slow(logs) for rule in rules]
+    else:
+        rule = _Judged.of(judged, None, worse, z, floor)
+        rules, slows = [rule] * count, [rule.slow(logs)] * count
 
-    def slow(rank: int, besides: set) -> bool:
+    def slow(besides: np.ndarray) -> np.ndarray:
         """More than half of its links slow, and its own median figure (both directions of those links) beyond
         the threshold too: one slow pair and one dip on a loaded host are two slow links of three, not a slow
-        host."""
-        threshold, slow_pairs = judged[rank][2:]
-        if not slow_host(*_link_counts(rank, values, slow_pairs, besides)):
-            return False
-        own = [v for pair, v in values.items() if rank in pair and not set(pair) & besides and v > 0]
-        return _beyond(own, threshold, worse)
+        host. ``besides``: the ranks whose links count neither for nor against it."""
+        allowed = ~besides
+        if count <= LEAVE_ONE_OUT_UP_TO:
+            bad = np.array([((s[rank] | s[:, rank]) & allowed).sum() for rank, s in enumerate(slows)])
+        else:
+            either = slows[0] | slows[0].T
+            bad = (either & allowed).sum(axis=1)
+        found = np.zeros(count, dtype=bool)
+        for rank in np.flatnonzero(slow_host(bad, (linked & allowed).sum(axis=1))):
+            own = _own(values, rank, allowed)
+            found[rank] = _beyond(ordered.median(own[own > 0]), rules[rank].threshold, worse)
+        return found
 
-    found = {rank for rank in ranks if slow(rank, frozenset())}
+    found = slow(np.zeros(count, dtype=bool))
     # Then each again without its links to the others found: a link to a slow host is that host's.
-    return {rank for rank in found if slow(rank, found - {rank})}
-
-
-def _link_counts(rank: int, pairs: Iterable, slow: Iterable, besides: set = frozenset()) -> tuple[int, int]:
-    """(slow links, links) of ``rank``: its links (unordered pairs) among ``pairs``, slow when a direction is in
-    ``slow``, leaving out its links to the ranks in ``besides`` (hosts found slow: those links are theirs, and
-    count neither for nor against this one)."""
-    links = {frozenset(pair) for pair in pairs if rank in pair and not set(pair) & besides}
-    bad = {frozenset(pair) for pair in slow if frozenset(pair) in links}
-    return len(bad), len(links)
-
-
-def _key(row: dict) -> tuple:
-    return (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
+    return found & slow(found)
 
 
 def verdict(
-    rows: Iterable[dict],
+    rows: Iterable[dict] | Pairs,
     z: float = DEFAULT_OUTLIER_Z,
     run_id: str = "",
     floor: float = MIN_EFFECT,
     topology: Topology | None = None,
 ) -> dict:
-    """The slow links and slow hosts among measured pair rows (dicts with the table's columns), and with a
-    ``topology`` the slow uplinks and global links, each pair judged within its tier.
+    """The slow links and slow hosts among measured pair rows (dicts with the table's columns, or ``Pairs``), and
+    with a ``topology`` the slow uplinks and global links, each pair judged within its tier.
 
     Rows of another kernel, or not ``ok``, are left out. Repeated rows of one
     ordered pair (``run --repeat``) count once, at their median. A link is an
     unordered pair of ranks: it is slow when either direction is. A host is
     slow when more than half of its links in the group are (_slow_hosts_alone);
     its links are then not listed on their own. Without a topology the
-    verdict holds no tier or uplink key.
+    verdict holds no tier or uplink key. Every rule works on the group's N x N
+    matrix: time and memory grow with the pairs, N^2.
     """
-    groups: dict[tuple, dict[tuple[int, int], list[float]]] = {}
-    hosts: dict[int, str] = {}
-    for row in rows:
-        if row.get("kernel") not in METRICS or not is_measured(row.get("status", "")):
-            continue
-        if row.get("validation") == "fail":
-            continue
-        metric, _ = METRICS[row["kernel"]]
-        value = row.get(metric)
-        if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
-            continue
-        src, dst = int(row["src_rank"]), int(row["dst_rank"])
-        hosts[src], hosts[dst] = str(row.get("src_host", "")), str(row.get("dst_host", ""))
-        groups.setdefault(_key(row), {}).setdefault((src, dst), []).append(float(value))
+    pairs = rows if isinstance(rows, Pairs) else Pairs.from_rows(rows)
     judged = []
-    for (transport, kernel, schedule, size), by_pair in sorted(groups.items()):
+    for index, (transport, kernel, schedule, size) in sorted(enumerate(pairs.keys), key=lambda item: item[1]):
         metric, worse = METRICS[kernel]
-        values = {pair: _median(v) for pair, v in by_pair.items()}
+        ranks, values = pairs.matrix(index)
+        where = (transport, kernel, schedule, size, metric, worse)
+        hosts = [pairs.hosts.get(rank, "") for rank in ranks.tolist()]
         if topology is not None:
-            judged.append(_tiered_group(transport, kernel, schedule, size, values, hosts, topology, z, floor))
+            judged.append(_tiered_group(where, ranks, hosts, values, topology, z, floor))
             continue
         slow_ranks = _slow_hosts_alone(values, worse, z, floor)
-        healthy = [pair for pair in values if not set(pair) & slow_ranks]
-        centre, mad, threshold, slow = judge_group(values, worse, z, healthy, floor)
-        group = _group_verdict(
-            transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks, threshold
-        )
+        logs = _logs(values)
+        healthy = logs[~_touching(slow_ranks)]
+        rule = _Judged.of(logs[~np.isnan(logs)], healthy[~np.isnan(healthy)], worse, z, floor)
+        group = _group_verdict(where, ranks, hosts, values, rule.slow(logs), slow_ranks, rule.threshold)
+        centre = rule.median
         if not math.isnan(centre):  # the figure slow ones are held against: the healthy pairs' median
             group["median"] = centre
             for entry in group["slow_links"] + group["slow_hosts"]:
                 entry["ratio"] = _ratio(entry["value"], centre)
-        group.update(mad_log=_number(mad), threshold=_number(threshold))
+        group.update(mad_log=_number(rule.mad), threshold=_number(rule.threshold))
         judged.append(group)
     slow_links = [_placed(link, g) for g in judged for link in g["slow_links"]]
     slow_hosts = [_placed(host, g) for g in judged for host in g["slow_hosts"]]
@@ -316,233 +459,318 @@ def _placed(entry: dict, group: dict) -> dict:
     return placed
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    """The q quantile, linear between the two nearest values (numpy's default)."""
-    ordered = sorted(values)
-    at = q * (len(ordered) - 1)
+def _quantile(values: np.ndarray, q: float) -> float:
+    """The q quantile, linear between the two nearest values (numpy's default method, in its plain form)."""
+    at = q * (len(values) - 1)
     low = math.floor(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    high = min(low + 1, len(values) - 1)
+    part = np.partition(values, (low, high))
+    return float(part[low] + (part[high] - part[low]) * (at - low))
 
 
-def _link(pair: tuple[int, int]) -> tuple[int, int]:
-    return (min(pair), max(pair))
+def _links(chosen: np.ndarray) -> int:
+    """How many links (unordered pairs) a square block of ordered pairs holds."""
+    either = chosen | chosen.T
+    return int(np.triu(either, 1).sum())
 
 
-def _slow_in_tier(values: dict, tiers: dict, judged: Iterable, reference: Iterable, worse: str, z: float, floor: float):
-    """Which of the ``judged`` pairs are slow, each against the ``reference`` pairs of its own tier, and their
-    figures over those medians; a tier with fewer than MIN_PAIRS reference pairs has nothing to hold its pairs
-    against, and they pass."""
-    judged, reference = list(judged), list(reference)
-    slow: set = set()
-    ratios: dict = {}
-    for tier in {tiers[pair] for pair in judged}:
-        held = [pair for pair in reference if tiers[pair] == tier]
-        if len(held) < MIN_PAIRS:
-            continue
-        mine = [pair for pair in judged if tiers[pair] == tier]
-        centre, _, _, found = judge_group({p: values[p] for p in held + mine}, worse, z, held, floor)
-        slow |= found & set(mine)
-        ratios.update({pair: _ratio(values[pair], centre) for pair in mine})
-    return slow, ratios
+def _block(values: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    return values[np.ix_(rows, columns)]
 
 
-def _share_slow(pairs: Iterable, slow: set) -> tuple[int, int]:
-    """(slow links, links) among ``pairs``: a link (unordered pair) is slow when either direction is."""
-    links = {_link(pair) for pair in pairs}
-    return len({_link(pair) for pair in slow} & links), len(links)
+class _Tier:
+    """One tier's pairs not yet explained, for holding a part against those of them that do not touch it: their
+    logs sorted (ordered.Remaining), how many pairs are left and how many of them have a log."""
+
+    def __init__(self, logs: np.ndarray, pairs: int):
+        self.remaining = ordered.Remaining(logs[~np.isnan(logs)])
+        self.pairs = pairs
+
+    def take_out(self, values: np.ndarray, logs: np.ndarray) -> None:
+        self.remaining.take_out(logs[~np.isnan(logs)])
+        self.pairs -= values.size
+
+    def judge(self, values: np.ndarray, logs: np.ndarray, worse: str, z: float, floor: float):
+        """_slow_in_tier for one tier: which of a part's own pairs (``values``, ``logs``: all of its pairs of the
+        tier still left) are slow against the others, and their figures over those others' median; None where
+        fewer than MIN_PAIRS others are left to hold them against."""
+        if self.pairs - values.size < MIN_PAIRS:
+            return None
+        own = np.sort(logs[~np.isnan(logs)])
+        if self.remaining.count < MIN_PAIRS:
+            rule = _Judged(math.nan, math.nan, worse, z, floor)
+        elif self.remaining.count - own.size >= MIN_PAIRS:
+            rule = _Judged(*self.remaining.stats(own)[1:], worse, z, floor)
+        else:
+            rule = _Judged(*self.remaining.stats(own[:0])[1:], worse, z, floor)
+        return rule.slow(logs), values / rule.median
 
 
-def _slowed_alike(slow: set, ratios: dict, across: list[float]) -> set:
-    """The intra-switch pairs in ``slow`` slowed as a slow host would slow them: at least half as far from their
-    median, in log, as the median of the slow cross-switch pairs' ``across`` ratios. A slow host slows both kinds
-    alike; a slow uplink leaves the intra-switch pairs alone, though load on a shared host can still slow one a
-    little where the uplink's are slowed many times over."""
-    if not across:
-        return set(slow)
-    half = abs(math.log(_median(across))) / 2
-    return {pair for pair in slow if ratios.get(pair, 0) > 0 and abs(math.log(ratios[pair])) >= half}
+def _tier_matrix(hosts: list[str], topology: Topology) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, list]:
+    """Each pair's tier (an index into TIERS), each rank's switch and group (indices into the sorted names)."""
+    host_names, host_code = np.unique(np.array(hosts, dtype=object), return_inverse=True)
+    switch_names, switch_code = np.unique(
+        np.array([topology.switch_of(h) for h in hosts], dtype=object), return_inverse=True
+    )
+    group_names, group_code = np.unique(
+        np.array([topology.group_of(h) for h in hosts], dtype=object), return_inverse=True
+    )
+    tiers = np.full((len(hosts), len(hosts)), TIERS.index(CROSS_GROUP), dtype=np.int8)
+    for row in range(len(hosts)):  # a row at a time: N^2 bytes in all, no N^2 temporaries
+        line = tiers[row]
+        line[group_code == group_code[row]] = TIERS.index(CROSS_SWITCH)
+        line[switch_code == switch_code[row]] = TIERS.index(SAME_SWITCH)
+        line[host_code == host_code[row]] = TIERS.index(SAME_HOST)
+    return tiers, switch_code, list(switch_names), group_code, list(group_names)
 
 
-def _uplink_entry(name: str, tier: str, pairs: list, slow: set, ratios: dict, values: dict, **where) -> dict:
-    bad, links = _share_slow(pairs, slow)
-    figure = _median([values[pair] for pair in pairs])
-    ratio = _median([ratios[pair] for pair in pairs if pair in ratios])
-    return {"name": name, **where, "tier": tier, "slow_links": bad, "links": links, "value": figure}, ratio
+class _Out:
+    """A switch's pairs out of it not yet explained (cross-switch or cross-group, one end under it), read once from
+    the N x N matrices as two blocks: ``there`` (its hosts to the others) and ``back`` (the others to its hosts);
+    the pairs' values, logs and tiers in that order, there's first."""
+
+    def __init__(self, mine, others, present, explained, tiers, values, logs):
+        self.mine, self.others = mine, others
+        cross = TIERS.index(CROSS_SWITCH)
+        there_tiers, back_tiers = _block(tiers, mine, others), _block(tiers, others, mine)
+        self.there = _block(present, mine, others) & ~_block(explained, mine, others) & (there_tiers >= cross)
+        self.back = _block(present, others, mine) & ~_block(explained, others, mine) & (back_tiers >= cross)
+        self.pairs = np.concatenate([self.there.ravel(), self.back.ravel()])
+        self.tiers = np.concatenate([there_tiers[self.there], back_tiers[self.back]])
+        self.values = np.concatenate(
+            [_block(values, mine, others)[self.there], _block(values, others, mine)[self.back]]
+        )
+        self.logs = np.concatenate([_block(logs, mine, others)[self.there], _block(logs, others, mine)[self.back]])
+        self.links = self.there | self.back.T
+
+    def as_links(self, chosen: np.ndarray) -> np.ndarray:
+        """The links (its host i, other host j) with a direction among ``chosen`` (a bool per pair, in order)."""
+        split = int(self.there.sum())
+        there, back = np.zeros_like(self.there), np.zeros_like(self.back)
+        there[self.there], back[self.back] = chosen[:split], chosen[split:]
+        return there | back.T
+
+    def explain(self, explained: np.ndarray) -> None:
+        explained[np.ix_(self.mine, self.others)] |= self.there
+        explained[np.ix_(self.others, self.mine)] |= self.back
 
 
-def _slow_parts(values: dict, tiers: dict, places: dict, worse: str, z: float, floor: float):
-    """The slow global links and uplinks (module docstring), the pairs they explain, and the suspects: the
-    hosts under a switch whose cross-switch and intra-switch links are slow alike, which the host rule takes as
-    its first guess (their pairs can be most of a tier, and its median then theirs)."""
+def _slow_parts(values: np.ndarray, tiers: np.ndarray, switches, groups, worse: str, z: float, floor: float):
+    """The slow global links and uplinks (module docstring), the pairs they explain (a mask), and the suspects
+    (a bool per rank): the hosts under a switch whose cross-switch and intra-switch links are slow alike, which
+    the host rule takes as its first guess (their pairs can be most of a tier, and its median then theirs)."""
+    switch_code, switch_names = switches
+    group_code, group_names = groups
+    count = len(values)
+    logs = _logs(values)
+    present = ~np.isnan(values)
+    explained = np.zeros_like(present)
+    suspects = np.zeros(count, dtype=bool)
     found: list[dict] = []
-    explained: set = set()
-    suspects: set = set()  # the hosts of a switch whose own links are slow, out of it and within it alike
+    cross, ss, cg = TIERS.index(CROSS_SWITCH), TIERS.index(SAME_SWITCH), TIERS.index(CROSS_GROUP)
 
     def name(entry: dict, ratio: float) -> None:
         entry.update(ratio=ratio, median=_ratio(entry["value"], ratio))
         found.append(entry)
 
-    across_groups = [pair for pair in values if tiers[pair] == CROSS_GROUP]
-    group_pairs = sorted({tuple(sorted({places[a][1], places[b][1]})) for a, b in across_groups})
-    for pair_of_groups in group_pairs:
-        between = [p for p in across_groups if {places[p[0]][1], places[p[1]][1]} == set(pair_of_groups)]
-        others = [p for p in across_groups if p not in between]
-        slow, ratios = _slow_in_tier(values, tiers, between, others, worse, z, floor)
-        bad, links = _share_slow(between, slow)
-        if bad and bad >= UPLINK_SHARE * links:
-            g1, g2 = pair_of_groups
-            entry, ratio = _uplink_entry(f"global link {g1}-{g2}", CROSS_GROUP, between, slow, ratios, values)
-            name(dict(entry, groups=[g1, g2]), ratio)
-            explained |= set(between)
-    for switch in sorted({place[0] for place in places.values()}):
-        under = {rank for rank, place in places.items() if place[0] == switch}
-        out = [p for p in values if len(set(p) & under) == 1 and tiers[p] in (CROSS_SWITCH, CROSS_GROUP)]
-        out = [p for p in out if p not in explained]
-        inside = [p for p in values if set(p) <= under and tiers[p] == SAME_SWITCH]
-        if not out or not inside:  # one host under it: a slow uplink looks like a slow host (the host's entry)
-            continue
-        elsewhere = [p for p in values if not set(p) & under and p not in explained]
-        slow_out, ratios = _slow_in_tier(values, tiers, out, elsewhere, worse, z, floor)
-        bad, links = _share_slow(out, slow_out)
+    across = present & (tiers == cg)
+    if across.any():
+        every = _Tier(logs[across], int(across.sum()))
+        members = [np.flatnonzero(group_code == g) for g in range(len(group_names))]
+        for g1, g2 in itertools.combinations(range(len(group_names)), 2):
+            a, b = members[g1], members[g2]
+            there, back = _block(present, a, b), _block(present, b, a)  # g1 -> g2, and g2 -> g1
+            if not (there.any() or back.any()):
+                continue
+            pair_values = np.concatenate([_block(values, a, b)[there], _block(values, b, a)[back]])
+            pair_logs = np.concatenate([_block(logs, a, b)[there], _block(logs, b, a)[back]])
+            judged = every.judge(pair_values, pair_logs, worse, z, floor)
+            if judged is None:
+                continue
+            slow, ratios = judged
+            slow_there, slow_back = np.zeros_like(there), np.zeros_like(back)
+            slow_there[there], slow_back[back] = slow[: there.sum()], slow[there.sum() :]
+            links, bad = int((there | back.T).sum()), int((slow_there | slow_back.T).sum())
+            if bad and bad >= UPLINK_SHARE * links:
+                entry = {"name": f"global link {group_names[g1]}-{group_names[g2]}", "tier": CROSS_GROUP}
+                entry.update(slow_links=bad, links=links, value=ordered.median(pair_values))
+                name(dict(entry, groups=[group_names[g1], group_names[g2]]), ordered.median(ratios))
+                explained[np.ix_(a, b)] |= there
+                explained[np.ix_(b, a)] |= back
+    live = present & ~explained
+    left = {tier: _Tier(logs[live & (tiers == tier)], int((live & (tiers == tier)).sum())) for tier in (cross, cg)}
+    same = present & (tiers == ss)
+    inside_tier = _Tier(logs[same], int(same.sum()))
+    for switch in range(len(switch_names)):
+        under = switch_code == switch
+        mine, others = np.flatnonzero(under), np.flatnonzero(~under)
+        # Its pairs out, as links: row i of a block is its host mine[i], column j the host others[j] ("back" is
+        # the other direction, transposed to the same shape).
+        out = _Out(mine, others, present, explained, tiers, values, logs)
+        inside = _block(same, mine, mine)
+        if not out.pairs.any() or not inside.any():
+            continue  # one host under it: a slow uplink looks like a slow host (the host's entry)
+        slow_out = np.zeros(out.values.size, dtype=bool)
+        ratios = np.full(out.values.size, math.nan)
+        rated = np.zeros(out.values.size, dtype=bool)
+        for tier in (cross, cg):
+            of = out.tiers == tier
+            if of.any():
+                judged = left[tier].judge(out.values[of], out.logs[of], worse, z, floor)
+                if judged is not None:
+                    slow_out[of], ratios[of], rated[of] = judged[0], judged[1], True
+        slow_links = out.as_links(slow_out)
+        links, bad = int(out.links.sum()), int(slow_links.sum())
         if not (bad and bad >= UPLINK_SHARE * links):
             continue
-        slow_in, ratios_in = _slow_in_tier(values, tiers, inside, elsewhere, worse, z, floor)
-        alike = _slowed_alike(slow_in, ratios_in, [ratios[p] for p in slow_out if p in ratios])
-        bad_in, links_in = _share_slow(inside, slow_in)
-        alike_in, _ = _share_slow(inside, alike)
+        inside_values, inside_logs = _block(values, mine, mine)[inside], _block(logs, mine, mine)[inside]
+        judged = inside_tier.judge(inside_values, inside_logs, worse, z, floor)
+        slow_in = np.zeros_like(inside)
+        alike = np.zeros_like(inside)
+        if judged is not None:
+            slow_in[inside] = judged[0]
+            across_ratios = ratios[slow_out]
+            if across_ratios.size:
+                half = abs(math.log(ordered.median(across_ratios))) / 2
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    far = (judged[1] > 0) & (np.abs(np.log(judged[1])) >= half)
+                alike[inside] = judged[0] & far
+            else:
+                alike = slow_in
+        links_in, bad_in, alike_in = _links(inside), _links(slow_in), _links(alike)
         if alike_in <= (1 - UPLINK_SHARE) * links_in:
-            tier = CROSS_SWITCH if any(tiers[p] == CROSS_SWITCH for p in out) else CROSS_GROUP
-            entry, ratio = _uplink_entry(f"{switch}'s uplink", tier, out, slow_out, ratios, values, switch=switch)
-            name(dict(entry, intra_links=links_in, slow_intra_links=bad_in, alike_intra_links=alike_in), ratio)
-            explained |= set(out)
+            tier = CROSS_SWITCH if (out.tiers == cross).any() else CROSS_GROUP
+            entry = {"name": f"{switch_names[switch]}'s uplink", "switch": switch_names[switch], "tier": tier}
+            entry.update(slow_links=bad, links=links, value=ordered.median(out.values))
+            entry.update(intra_links=links_in, slow_intra_links=bad_in, alike_intra_links=alike_in)
+            name(entry, ordered.median(ratios[rated]))
+            out.explain(explained)
+            for tier in (cross, cg):
+                of = out.tiers == tier
+                left[tier].take_out(out.values[of], out.logs[of])
         else:  # its hosts slow their own pairs alike: slow hosts, not the uplink
-            slow = slow_out | alike
-            suspects |= {rank for rank in under if slow_host(*_link_counts(rank, out + inside, slow))}
+            bad_links = slow_links.sum(axis=1) + (alike | alike.T).sum(axis=1)
+            all_links = out.links.sum(axis=1) + (inside | inside.T).sum(axis=1)
+            suspects[mine[slow_host(bad_links, all_links)]] = True
     return found, explained, suspects
 
 
-def _tier_stats(values: dict, tiers: dict) -> dict:
-    """Each tier's median, spread (SPREAD's quantiles) and directed pair count, nearest tier first."""
+def _tier_stats(values: np.ndarray, tiers: np.ndarray, chosen: np.ndarray) -> dict:
+    """Each tier's median, spread (SPREAD's quantiles) and directed pair count over the ``chosen`` pairs with a
+    positive figure, nearest tier first."""
     stats = {}
-    for tier in TIERS:
-        mine = [v for pair, v in values.items() if tiers[pair] == tier and v > 0]
-        if mine:
+    for index, tier in enumerate(TIERS):
+        mine = values[chosen & (tiers == index) & (values > 0)]
+        if mine.size:
             low, high = (_quantile(mine, q) for q in SPREAD)
-            stats[tier] = {"median": _median(mine), "p10": low, "p90": high, "pairs": len(mine)}
+            stats[tier] = {"median": ordered.median(mine), "p10": low, "p90": high, "pairs": int(mine.size)}
     return stats
 
 
-def _kept_tier_stats(values: dict, kept: dict, tiers: dict) -> dict:
-    """Each tier's figures over the pairs no slow uplink or host explains (the medians pairs are held against);
-    a tier all of whose pairs are explained, over all of them."""
-    every, healthy = _tier_stats(values, tiers), _tier_stats(kept, tiers)
-    return {tier: healthy.get(tier, stats) for tier, stats in every.items()}
-
-
-def _tiered_group(transport, kernel, schedule, size, values, hosts, topology: Topology, z, floor) -> dict:
+def _tiered_group(where: tuple, ranks, hosts, values, topology: Topology, z, floor) -> dict:
     """One group judged within its tiers: the slow global links and uplinks first, then the hosts and links on
     the rest, each pair's figure taken over its tier's median so every tier is held to the same rule."""
-    metric, worse = METRICS[kernel]
-    ranks = {rank for pair in values for rank in pair}
-    places = {rank: (topology.switch_of(hosts[rank]), topology.group_of(hosts[rank])) for rank in ranks}
-    tiers = {pair: topology.tier(hosts[pair[0]], hosts[pair[1]]) for pair in values}
-    uplinks, explained, suspects = _slow_parts(values, tiers, places, worse, z, floor)
-    rest = {pair: v for pair, v in values.items() if pair not in explained}
-    slow_ranks: set[int] = set(suspects)  # a first guess only: the passes below keep the hosts that are slow
+    worse = where[5]
+    tiers, switch_code, switch_names, group_code, group_names = _tier_matrix(hosts, topology)
+    present = ~np.isnan(values)
+    uplinks, explained, suspects = _slow_parts(
+        values, tiers, (switch_code, switch_names), (group_code, group_names), worse, z, floor
+    )
+    rest = present & ~explained
+    slow_ranks = suspects  # a first guess only: the passes below keep the hosts that are slow
     for _ in range(TIER_PASSES):  # a slow host can hold half a small tier: its median, then without its pairs
-        kept = {pair: v for pair, v in rest.items() if not set(pair) & slow_ranks}
-        medians = {tier: stats["median"] for tier, stats in _tier_stats(kept, tiers).items()}
-        scaled = {pair: _ratio(v, medians[tiers[pair]]) for pair, v in rest.items() if v > 0 and tiers[pair] in medians}
+        kept = rest & ~_touching(slow_ranks)
+        medians = np.full(len(TIERS), math.nan)
+        for tier, stats in _tier_stats(values, tiers, kept).items():
+            medians[TIERS.index(tier)] = stats["median"]
+        with np.errstate(invalid="ignore"):
+            scaled = np.where(rest & (values > 0), values / medians[tiers], math.nan)
         found = _slow_hosts_alone(scaled, worse, z, floor)
-        if found == slow_ranks:
+        if np.array_equal(found, slow_ranks):
             break
         slow_ranks = found
-    healthy = [pair for pair in scaled if not set(pair) & slow_ranks]
-    centre, mad, threshold, slow = judge_group(scaled, worse, z, healthy, floor)
-    group = _group_verdict(transport, kernel, schedule, size, metric, worse, scaled, hosts, slow, slow_ranks, threshold)
-    alone = {rank for rank in ranks if not any(tiers[p] == SAME_SWITCH for p in values if rank in p)}
+    logs = _logs(scaled)
+    healthy = ~np.isnan(scaled) & ~_touching(slow_ranks)
+    rule = _Judged.of(logs[~np.isnan(logs)], logs[healthy & ~np.isnan(logs)], worse, z, floor)
+    centre = rule.median
+    group = _group_verdict(where, ranks, hosts, scaled, rule.slow(logs), slow_ranks, rule.threshold)
+    same_switch = present & (tiers == TIERS.index(SAME_SWITCH))
+    alone = ~(same_switch.any(axis=0) | same_switch.any(axis=1))
+    place = {rank: index for index, rank in enumerate(ranks.tolist())}
     for host in group["slow_hosts"]:  # its figure in the metric's unit; its ratio over its tiers' medians
-        rank = host["rank"]
+        index = place[host["rank"]]
         host["ratio"] = _ratio(host["value"], centre)
-        host["value"] = _median([v for p, v in rest.items() if rank in p])
+        host["value"] = ordered.median(_own(np.where(rest, values, math.nan), index, np.ones(len(ranks), dtype=bool)))
         host["median"] = _ratio(host["value"], host["ratio"])
-        if rank in alone:
-            host["alone_under"] = places[rank][0]
+        if alone[index]:
+            host["alone_under"] = switch_names[switch_code[index]]
+    pick = min if worse == "low" else max
     for link in group["slow_links"]:
-        pair = (link["src_rank"], link["dst_rank"])
-        pick = min if worse == "low" else max
-        link["value"] = pick(values[tuple(d)] for d in link["directions"])
-        tier = tiers[pair if pair in tiers else pair[::-1]]  # a link of one measured direction: that one's
-        link["tier"] = tier
-        link["median"] = medians[tier] * centre
+        a, b = place[link["src_rank"]], place[link["dst_rank"]]
+        link["value"] = pick(float(values[place[s], place[d]]) for s, d in link["directions"])
+        link["tier"] = TIERS[tiers[a, b]]
+        link["median"] = float(medians[tiers[a, b]]) * centre
         link["ratio"] = _ratio(link["value"], link["median"])
+    every, kept_stats = _tier_stats(values, tiers, present), _tier_stats(values, tiers, kept)
     group.update(
-        median=_median([values[pair] for pair in healthy] or list(values.values())),
-        mad_log=_number(mad),
+        median=ordered.median(values[healthy] if healthy.any() else values[present]),
+        mad_log=_number(rule.mad),
         threshold=None,
-        threshold_ratio=_number(_ratio(threshold, centre)),
-        tiers=_kept_tier_stats(values, kept, tiers),
+        threshold_ratio=_number(_ratio(rule.threshold, centre)),
+        tiers={tier: kept_stats.get(tier, stats) for tier, stats in every.items()},
         slow_uplinks=uplinks,
     )
     return group
 
 
-def _group_verdict(
-    transport, kernel, schedule, size, metric, worse, values, hosts, slow, slow_ranks, threshold
-) -> dict:
+def _group_verdict(where: tuple, ranks, hosts, values, slow, slow_ranks, threshold) -> dict:
     """One group's links and hosts: slow hosts first (those judged slow themselves, and those with more than half
     their links slow), then the slow links between hosts that are not."""
-    median = _median(list(values.values()))
-    links: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for src, dst in values:
-        links.setdefault((min(src, dst), max(src, dst)), [])
-    for src, dst in slow:
-        links[(min(src, dst), max(src, dst))].append((src, dst))
+    transport, kernel, schedule, size, metric, worse = where
+    count = len(ranks)
+    present = ~np.isnan(values)
+    median = ordered.median(values[present])
+    linked = present | present.T
+    either = slow | slow.T
+    # Each rank's links and slow links: all of a slow rank's; another's without its links to the slow ranks.
+    allowed = ~slow_ranks
+    links = np.where(slow_ranks, linked.sum(axis=1), (linked & allowed).sum(axis=1))
+    bad = np.where(slow_ranks, either.sum(axis=1), (either & allowed).sum(axis=1))
+    flagged = slow_ranks.copy()
+    for rank in np.flatnonzero(~slow_ranks & slow_host(bad, links)):
+        own = _own(values, rank, linked[rank] & allowed)
+        flagged[rank] = _beyond(ordered.median(own[own > 0]), threshold, worse)
+    on_host: dict[str, int] = {}
+    for host in hosts:
+        on_host[host] = on_host.get(host, 0) + 1
+    everyone = np.ones(count, dtype=bool)
     slow_hosts = []
-    flagged: set[int] = set()
-
-    def linked(mine: list) -> list[float]:
-        """The figures of both directions of the links in ``mine``."""
-        return [v for (s, d), v in values.items() if (min(s, d), max(s, d)) in mine and v > 0]
-
-    ranks_on: dict[str, int] = {}
-    for rank in {r for link in links for r in link}:
-        ranks_on[hosts.get(rank, "")] = ranks_on.get(hosts.get(rank, ""), 0) + 1
-    for rank in sorted({r for link in links for r in link}):
-        mine = [link for link in links if rank in link]
-        bad = [link for link in mine if links[link]]
-        if rank not in slow_ranks:  # its links to the slow hosts are theirs: judged on its other links alone
-            mine = [link for link in mine if not set(link) & slow_ranks]
-            bad = [link for link in bad if link in mine]
-        if rank in slow_ranks or (slow_host(len(bad), len(mine)) and _beyond(linked(mine), threshold, worse)):
-            flagged.add(rank)
-            own = [v for (s, d), v in values.items() if rank in (s, d)]
-            figure = _median(own)
-            slow_hosts.append(
-                {
-                    "rank": rank,
-                    "host": hosts.get(rank, ""),
-                    "shared": ranks_on[hosts.get(rank, "")] > 1,  # other measured ranks share its host
-                    "slow_links": len(bad),
-                    "links": len(mine),
-                    "value": figure,
-                    "ratio": _ratio(figure, median),
-                }
-            )
+    for rank in np.flatnonzero(flagged).tolist():
+        figure = ordered.median(_own(values, rank, everyone))
+        slow_hosts.append(
+            {
+                "rank": int(ranks[rank]),
+                "host": hosts[rank],
+                "shared": on_host[hosts[rank]] > 1,  # other measured ranks share its host
+                "slow_links": int(bad[rank]),
+                "links": int(links[rank]),
+                "value": figure,
+                "ratio": _ratio(figure, median),
+            }
+        )
+    pick = min if worse == "low" else max
     slow_links = []
-    for (a, b), directions in sorted(links.items()):
-        if not directions or a in flagged or b in flagged:
-            continue
-        pick = min if worse == "low" else max
-        worst = pick(values[d] for d in directions)
+    for a, b in zip(*np.nonzero(np.triu(either & ~_touching(flagged), 1)), strict=True):
+        directions = [(a, b)] if slow[a, b] else []
+        directions += [(b, a)] if slow[b, a] else []
+        worst = pick(float(values[d]) for d in directions)
         slow_links.append(
             {
-                "src_rank": a,
-                "dst_rank": b,
-                "src_host": hosts.get(a, ""),
-                "dst_host": hosts.get(b, ""),
-                "directions": [[s, d] for s, d in sorted(directions)],
+                "src_rank": int(ranks[a]),
+                "dst_rank": int(ranks[b]),
+                "src_host": hosts[a],
+                "dst_host": hosts[b],
+                "directions": [[int(ranks[s]), int(ranks[d])] for s, d in directions],
                 "value": worst,
                 "ratio": _ratio(worst, median),
             }
@@ -554,7 +782,7 @@ def _group_verdict(
         "size_B": size,
         "metric": metric,
         "worse": worse,
-        "pairs": len(values),
+        "pairs": int(present.sum()),
         "median": median,
         "slow_links": slow_links,
         "slow_hosts": slow_hosts,
