@@ -93,24 +93,30 @@ def test_the_verdict_is_the_pinned_one(case):
     assert _difference(json.loads(json.dumps(found)), case["verdict"]) is None
 
 
-def test_pairs_read_from_parquet_give_the_pinned_verdicts():
-    """What analysis reads (Pairs.from_arrow: only PAIR_COLUMNS, text columns dictionary-encoded, several row
-    groups) judges as the rows do."""
-    import io
-
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_pairs_read_back_from_a_table_file_give_the_pinned_verdicts(tmp_path, suffix, monkeypatch):
+    """What analysis reads (analysis.load.read_pairs: only PAIR_COLUMNS, a batch of rows at a time, each group's
+    matrix filled from them) judges as the rows do."""
     import pyarrow as pa
+    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from fabricbench.measure.verdict import PAIR_COLUMNS, Pairs
+    from fabricbench.analysis import load
+    from fabricbench.measure.verdict import PAIR_COLUMNS
 
+    monkeypatch.setattr(load, "PAIR_BATCH_ROWS", 97)  # several batches, groups split across them
     kinds = {"bw_MBps": pa.float64(), "lat_p50_us": pa.float64(), "size_B": pa.int64()}
     kinds |= {"src_rank": pa.int64(), "dst_rank": pa.int64()}
-    for case in CASES[::10]:
+    for number, case in enumerate(CASES[::10]):
         rows = _rows(case)
-        columns = {c: pa.array([row.get(c) for row in rows], type=kinds.get(c, pa.string())) for c in PAIR_COLUMNS}
-        file = io.BytesIO()
-        pq.write_table(pa.table(columns), file, row_group_size=97)
-        file.seek(0)
-        table = pq.read_table(file, read_dictionary=["transport", "kernel", "src_host", "dst_host"])
-        found = verdict(Pairs.from_arrow(table), case["z"], "", case["floor"], _topology(case["topology"]))
+        table = pa.table(
+            {c: pa.array([row.get(c) for row in rows], type=kinds.get(c, pa.string())) for c in PAIR_COLUMNS}
+        )
+        path = tmp_path / f"case{number}{suffix}"
+        if suffix == ".parquet":
+            pq.write_table(table, path, row_group_size=150)
+        else:
+            pacsv.write_csv(table, path)
+        run = load.read_pairs(path)
+        found = verdict(run.groups(), case["z"], "", case["floor"], _topology(case["topology"]))
         assert _difference(json.loads(json.dumps(found)), case["verdict"]) is None, case["name"]

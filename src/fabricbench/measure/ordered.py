@@ -16,30 +16,37 @@ import math
 from fabricbench.lazy import np
 
 
-def median(values: np.ndarray) -> float:
-    """The middle value, or the mean of the two middle ones (NaN for none)."""
+def median(values: np.ndarray, in_place: bool = False) -> float:
+    """The middle value, or the mean of the two middle ones (NaN for none); ``in_place``: reorder ``values`` (a
+    copy the caller owns) rather than partition a copy of it."""
     count = values.size
     if not count:
         return math.nan
     half = count // 2
-    if count % 2:
-        return float(np.partition(values, half)[half])
-    part = np.partition(values, (half - 1, half))
-    return float((part[half - 1] + part[half]) / 2)
+    kth = half if count % 2 else (half - 1, half)
+    if in_place:
+        values.partition(kth)
+        part = values
+    else:
+        part = np.partition(values, kth)
+    return float(part[half]) if count % 2 else float((part[half - 1] + part[half]) / 2)
 
 
 def mad(values: np.ndarray, centre: float) -> float:
     """The median absolute deviation of ``values`` from ``centre``."""
-    return median(np.abs(values - centre))
+    off = values - centre
+    return median(np.abs(off, out=off), in_place=True)
 
 
 class Remaining:
-    """A sorted multiset (``base``) less what ``take_out`` removed for good; ``stats(without)`` gives the count,
-    median and MAD of what is left less ``without`` as well (a sorted multiset within what is left)."""
+    """A sorted multiset (``base``, sorted in place: a float64 array the caller hands over) less what ``take_out``
+    removed for good; ``stats(without)`` gives the count, median and MAD of what is left less ``without`` as well
+    (a sorted multiset within what is left)."""
 
     def __init__(self, values: np.ndarray):
-        self.base = np.sort(np.asarray(values, dtype=np.float64))
-        self.removed = self.base[:0]
+        values.sort()
+        self.base = values
+        self.removed = values[:0]
 
     def take_out(self, values: np.ndarray) -> None:
         """Remove ``values`` (each one held by what is left) from every later query."""

@@ -80,7 +80,7 @@ TIER_PASSES = 3  # the most times the tiers' medians are taken again without the
 SPREAD = (0.10, 0.90)  # a tier's spread: these quantiles of its pairs' figures
 # The figure judged for each pairs kernel, and whether a low value (bandwidth) or a high one (latency) is slow.
 METRICS = {"pairs-bw": ("bw_MBps", "low"), "pairs-latency": ("lat_p50_us", "high")}
-# The table's columns the verdict reads (Pairs.from_arrow): what analysis takes from a run's Parquet file.
+# The table's columns a group of pair rows is made of: all that analysis reads of the all-pairs rows.
 PAIR_COLUMNS = ("transport", "kernel", "schedule", "size_B", "src_rank", "dst_rank", "src_host", "dst_host")
 PAIR_COLUMNS += ("status", "validation", *(metric for metric, _ in METRICS.values()))
 
@@ -141,126 +141,65 @@ def slow_host(slow_links, links):
 
 
 @dataclass
-class Pairs:
-    """The rows the verdict reads, as columns: each measured, valid pair row's group (an index into ``keys``, a
-    (transport, kernel, schedule, size) each), its source and destination rank and its figure; and each rank's
-    host. ``from_rows`` reads dicts with the table's columns, ``from_arrow`` a pyarrow table of them."""
+class PairGroup:
+    """One group of pair rows (a transport, kernel, schedule and size) as a matrix: its ranks (sorted), each rank's
+    host, and an N x N float64 matrix of each ordered pair's figure (NaN where none; the diagonal is none)."""
 
-    keys: list[tuple]
-    group: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    value: np.ndarray
-    hosts: dict[int, str]
+    key: tuple
+    ranks: np.ndarray
+    hosts: list[str]
+    values: np.ndarray
 
-    @classmethod
-    def from_rows(cls, rows: Iterable[dict]) -> Pairs:
-        """Rows of another kernel, not ``ok``, failed validation or without the kernel's figure are left out."""
-        keys: dict[tuple, int] = {}
-        group, src, dst, value = [], [], [], []
-        hosts: dict[int, str] = {}
-        for row in rows:
-            if row.get("kernel") not in METRICS or not is_measured(row.get("status", "")):
-                continue
-            if row.get("validation") == "fail":
-                continue
-            figure = row.get(METRICS[row["kernel"]][0])
-            if figure is None or figure == "" or (isinstance(figure, float) and math.isnan(figure)):
-                continue
-            source, destination = int(row["src_rank"]), int(row["dst_rank"])
-            hosts[source], hosts[destination] = str(row.get("src_host", "")), str(row.get("dst_host", ""))
-            key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
-            group.append(keys.setdefault(key, len(keys)))
-            src.append(source)
-            dst.append(destination)
-            value.append(float(figure))
-        arrays = (np.array(column, dtype=kind) for column, kind in ((group, np.int64), (src, np.int64)))
-        return cls(list(keys), *arrays, np.array(dst, dtype=np.int64), np.array(value, dtype=np.float64), hosts)
+    @property
+    def metric(self) -> str:
+        return METRICS[self.key[1]][0]
 
-    @classmethod
-    def from_arrow(cls, table) -> Pairs:
-        """The same from a pyarrow table holding (at least) PAIR_COLUMNS, its text columns plain or
-        dictionary-encoded: column by column, never a row at a time (analysis reads only these from Parquet)."""
-        kernel, kernels = _codes(table["kernel"])
-        figure = np.full(table.num_rows, math.nan)
-        for code, name in enumerate(kernels):
-            if name in METRICS:
-                chosen = kernel == code
-                figure[chosen] = table[METRICS[name][0]].to_numpy()[chosen]
-        status, statuses = _codes(table["status"])
-        validation, validations = _codes(table["validation"])
-        keep = np.isin(status, [code for code, name in enumerate(statuses) if is_measured(name)])
-        keep &= ~np.isnan(figure)
-        if "fail" in validations:
-            keep &= validation != validations.index("fail")
-        columns = [_codes(table[name]) for name in ("transport", "kernel", "schedule", "size_B")]
-        combined = np.zeros(int(keep.sum()), dtype=np.int64)
-        for codes, names in columns:  # one number per (transport, kernel, schedule, size): few, so a bincount
-            combined = combined * max(len(names), 1) + codes[keep]
-        present = np.flatnonzero(np.bincount(combined)) if combined.size else combined
-        lookup = np.zeros(int(present[-1]) + 1 if present.size else 0, dtype=np.int64)
-        lookup[present] = np.arange(present.size)
-        keys = []
-        for number in present.tolist():
-            parts = []
-            for _, names in reversed(columns):
-                number, code = divmod(number, max(len(names), 1))
-                parts.append(names[code])
-            transport, kernel_name, schedule, size = reversed(parts)
-            keys.append((transport, kernel_name, schedule, int(size)))
-        src = table["src_rank"].to_numpy()[keep].astype(np.int64)
-        dst = table["dst_rank"].to_numpy()[keep].astype(np.int64)
-        (src_host, src_names), (dst_host, dst_names) = (_codes(table[name]) for name in ("src_host", "dst_host"))
-        hosts = _last_host(src, dst, src_host[keep], dst_host[keep], (src_names, dst_names))
-        return cls(keys, lookup[combined], src, dst, figure[keep], hosts)
 
-    def matrix(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Group ``index`` as (its ranks, sorted; an N x N matrix of each ordered pair's figure, NaN where none).
-        Repeated rows of a pair (run --repeat) count once, at their median; a rank's row with itself is no pair."""
-        chosen = (self.group == index) & (self.src != self.dst)
-        src, dst, value = self.src[chosen], self.dst[chosen], self.value[chosen]
+def fill_matrix(ranks: np.ndarray, src: np.ndarray, dst: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The N x N matrix of ``ranks`` (sorted) from one group's rows; repeated rows of a pair (run --repeat) count
+    once, at their median, and a rank's row with itself is no pair."""
+    count = len(ranks)
+    chosen = src != dst
+    code = np.searchsorted(ranks, src[chosen]) * count + np.searchsorted(ranks, dst[chosen])
+    value = value[chosen]
+    values = np.full(count * count, math.nan)
+    values[code] = value
+    if np.count_nonzero(~np.isnan(values)) < len(code):  # repeats: each pair's median
+        order = np.lexsort((value, code))
+        code, value = code[order], value[order]
+        starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+        ends = np.r_[starts[1:], len(code)]
+        low, high = value[starts + (ends - starts - 1) // 2], value[starts + (ends - starts) // 2]
+        values[code[starts]] = np.where(low == high, low, (low + high) / 2)
+    return values.reshape(count, count)
+
+
+def pair_groups(rows: Iterable[dict]) -> list[PairGroup]:
+    """The groups of pair rows given as dicts with the table's columns, in (transport, kernel, schedule, size)
+    order. Rows of another kernel, not ``ok``, failed validation or without the kernel's figure are left out;
+    a rank's host is what the group's rows last say."""
+    groups: dict[tuple, tuple[list, list, list, dict]] = {}
+    for row in rows:
+        if row.get("kernel") not in METRICS or not is_measured(row.get("status", "")):
+            continue
+        if row.get("validation") == "fail":
+            continue
+        figure = row.get(METRICS[row["kernel"]][0])
+        if figure is None or figure == "" or (isinstance(figure, float) and math.isnan(figure)):
+            continue
+        key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
+        src, dst, value, hosts = groups.setdefault(key, ([], [], [], {}))
+        src.append(int(row["src_rank"]))
+        dst.append(int(row["dst_rank"]))
+        value.append(float(figure))
+        hosts[src[-1]], hosts[dst[-1]] = str(row.get("src_host", "")), str(row.get("dst_host", ""))
+    found = []
+    for key, (src, dst, value, hosts) in sorted(groups.items()):
+        src, dst = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
         ranks = np.unique(np.concatenate([src, dst]))
-        count = len(ranks)
-        code = np.searchsorted(ranks, src) * count + np.searchsorted(ranks, dst)
-        values = np.full(count * count, math.nan)
-        values[code] = value
-        if np.count_nonzero(~np.isnan(values)) < len(code):  # repeats: each pair's median
-            order = np.lexsort((value, code))
-            code, value = code[order], value[order]
-            starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-            ends = np.r_[starts[1:], len(code)]
-            low, high = value[starts + (ends - starts - 1) // 2], value[starts + (ends - starts) // 2]
-            values[code[starts]] = np.where(low == high, low, (low + high) / 2)
-        return ranks, values.reshape(count, count)
-
-
-def _codes(column) -> tuple[np.ndarray, list]:
-    """A pyarrow column (plain or dictionary-encoded) as codes into the list of its distinct values, null as ""."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    known: dict = {}
-    codes = []
-    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
-        encoded = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
-        names = ["" if value is None else value for value in encoded.dictionary.to_pylist()]
-        mapping = np.array([known.setdefault(value, len(known)) for value in [*names, ""]], dtype=np.int64)
-        codes.append(mapping[pc.fill_null(encoded.indices, len(names)).to_numpy()])
-    return (np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)), list(known)
-
-
-def _last_host(src, dst, src_host, dst_host, names) -> dict[int, str]:
-    """Each rank's host as the rows last say it (rows in order, a row's source before its destination)."""
-    ranks = np.unique(np.concatenate([src, dst]))
-    last = np.full(len(ranks), -1, dtype=np.int64)
-    order = np.arange(len(src), dtype=np.int64) * 2
-    np.maximum.at(last, np.searchsorted(ranks, src), order)
-    np.maximum.at(last, np.searchsorted(ranks, dst), order + 1)
-    hosts = {}
-    for rank, at in zip(ranks.tolist(), last.tolist(), strict=True):
-        row, side = divmod(at, 2)
-        hosts[rank] = names[side][(dst_host if side else src_host)[row]]
-    return hosts
+        matrix = fill_matrix(ranks, src, dst, np.array(value, dtype=np.float64))
+        found.append(PairGroup(key, ranks, [hosts[rank] for rank in ranks.tolist()], matrix))
+    return found
 
 
 class _Judged:
@@ -279,7 +218,7 @@ class _Judged:
         if judged.size < MIN_PAIRS:
             return cls(math.nan, math.nan, worse, z, floor)
         base = reference if reference is not None and reference.size >= MIN_PAIRS else judged
-        centre = ordered.median(base)
+        centre = ordered.median(base, in_place=True)  # ``base`` is a copy: reordering it leaves its MAD alone
         return cls(centre, ordered.mad(base, centre), worse, z, floor)
 
     @property
@@ -289,8 +228,10 @@ class _Judged:
 
     def slow(self, logs: np.ndarray) -> np.ndarray:
         """Which logs lie beyond the reach (NaN: none)."""
+        off = logs - self.centre
+        off *= self.sign
         with np.errstate(invalid="ignore"):
-            return self.sign * (logs - self.centre) > self.reach
+            return off > self.reach
 
 
 def _logs(values: np.ndarray) -> np.ndarray:
@@ -335,6 +276,7 @@ def _slow_hosts_alone(values: np.ndarray, worse: str, z: float, floor: float) ->
         slows = [rule.slow(logs) for rule in rules]
     else:
         rule = _Judged.of(judged, None, worse, z, floor)
+        del judged  # a copy of every figure's log: gone before the slow pairs are marked
         rules, slows = [rule] * count, [rule.slow(logs)] * count
 
     def slow(besides: np.ndarray) -> np.ndarray:
@@ -359,14 +301,15 @@ def _slow_hosts_alone(values: np.ndarray, worse: str, z: float, floor: float) ->
 
 
 def verdict(
-    rows: Iterable[dict] | Pairs,
+    rows: Iterable[dict] | Iterable[PairGroup],
     z: float = DEFAULT_OUTLIER_Z,
     run_id: str = "",
     floor: float = MIN_EFFECT,
     topology: Topology | None = None,
 ) -> dict:
-    """The slow links and slow hosts among measured pair rows (dicts with the table's columns, or ``Pairs``), and
-    with a ``topology`` the slow uplinks and global links, each pair judged within its tier.
+    """The slow links and slow hosts among measured pair rows (dicts with the table's columns, or the groups as
+    matrices, ``PairGroup``s in key order, one at a time), and with a ``topology`` the slow uplinks and global
+    links, each pair judged within its tier.
 
     Rows of another kernel, or not ``ok``, are left out. Repeated rows of one
     ordered pair (``run --repeat``) count once, at their median. A link is an
@@ -376,13 +319,16 @@ def verdict(
     verdict holds no tier or uplink key. Every rule works on the group's N x N
     matrix: time and memory grow with the pairs, N^2.
     """
-    pairs = rows if isinstance(rows, Pairs) else Pairs.from_rows(rows)
+    items = iter(rows)
+    first = next(items, None)
+    every = itertools.chain([first], items) if first is not None else iter(())
+    groups = every if isinstance(first, PairGroup) else pair_groups(every)
     judged = []
-    for index, (transport, kernel, schedule, size) in sorted(enumerate(pairs.keys), key=lambda item: item[1]):
+    for group in groups:
+        transport, kernel, schedule, size = group.key
         metric, worse = METRICS[kernel]
-        ranks, values = pairs.matrix(index)
+        ranks, hosts, values = group.ranks, group.hosts, group.values
         where = (transport, kernel, schedule, size, metric, worse)
-        hosts = [pairs.hosts.get(rank, "") for rank in ranks.tolist()]
         if topology is not None:
             judged.append(_tiered_group(where, ranks, hosts, values, topology, z, floor))
             continue
@@ -459,13 +405,17 @@ def _placed(entry: dict, group: dict) -> dict:
     return placed
 
 
-def _quantile(values: np.ndarray, q: float) -> float:
-    """The q quantile, linear between the two nearest values (numpy's default method, in its plain form)."""
-    at = q * (len(values) - 1)
-    low = math.floor(at)
-    high = min(low + 1, len(values) - 1)
-    part = np.partition(values, (low, high))
-    return float(part[low] + (part[high] - part[low]) * (at - low))
+def _spread(values: np.ndarray) -> dict:
+    """The median and SPREAD's quantiles (linear between the two nearest values, numpy's default method in its
+    plain form) of ``values``, a copy the caller owns: one partition, in place, for all of them."""
+    last = len(values) - 1
+    at = {q: q * last for q in SPREAD}
+    sides = {q: (math.floor(a), min(math.floor(a) + 1, last)) for q, a in at.items()}
+    values.partition(sorted({*(k for pair in sides.values() for k in pair), last // 2, len(values) // 2}))
+    figures = {q: float(values[low] + (values[high] - values[low]) * (at[q] - low)) for q, (low, high) in sides.items()}
+    half = len(values) // 2
+    middle = values[half] if len(values) % 2 else (values[half - 1] + values[half]) / 2
+    return {"median": float(middle), "p10": figures[SPREAD[0]], "p90": figures[SPREAD[1]]}
 
 
 def _links(chosen: np.ndarray) -> int:
@@ -662,8 +612,7 @@ def _tier_stats(values: np.ndarray, tiers: np.ndarray, chosen: np.ndarray) -> di
     for index, tier in enumerate(TIERS):
         mine = values[chosen & (tiers == index) & (values > 0)]
         if mine.size:
-            low, high = (_quantile(mine, q) for q in SPREAD)
-            stats[tier] = {"median": ordered.median(mine), "p10": low, "p90": high, "pairs": int(mine.size)}
+            stats[tier] = {**_spread(mine), "pairs": int(mine.size)}
     return stats
 
 
@@ -700,7 +649,8 @@ def _tiered_group(where: tuple, ranks, hosts, values, topology: Topology, z, flo
     for host in group["slow_hosts"]:  # its figure in the metric's unit; its ratio over its tiers' medians
         index = place[host["rank"]]
         host["ratio"] = _ratio(host["value"], centre)
-        host["value"] = ordered.median(_own(np.where(rest, values, math.nan), index, np.ones(len(ranks), dtype=bool)))
+        own = np.concatenate([values[index, rest[index]], values[rest[:, index], index]])
+        host["value"] = ordered.median(own, in_place=True)
         host["median"] = _ratio(host["value"], host["ratio"])
         if alone[index]:
             host["alone_under"] = switch_names[switch_code[index]]
@@ -713,7 +663,7 @@ def _tiered_group(where: tuple, ranks, hosts, values, topology: Topology, z, flo
         link["ratio"] = _ratio(link["value"], link["median"])
     every, kept_stats = _tier_stats(values, tiers, present), _tier_stats(values, tiers, kept)
     group.update(
-        median=ordered.median(values[healthy] if healthy.any() else values[present]),
+        median=ordered.median(values[healthy] if healthy.any() else values[present], in_place=True),
         mad_log=_number(rule.mad),
         threshold=None,
         threshold_ratio=_number(_ratio(rule.threshold, centre)),
@@ -729,7 +679,7 @@ def _group_verdict(where: tuple, ranks, hosts, values, slow, slow_ranks, thresho
     transport, kernel, schedule, size, metric, worse = where
     count = len(ranks)
     present = ~np.isnan(values)
-    median = ordered.median(values[present])
+    median = ordered.median(values[present], in_place=True)
     linked = present | present.T
     either = slow | slow.T
     # Each rank's links and slow links: all of a slow rank's; another's without its links to the slow ranks.
