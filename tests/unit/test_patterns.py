@@ -16,6 +16,7 @@ from fabricbench.errors import Unsupported
 from fabricbench.measure.kernels import KERNELS, get_kernel
 from fabricbench.measure.plan import AllPairsOptions, Plan, Step
 from fabricbench.measure.results import COLUMNS
+from fabricbench.measure.topology import parse_slurm
 from fabricbench.run import runner
 from fabricbench.run.patterns import PATTERNS, AllPairs, GpuRoutes, Pattern, Phase, Timed, pattern_of
 from fabricbench.run.patterns.all_pairs import PAIR_SUMMARY
@@ -197,7 +198,7 @@ def _all_pairs(kernel: str, table: list[np.ndarray]) -> list[dict]:
     pattern.ranks, pattern.hosts = [0, 1, 2], ["h0", "h1", "h2"]
     case = Steady(1)
     phase = Phase("phase 1", send_to=1, recv_from=2)
-    return pattern.rows([Timed(phase, case, 5, np.zeros(0), 1, np.stack(table))], 1)
+    return pattern.phase_rows(Timed(phase, case, 5, np.zeros(0), 1, np.stack(table)), 1).rows()
 
 
 def test_an_all_pairs_row_is_its_sources_figures_and_both_ends_validation():
@@ -213,6 +214,35 @@ def test_an_all_pairs_row_is_its_sources_figures_and_both_ends_validation():
     assert first["msgrate_per_s"] == pytest.approx(8 * 5 / 5e-3)
     assert first["lat_p50_us"] == 1000.0 and "lat_rank_avg_us" not in first
     assert {row["validation"] for row in rows} == {"fail"}
+
+
+def test_an_all_pairs_rate_from_a_window_timed_at_0_ns_is_refused_in_its_own_row_alone():
+    rows = _all_pairs("pairs-bw", [_summary(1, 5, 0.0, 1, 0.0, 1.0), _summary(0, 5, 5e6, 1, 0.5e6, 1.0)])
+    assert (
+        math.isnan(rows[0]["bw_MBps"]) and math.isnan(rows[0]["bw_peak_MBps"]) and math.isnan(rows[0]["msgrate_per_s"])
+    )
+    assert "bw_MBps inf (msgrate_per_s with it) refused: not a possible rate" in rows[0]["note"]
+    assert rows[1]["note"] == "" and rows[1]["bw_MBps"] > 0
+
+
+def test_all_pairs_rows_carry_each_pairs_tier_and_hops_from_the_topology():
+    text = "SwitchName=leaf1 Nodes=h[0-1]\nSwitchName=leaf2 Nodes=h2\nSwitchName=spine Switches=leaf[1-2]"
+    fabric = parse_slurm(text, "t.conf")
+    plan = Plan(steps=[], window=8, pairs=AllPairsOptions(schedule="shift"), topology=fabric.to_dict())
+    pattern = AllPairs(OneRank(), Steadies(), get_kernel("pairs-bw"), 1 << 20, plan)
+    pattern.ranks, pattern.hosts = [0, 1, 2, 3], ["h0", "h1", "h2", "h2"]
+    table = [_summary(d, 5, 5e6, 1, 0.5e6, 1.0) for d in (1, 2, 3, 0)]
+    batch = pattern.phase_rows(
+        Timed(Phase("p", send_to=1, recv_from=3), Steady(1), 5, np.zeros(0), 1, np.stack(table)), 1
+    )
+    rows = batch.rows()
+    assert batch.size_rows == 12 and [(r["src_rank"], r["dst_rank"]) for r in rows] == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert [(r["tier"], r["hops"]) for r in rows] == [
+        ("same-switch", 0),
+        ("cross-switch", 2),
+        ("same-host", 0),
+        ("cross-switch", 2),
+    ]
 
 
 def test_an_all_pairs_latency_row_has_no_bandwidth():

@@ -169,6 +169,42 @@ def test_all_pairs_kernels_give_a_row_per_ordered_pair_and_a_verdict(measure, ra
     assert json.loads((done.out / "verdict.json").read_text())  # the reporter judged the pairs it was handed
 
 
+def test_a_size_past_the_csvs_bound_is_spooled_to_parquet_alone_and_judged_from_it(measure, monkeypatch):
+    """Five ranks' matrix (20 pairs) with the bounds made small: its rows go to Parquet parts of at most 7 rows as
+    the phases end, never to the CSV, and results.parquet holds every row at the end, the parts gone."""
+    from fabricbench.analysis.load import read_pairs
+    from fabricbench.measure import results
+    from fabricbench.measure.schema import PARQUET_ONLY_ROWS, PARTS_NAME
+    from fabricbench.run import reporter
+
+    monkeypatch.setattr(reporter, "CSV_SIZE_ROWS", 12)
+    monkeypatch.setattr(reporter, "CONSOLE_SIZE_ROWS", 12)
+    monkeypatch.setattr(results, "PART_ROWS", 7)
+    written = []
+    monkeypatch.setattr(results.PartSpool, "flush", _counting(results.PartSpool.flush, written))
+    done = measure(5, [step("latency", [8]), step("pairs-bw", [64]), step("pairs-latency", [1])])
+    rows = done.rows
+    measured(rows)
+    assert len(rows) == 1 + 2 * 20 and rows.kernel.value_counts()["pairs-bw"] == 20
+    assert done.metadata["rows"] == 41 and done.metadata[PARQUET_ONLY_ROWS] == 40
+    in_csv = pd.read_csv(done.out / CSV_NAME)
+    assert in_csv.kernel.tolist() == ["latency"]
+    assert not (done.out / PARTS_NAME).exists() and sum(written) >= 6  # 40 rows, at most 7 a part
+    assert "# 20 rows at 64 B, one a pair, are in results.parquet" in done.console
+    groups = list(read_pairs(done.out).table.groups())
+    assert [g.key[1] for g in groups] == ["pairs-bw", "pairs-latency"] and groups[0].values.shape == (5, 5)
+    assert json.loads((done.out / "verdict.json").read_text())["groups"][0]["pairs"] == 20
+
+
+def _counting(flush, written: list):
+    def counted(spool):
+        waiting = spool._count
+        flush(spool)
+        written.append(waiting > 0)
+
+    return counted
+
+
 def test_per_node_on_one_host_leaves_one_rank_and_says_so_per_size(measure):
     rows = measure(2, [step("pairs-bw", [1, 64])], pairs=AllPairsOptions(per_node=True)).rows
     assert rows.size_B.tolist() == [1, 64]

@@ -188,19 +188,31 @@ class Kernel:
         and the peak of one window; a collective: nccl-tests' algbw and busbw over the initiators' mean time."""
         columns = dict.fromkeys(BANDWIDTH_COLUMNS, math.nan)
         if self.windowed:
-            per_iteration = self.iteration_bytes(size, ranks, window)
-            seconds = total_ns / 1e9
-            with np.errstate(divide="ignore", invalid="ignore"):  # a window timed at 0 ns is refused by the row
-                columns["bw_MBps"] = float(bandwidth_MBps(per_iteration * iterations, seconds).sum())
-                columns["msgrate_per_s"] = float((window * self.directions * iterations / seconds).sum())
-                if not math.isnan(shortest_ns):
-                    columns["bw_peak_MBps"] = float(bandwidth_MBps(per_iteration, shortest_ns / 1e9))
+            rates = self.window_rates(size, ranks, window, iterations, total_ns, np.array([shortest_ns]))
+            columns["bw_MBps"] = float(rates["bw_MBps"].sum())
+            columns["msgrate_per_s"] = float(rates["msgrate_per_s"].sum())
+            if not math.isnan(shortest_ns):
+                columns["bw_peak_MBps"] = float(rates["bw_peak_MBps"][0])
         elif self.collective and self.moves_data:
             seconds = float((total_ns / iterations / 1000.0 / self.sample_divisor).mean()) / 1e6
             algbw = self.collective_spec.algbw_bytes(size, ranks) / seconds / 1e9
             columns["algbw_GBps"] = algbw
             columns["busbw_GBps"] = algbw * self.busbw_factor(ranks)
         return columns
+
+    def window_rates(
+        self, size: int, ranks: int, window: int, iterations: np.ndarray, total_ns: np.ndarray, shortest_ns: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """A windowed kernel's rates for each initiator (or each pair of an all-pairs phase): its bandwidth and
+        message rate from its iterations and total time, and the peak of its shortest window (NaN stays NaN)."""
+        per_iteration = self.iteration_bytes(size, ranks, window)
+        seconds = total_ns / 1e9
+        with np.errstate(divide="ignore", invalid="ignore"):  # a window timed at 0 ns is refused by the row
+            return {
+                "bw_MBps": bandwidth_MBps(per_iteration * iterations, seconds),
+                "msgrate_per_s": window * self.directions * iterations / seconds,
+                "bw_peak_MBps": bandwidth_MBps(per_iteration, shortest_ns / 1e9),
+            }
 
     def defaults(self, size: int) -> tuple[int, int]:
         """OSU's (iterations, warm-up) for one message size."""

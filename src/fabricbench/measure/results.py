@@ -1,10 +1,12 @@
 """The tidy table's writers (rank 0 only), and the check and repair of an --append folder.
 
-Rows are appended to the CSV and made durable as each size finishes, each row
-whole or not at all, so a run that dies keeps everything it measured. Parquet,
-with the run's metadata in the file's schema metadata, is written at the end
-when pyarrow is installed. Every file that is replaced is written aside and
-renamed, and the file aside is removed when writing fails.
+Rows are appended to the CSV and made durable as each size (or an all-pairs phase) finishes, each row whole or not
+at all, so a run that dies keeps everything it measured. A size of more than CSV_SIZE_ROWS rows (an all-pairs
+matrix of more than 256 ranks: 65,792 pairs and up, 100 million at 10,000 hosts) is kept in Parquet only: its rows
+are spooled as they come to whole Parquet files in results.parts/ (PartSpool), at most PART_ROWS rows or
+PART_SECONDS apart, and never held in memory. At the end the CSV's rows and the parts' become results.parquet,
+with the run's metadata in the file's schema, a row group at a time; the parts are then removed. Every file that is
+replaced is written aside and renamed, and the file aside is removed when writing fails.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import json
 import math
 import os
 import secrets
+import shutil
 import socket
 import stat
 import sys
+import time
 from collections.abc import Collection
 from pathlib import Path
 
 from fabricbench.errors import FabricbenchError, UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.schema import (
     COLUMNS,
     CSV_NAME,
@@ -31,6 +36,8 @@ from fabricbench.measure.schema import (
     META_NAME,
     NUMERIC,
     PARQUET_NAME,
+    PARQUET_ONLY_ROWS,
+    PARTS_NAME,
     PREVIOUS_RUNS,
     SCHEMA_VERSION,
 )
@@ -173,6 +180,11 @@ def _make_whole(out: Path, transports: Collection[str]) -> None:
 
     csv_path, parquet_path, meta_path = out / CSV_NAME, out / PARQUET_NAME, out / META_NAME
     meta = _metadata(meta_path)
+    if (meta and any(run.get(PARQUET_ONLY_ROWS) for run in earlier_runs(out))) or (out / PARTS_NAME).exists():
+        raise UsageError(
+            f"--append: {out} keeps rows in Parquet only (an all-pairs size of more than {CSV_SIZE_ROWS:,} pairs), "
+            "which a run cannot add to: give a new --out"
+        )
     _check_header(csv_path)
 
     def read(reader, path: Path):
@@ -341,9 +353,16 @@ class TableWriter:
         self._length += len(line)
 
     def append(self, row: dict) -> None:
-        self._write(_line({c: _cell(row.get(c, "")) for c in COLUMNS}))
-        self.rows += 1
-        if self.rows == 1:
+        self.append_many([row])
+
+    def append_many(self, rows: list[dict]) -> None:
+        """Rows made durable together: one write and one fsync for a phase's rows."""
+        if not rows:
+            return
+        self._write(b"".join(_line({c: _cell(row.get(c, "")) for c in COLUMNS}) for row in rows))
+        first = self.rows == 0
+        self.rows += len(rows)
+        if first:
             # An earlier run's Parquet copy (--append) now lacks rows, and readers prefer Parquet: the CSV alone
             # stands until write_parquet makes the copy again from the whole CSV.
             _remove(self.out_dir / PARQUET_NAME)
@@ -396,28 +415,128 @@ def write_json(path: Path, data: dict) -> None:
         raise _results_error(exc, path) from None
 
 
+CSV_SIZE_ROWS = 1 << 16  # a size with more rows than this is kept in Parquet only (an all-pairs matrix of 257 ranks up)
+PART_ROWS = 1 << 18  # the most rows a spooled part holds, and a row group of results.parquet
+PART_SECONDS = 10.0  # spooled rows reach disk at least this often while a size runs
+COMPRESSION = "zstd"  # Parquet's: beside snappy, about as fast to write, 3 times as fast to read, and smaller
+
+
+def arrow_schema(metadata: dict | None = None):
+    """The table's Arrow schema: measured columns float64, integer columns int64, the rest text; ``metadata`` kept
+    in it as JSON under b"fabricbench"."""
+    import pyarrow as pa
+
+    kinds = [(c, pa.float64() if c in NUMERIC else pa.int64() if c in INTEGER else pa.string()) for c in COLUMNS]
+    kept = {b"fabricbench": json.dumps(metadata, sort_keys=True, default=str).encode()} if metadata else None
+    return pa.schema(kinds, metadata=kept)
+
+
+def arrow_rows(batch) -> object:
+    """A RowBatch (measure.rows) as an Arrow table of the table's schema: a column not given is empty ("" as text,
+    null as a number, as the CSV's empty cells are read), NaN is null, a shared value is repeated and Coded text
+    is cast from its codes inside Arrow."""
+    import pyarrow as pa
+
+    from fabricbench.measure.rows import Coded
+
+    arrays = []
+    for field in arrow_schema():
+        value = batch.columns.get(field.name, "")
+        text = pa.types.is_string(field.type)
+        if isinstance(value, Coded):
+            codes = pa.array(value.codes.astype(np.int32))
+            arrays.append(pa.DictionaryArray.from_arrays(codes, pa.array(value.names, pa.string())).cast(field.type))
+        elif isinstance(value, np.ndarray):  # an integer column with blanks comes as floats, NaN for blank
+            arrays.append(pa.array(value, from_pandas=True).cast(field.type))
+        elif value == "" and not text or isinstance(value, float) and math.isnan(value):
+            arrays.append(pa.nulls(batch.count, field.type))
+        else:
+            arrays.append(pa.repeat(pa.scalar(value, field.type), batch.count))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema())
+
+
+class PartSpool:
+    """The rows kept in Parquet only, spooled to whole Parquet files in results.parts/ as they come (each written
+    aside and renamed), so rank 0 holds at most PART_ROWS of them and a run that dies keeps what reached a part:
+    a part is written once PART_ROWS rows or PART_SECONDS are waiting, and at the end of each size (``flush``)."""
+
+    def __init__(self, out_dir: Path):
+        self.folder = out_dir / PARTS_NAME
+        self.rows = 0  # written to parts
+        self._waiting: list = []
+        self._count = 0
+        self._since = 0.0
+        self._parts = 0
+
+    def append(self, batch) -> None:
+        """A RowBatch; raises ResultsError when a part cannot be written."""
+        if not self._waiting:
+            self._since = time.monotonic()
+        self._waiting.append(arrow_rows(batch))
+        self._count += batch.count
+        if self._count >= PART_ROWS or time.monotonic() - self._since >= PART_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._waiting:
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._parts += 1
+        path = self.folder / f"part-{self._parts:06d}.parquet"
+        tmp = path.with_suffix(".tmp")
+        try:
+            self.folder.mkdir(exist_ok=True)
+            with _create(tmp) as out:
+                pq.write_table(pa.concat_tables(self._waiting), out, row_group_size=PART_ROWS, compression=COMPRESSION)
+            tmp.replace(path)
+        except OSError as exc:
+            _remove(tmp)
+            raise _results_error(exc, path) from None
+        self.rows += self._count
+        self._waiting, self._count = [], 0
+
+
 def write_parquet(out_dir: Path, metadata: dict) -> Path | None:
-    """Parquet copy of the CSV with the metadata in the schema; None without pyarrow. Raises ResultsError."""
+    """results.parquet from the CSV's rows and then the spooled parts' (PartSpool), a row group of at most
+    PART_ROWS rows at a time, with the metadata in the schema; the parts are removed once it stands. None without
+    pyarrow. Raises ResultsError."""
     try:
         import pyarrow as pa
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
     except ImportError:
         return None
-    types = {c: pa.float64() if c in NUMERIC else pa.int64() if c in INTEGER else pa.string() for c in COLUMNS}
-    convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=False)
+    schema = arrow_schema(metadata)
+    convert = pacsv.ConvertOptions(
+        column_types=dict(zip(schema.names, schema.types, strict=True)), strings_can_be_null=False
+    )
     path = out_dir / PARQUET_NAME
     tmp = path.with_name(f"{PARQUET_NAME}.tmp")
+    parts = sorted((out_dir / PARTS_NAME).glob("*.parquet"))
     try:
-        table = pacsv.read_csv(out_dir / CSV_NAME, convert_options=convert)
-        schema_meta = dict(table.schema.metadata or {})
-        schema_meta[b"fabricbench"] = json.dumps(metadata, sort_keys=True, default=str).encode()
-        with _create(tmp) as out:
-            pq.write_table(table.replace_schema_metadata(schema_meta), out)
+        with _create(tmp) as out, pq.ParquetWriter(out, schema, compression=COMPRESSION) as writer:
+            waiting: list = []
+
+            def write() -> None:
+                writer.write_table(pa.Table.from_batches(waiting, schema=plain), row_group_size=PART_ROWS)
+                waiting.clear()
+
+            plain = schema.remove_metadata()
+            batches = pacsv.open_csv(out_dir / CSV_NAME, convert_options=convert)
+            for part in [None, *parts]:
+                for batch in batches if part is None else pq.ParquetFile(part).iter_batches(batch_size=PART_ROWS):
+                    waiting.append(pa.RecordBatch.from_arrays(batch.columns, schema=plain))
+                    if sum(len(b) for b in waiting) >= PART_ROWS:
+                        write()
+            if waiting:
+                write()
         tmp.replace(path)
     except OSError as exc:
         _remove(tmp)
         raise _results_error(exc, path) from None
+    shutil.rmtree(out_dir / PARTS_NAME, ignore_errors=True)
     return path
 
 

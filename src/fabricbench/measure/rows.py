@@ -179,3 +179,38 @@ def refuse_impossible(row: dict, directions: int, pairs: int, link_MBps: float |
         clauses.append(f"{column} {_mbps(value)}{also} refused: {reason}")
     if clauses:
         row["note"] = "; ".join(filter(None, [row.get("note", ""), *clauses]))
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A text column as codes into its few distinct values (a phase's hosts, tiers and validations): what Arrow
+    takes as a dictionary, without a Python string a row."""
+
+    codes: np.ndarray
+    names: list[str]
+
+    def tolist(self) -> list[str]:
+        return np.array(self.names, dtype=object)[self.codes].tolist()
+
+
+@dataclass
+class RowBatch:
+    """Some of a size's rows as columns: {column: a value every row shares, an array of one value a row, or Coded
+    text}, of the table's columns (schema.COLUMNS; a column not given is empty; an integer column with blanks as
+    floats, NaN for blank). ``size_rows``: how many rows its size has in all, which decides where they are written
+    (run.reporter); ``last``: whether it holds the size's last rows."""
+
+    count: int
+    columns: dict
+    size_rows: int
+    last: bool = False
+
+    def column(self, name: str) -> list:
+        """One column as a list of ``count`` plain values ("" where not given)."""
+        value = self.columns.get(name, "")
+        return value.tolist() if isinstance(value, (np.ndarray, Coded)) else [value] * self.count
+
+    def rows(self) -> list[dict]:
+        """The rows as dicts, as the CSV writer and the console take them."""
+        names = list(self.columns)
+        return [dict(zip(names, values, strict=True)) for values in zip(*map(self.column, names), strict=True)]

@@ -105,6 +105,7 @@ PARQUET_NAME = "results.parquet"
 # Where a run spools the rows kept in Parquet only (measure.results.CSV_PAIRS) as it measures them: whole Parquet
 # files, made into results.parquet with the CSV's rows when the run ends; a run that did not end leaves them.
 PARTS_NAME = "results.parts"
+PARQUET_ONLY_ROWS = "parquet_only_rows"  # in metadata.json: how many of the run's rows results.csv does not hold
 META_NAME = "metadata.json"
 # The columns that name a row's two ends where a size has a row per pair of ranks or GPUs: the console shows them
 # first, with these headers and widths, in a table of a pattern whose rows carry them.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fabricbench.errors import UsageError
-from fabricbench.measure.schema import INTEGER, NUMERIC, OPTIONAL, PREVIOUS_RUNS, is_measured
+from fabricbench.measure.schema import INTEGER, NUMERIC, OPTIONAL, PARQUET_ONLY_ROWS, PREVIOUS_RUNS, is_measured
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,13 +78,20 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def parquet_cells(source: Path, name: str) -> tuple[Cells, object]:
-    """A Parquet file's cells as CSV text, and the metadata in its schema (None without any); raises UsageError."""
+def parquet_cells(source: Path, name: str, pairs: bool = True) -> tuple[Cells, object]:
+    """A Parquet file's cells as CSV text, and the metadata in its schema (None without any); without its measured
+    all-pairs rows (those with ranks) unless ``pairs``; raises UsageError."""
     import pyarrow
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from fabricbench.measure.verdict import METRICS
+
     try:
-        table = pq.read_table(source)
+        leave_out = None
+        if not pairs and "src_rank" in pq.read_schema(source).names:
+            leave_out = ~(pc.field("kernel").isin(list(METRICS)) & pc.field("src_rank").is_valid())
+        table = pq.read_table(source, filters=leave_out)
     except (OSError, ValueError, pyarrow.ArrowException) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"cannot read results from {name!r}: {first_line}") from None
@@ -105,7 +112,7 @@ def parse_json(raw: str | bytes, name: str) -> object:
         raise UsageError(f"cannot read results from {name!r}: {str(exc).splitlines()[0]}") from None
 
 
-def check_cells(cells: Cells, transports: Collection[str]) -> pd.DataFrame:
+def check_cells(cells: Cells, transports: Collection[str], empty: bool = False) -> pd.DataFrame:
     """The one check of a table read from disk (compare, check, model and run --append), as a typed DataFrame.
 
     ``transports``: the names a row's transport may hold (the registry's, which lies above this layer).
@@ -129,7 +136,7 @@ def check_cells(cells: Cells, transports: Collection[str]) -> pd.DataFrame:
     twice = sorted({c for c in header if header.count(c) > 1})
     if twice:
         raise UsageError(f"{name!r} has column {twice[0]!r} twice")
-    if not cells.rows:
+    if not cells.rows and not empty:  # ``empty``: a table read without its all-pairs rows may hold no other
         raise UsageError(f"{name!r} holds no result rows")
 
     def refuse(number: int, column: str, shown: object, why: str) -> UsageError:
@@ -220,10 +227,11 @@ def _whole(texts: list[str], measured: list[bool], column: str, refuse) -> np.nd
     return values
 
 
-def expected_rows(metadata: dict) -> tuple[int, bool]:
+def expected_rows(metadata: dict, csv: bool = False) -> tuple[int, bool]:
     """The rows a table with ``metadata`` holds, and whether exactly: the sum of ``rows`` over the run and its
-    PREVIOUS_RUNS (run --append). A run that did not finish recorded no count, so its rows are at least the
-    others'. A count that is not a whole number of 0 or more raises UsageError (worded to follow the file's name)."""
+    PREVIOUS_RUNS (run --append); for its ``csv``, less the rows kept in Parquet only (PARQUET_ONLY_ROWS). A run
+    that did not finish recorded no count, so its rows are at least the others'. A count that is not a whole
+    number of 0 or more raises UsageError (worded to follow the file's name)."""
     previous = metadata.get(PREVIOUS_RUNS, [])
     if not isinstance(previous, list) or not all(isinstance(run, dict) for run in previous):
         raise UsageError(f"has metadata field {PREVIOUS_RUNS!r} = {reprlib.repr(previous)}, not a list of objects")
@@ -232,17 +240,19 @@ def expected_rows(metadata: dict) -> tuple[int, bool]:
         if "rows" not in run:
             exact = False
             continue
-        count = run["rows"]
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise UsageError(f"has metadata field 'rows' = {reprlib.repr(count)}, not a count of rows")
-        total += count
+        for field in ("rows", PARQUET_ONLY_ROWS) if csv else ("rows",):
+            count = run.get(field, 0)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise UsageError(f"has metadata field {field!r} = {reprlib.repr(count)}, not a count of rows")
+            total += count if field == "rows" else -count
     return total, exact
 
 
-def check_row_count(rows: int, metadata: dict, meta_name: str, table_name: str) -> None:
-    """Refuse a table whose row count is not the one its metadata records: rows lost, or rows added by hand."""
+def check_row_count(rows: int, metadata: dict, meta_name: str, table_name: str, csv: bool = False) -> None:
+    """Refuse a table whose row count is not the one its metadata records: rows lost, or rows added by hand (a
+    ``csv`` holds all but those kept in Parquet only)."""
     try:
-        total, exact = expected_rows(metadata)
+        total, exact = expected_rows(metadata, csv)
     except UsageError as exc:
         raise UsageError(f"{meta_name!r} {exc}") from None
     if rows != total if exact else rows < total:

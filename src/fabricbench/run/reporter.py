@@ -10,16 +10,22 @@ import sys
 from pathlib import Path
 
 from fabricbench.errors import ConsoleClosed, ConsoleFailed, FabricbenchError
+from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.results import (
+    CSV_SIZE_ROWS,
+    PartSpool,
     ResultsError,
     TableWriter,
     earlier_runs,
     write_metadata,
     write_parquet,
 )
-from fabricbench.measure.schema import PREVIOUS_RUNS
+from fabricbench.measure.rows import RowBatch
+from fabricbench.measure.schema import CSV_NAME, PARQUET_NAME, PARQUET_ONLY_ROWS, PREVIOUS_RUNS
 from fabricbench.report import osu
 from fabricbench.run.patterns import METADATA, every_pattern, pattern_of, row_pattern
+
+CONSOLE_SIZE_ROWS = 1024  # more rows than this in a size (all pairs of 33 ranks up): one line, not one a row
 
 
 class Reporter:
@@ -43,6 +49,7 @@ class Reporter:
         if previous:
             self.metadata[PREVIOUS_RUNS] = previous
         self.writer = TableWriter(out_dir)
+        self.spool = PartSpool(out_dir)  # the rows of sizes too large for the CSV (CSV_SIZE_ROWS)
         self.failed_validation = 0
         self.kept: dict[type, list[dict]] = {}  # {pattern: the rows it keeps for its end-of-run step}
         self._osu_columns = osu.Columns.from_plan(plan)
@@ -149,6 +156,37 @@ class Reporter:
             self._osu_step[2].append(row.get("validation", ""))
         self.say(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else pattern.line(row))
 
+    def batch(self, batch: RowBatch) -> None:
+        """Some of a size's rows as columns (a pattern that hands them on phase by phase): into the CSV with the
+        others, or, where the size has more than CSV_SIZE_ROWS rows, into the Parquet spool alone; on the console
+        a line a row where the size has at most CONSOLE_SIZE_ROWS, else one line once its last rows are in."""
+        if self.failure:
+            return
+        pattern = pattern_of(get_kernel(batch.columns["kernel"]))
+        apart = batch.size_rows > CSV_SIZE_ROWS
+        rows = [] if apart else batch.rows()
+        try:
+            if apart:
+                self.spool.append(batch)
+                if batch.last:
+                    self.spool.flush()
+            else:
+                self.writer.append_many(rows)
+        except ResultsError as exc:
+            self.fail(exc)
+            return
+        self.kept.setdefault(pattern, [])  # its end-of-run step reads them back from the table
+        self.failed_validation += batch.column("validation").count("fail")
+        if batch.size_rows <= CONSOLE_SIZE_ROWS:
+            for row in rows:
+                self.say(pattern.line(row))
+        elif batch.last:
+            where = PARQUET_NAME if apart else CSV_NAME
+            self.say(
+                f"# {batch.size_rows:,} rows at {batch.columns['size_B']} B, one a pair, are in {where}: "
+                f"more than {CONSOLE_SIZE_ROWS:,} are not printed one by one"
+            )
+
     def _osu_step_ends(self) -> None:
         """What OSU prints after a table (the atomic programs' validation summary with -c), once its rows are in."""
         if self._osu_step:
@@ -169,13 +207,19 @@ class Reporter:
             self._progress = None
         if not self.failure:
             self._osu_step_ends()
+            try:
+                self.spool.flush()  # what is waiting reaches a part, even when the run was cut
+            except ResultsError as exc:
+                self.fail(exc)
         self.writer.close()
         finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         meta = self.metadata | {
             "complete": complete and not self.failure,
             "finished_utc": finished,
-            "rows": self.writer.rows,
+            "rows": self.writer.rows + self.spool.rows,
         }
+        if self.spool.rows:
+            meta[PARQUET_ONLY_ROWS] = self.spool.rows
         if self.failure:
             with contextlib.suppress(ResultsError):
                 write_metadata(self.out_dir, meta)
@@ -187,7 +231,7 @@ class Reporter:
             self.fail(exc)
             return
         for pattern in every_pattern():  # each pattern's end-of-run step: the all-pairs verdict, key results
-            if self.kept.get(pattern):
+            if pattern in self.kept:
                 pattern.finish(self.kept[pattern], self)
         if self.failed_validation:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)

@@ -130,19 +130,29 @@ def stop_if_failed(ctrl, failure: FabricbenchError | None) -> None:
         raise Stopped(int(agreed) if agreed.is_integer() and 1 <= agreed <= 255 else 1)
 
 
-def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog, failure=None) -> list[dict]:
+def measure(ctrl, transport, kernel: Kernel, size: int, plan: Plan, watchdog: Watchdog, reporter=None, emit=None):
     """Time one size, phase by phase as the kernel's pattern lays them out; rank 0 returns the rows, the others [].
 
-    ``failure`` is rank 0's failure to write the table so far (None elsewhere): every rank stops at the size's
-    first barrier. Raises Unsupported on every rank alike, before any traffic, where the pattern or the
-    transport cannot run the kernel at this size.
+    ``reporter`` is rank 0's (None elsewhere): where it failed to write the table so far, every rank stops at the
+    next phase's first barrier. A pattern that ``streams`` hands each phase's rows to ``emit`` (rank 0's) as the
+    phase ends, so rank 0 never holds a size's rows: an all-pairs size at 10,000 ranks is 100 million of them.
+    Raises Unsupported on every rank alike, before any traffic, where the pattern or the transport cannot run the
+    kernel at this size.
     """
     pattern = pattern_of(kernel)(ctrl, transport, kernel, size, plan)
     iterations, warmup = plan.counts(kernel, size)
     probe = pattern.probe(plan, warmup)
-    timed = [time_phase(ctrl, pattern, phase, iterations, probe, watchdog, failure) for phase in pattern.phases()]
+    phases = pattern.phases()
+    timed = []
+    for number, phase in enumerate(phases, 1):
+        failure = reporter.failure if reporter else None
+        one = time_phase(ctrl, pattern, phase, iterations, probe, watchdog, failure)
+        if not pattern.streams:
+            timed.append(one)
+        elif ctrl.rank == 0:
+            emit(pattern.phase_rows(one, warmup, last=number == len(phases)))
     watchdog.disarm()
-    return pattern.rows(timed, warmup) if ctrl.rank == 0 else []
+    return pattern.rows(timed, warmup) if ctrl.rank == 0 and not pattern.streams else []
 
 
 def time_phase(
@@ -222,6 +232,10 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
         if reporter:
             reporter.advance(sizes)
 
+    def emit(batch) -> None:
+        batch.columns["repeat"] = repeat
+        reporter.batch(batch)
+
     reason = transport.unsupported(kernel)
     if reason:
         hand_on(
@@ -234,15 +248,14 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
             rows = [unsupported_row(plan, step.transport, kernel, size, ctrl.size, why, transport.buffer)]
         else:
             try:
-                failure = reporter.failure if reporter else None
                 if isinstance(transport, SelfTimed):
-                    stop_if_failed(ctrl, failure)
+                    stop_if_failed(ctrl, reporter.failure if reporter else None)
                     watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
                     row = transport.reference_row(kernel, size)
                     watchdog.disarm()
                     rows = [row] if row is not None else []
                 else:
-                    rows = measure(ctrl, transport, kernel, size, plan, watchdog, failure)
+                    rows = measure(ctrl, transport, kernel, size, plan, watchdog, reporter, emit)
             except Unsupported as exc:  # raised on every rank alike, before any traffic
                 watchdog.disarm()
                 rows = [unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc), transport.buffer)]

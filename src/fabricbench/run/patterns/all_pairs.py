@@ -12,11 +12,12 @@ from fabricbench.argtypes import bounded_decimal
 from fabricbench.control import allgather_json
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
-from fabricbench.measure.kernels import Kernel
+from fabricbench.measure.kernels import BANDWIDTH_COLUMNS, Kernel
 from fabricbench.measure.plan import MAX_OUTLIER_FLOOR, MAX_OUTLIER_Z, AllPairsOptions, Plan, Step
-from fabricbench.measure.rows import Loop, Timing, timed_row
+from fabricbench.measure.rows import Coded, RowBatch, base_row, refuse_impossible
+from fabricbench.measure.schema import MEASURED
 from fabricbench.measure.stats import latency_stats
-from fabricbench.measure.topology import Topology
+from fabricbench.measure.topology import CROSS_GROUP, CROSS_SWITCH, SAME_HOST, SAME_SWITCH, TIERS, Topology
 from fabricbench.measure.verdict import SCHEDULES, per_node, phases
 from fabricbench.run.patterns.plain import Idle, Pattern, Phase, Timed
 from fabricbench.transports.base import Case, Transport
@@ -92,19 +93,18 @@ class AllPairs(Pattern):
         return {"pairs": options, **({"output_format": "none"} if options.json else {})}
 
     @classmethod
-    def keeps(cls, row: dict) -> bool:
-        """A measured pair's row (one refused has no ranks) goes to the verdict."""
-        return row.get("src_rank") not in (None, "")
-
-    @classmethod
     def finish(cls, rows: list[dict], reporter) -> None:
-        """The verdict: verdict.json beside the table, the closing list on the console, or (--json) the verdict
-        itself on stdout."""
+        """The verdict, on this run's pair rows read back from the table a group at a time (never all of them at
+        once): verdict.json beside the table, the closing list on the console, or (--json) the verdict itself on
+        stdout."""
+        from fabricbench.measure.pair_table import PairTable, run_sources
         from fabricbench.measure.results import ResultsError, write_json
         from fabricbench.measure.verdict import VERDICT_NAME, summary_lines, verdict
+        from fabricbench.transports import TRANSPORTS
 
-        pairs = reporter.plan.pairs
-        found = verdict(rows, pairs.outlier_z, reporter.plan.run_id, pairs.outlier_floor, reporter.plan.fabric())
+        plan, pairs = reporter.plan, reporter.plan.pairs
+        table = PairTable(run_sources(reporter.out_dir), TRANSPORTS, run_id=plan.run_id)
+        found = verdict(table.groups(), pairs.outlier_z, plan.run_id, pairs.outlier_floor, plan.fabric())
         try:
             write_json(reporter.out_dir / VERDICT_NAME, found)
         except ResultsError as exc:
@@ -113,14 +113,18 @@ class AllPairs(Pattern):
         if pairs.json:
             print(json.dumps(found, indent=2), file=reporter.stream, flush=True)
         else:
-            for line in summary_lines(found):
+            for line in summary_lines(found, plan.fabric()):
                 reporter.say(line)
+
+    streams = True  # a size's rows are handed on phase by phase: 100 million of them at 10,000 ranks
 
     def __init__(self, ctrl, transport: Transport, kernel: Kernel, size: int, plan: Plan):
         super().__init__(ctrl, transport, kernel, size, plan)
         self.schedule = plan.pairs.schedule
         self.hosts: list[str] = []
         self.ranks: list[int] = []
+        self._method = ""  # rank 0's loop, from the first phase in which it sends: every row's method
+        self._places: _Places | None = None
 
     @classmethod
     def probe(cls, plan: Plan, warmup: int) -> int:
@@ -171,43 +175,98 @@ class AllPairs(Pattern):
             summary[5:] = [stats[name] for name in STATS]
         return summary
 
-    def rows(self, timed: list[Timed], warmup: int) -> list[dict]:
+    def phase_rows(self, timed: Timed, warmup: int, last: bool = False) -> RowBatch:
+        """Rank 0's rows of one phase, as columns: one a (source, destination), in source order, from the source's
+        summary (its figures as timed_row makes them), its validation from both ends' checks."""
         plan, transport, kernel = self.plan, self.transport, self.kernel
-        method = next((each.case.method for each in timed if each.phase.send_to is not None), "")
-        loop = Loop(method or transport.name, pairs=1, window=plan.window if kernel.windowed else 0)
-        fabric = plan.fabric()
-        rows = []
-        for table in (each.gathered for each in timed):
-            for src, vector in enumerate(table):
-                if vector[0] < 0:
-                    continue
-                dst = int(vector[0])
-                fields = dict(zip(PAIR_SUMMARY, vector, strict=True))
-                timing = Timing(
-                    {name: float(fields[name]) for name in STATS},
-                    vector[1:2],
-                    vector[2:3],
-                    float(fields["min_ns"]),
-                    np.array([vector[3], table[dst][3]]),
-                )
-                ranks = len(self.ranks)
-                row = timed_row(plan, transport.name, kernel, self.size, ranks, transport.buffer, loop, warmup, timing)
-                ends = (
-                    src,
-                    dst,
-                    self.hosts[src],
-                    self.hosts[dst],
-                    self.schedule,
-                    *place(fabric, self.hosts[src], self.hosts[dst]),
-                )
-                row.update(zip(self.columns, ends, strict=True))
-                rows.append(row)
-        return sorted(rows, key=lambda row: (row["src_rank"], row["dst_rank"]))
+        table = timed.gathered
+        sources = np.flatnonzero(table[:, 0] >= 0)
+        vectors = table[sources]
+        destinations = vectors[:, 0].astype(np.int64)
+        if timed.phase.send_to is not None and not self._method:
+            self._method = timed.case.method
+        ranks, window = len(self.ranks), plan.window if kernel.windowed else 0
+        columns = base_row(plan, transport.name, kernel, self.size, ranks, transport.buffer)
+        columns.update(method=self._method or transport.name, pairs=1, window=window, warmup=warmup)
+        columns.update(status=MEASURED, note="", schedule=self.schedule)
+        columns.update({name: vectors[:, PAIR_SUMMARY.index(name)] for name in STATS})
+        columns["iterations"] = vectors[:, 1].astype(np.int64)
+        ends = np.stack([vectors[:, 3], table[destinations, 3]], axis=1)  # -1 off, 0 fail, 1 pass at each end
+        checks = np.where((ends == -1).all(axis=1), 0, np.where((ends == 0).any(axis=1), 1, 2))
+        columns["validation"] = Coded(checks, ["off", "fail", "pass"])
+        columns.update(dict.fromkeys(BANDWIDTH_COLUMNS, math.nan))
+        if kernel.windowed:
+            rates = kernel.window_rates(self.size, ranks, window, vectors[:, 1], vectors[:, 2], vectors[:, 4])
+            columns.update(rates)
+            _refuse_impossible(columns, kernel.directions, len(sources))
+        self._places = self._places or _Places(plan.fabric(), self.hosts)
+        places = self._places
+        columns.update(src_rank=sources, dst_rank=destinations)
+        columns.update(src_host=places.hosts(sources), dst_host=places.hosts(destinations))
+        if plan.fabric() is None:
+            columns.update(tier="", hops="")
+        else:
+            columns["tier"], columns["hops"] = places.of(sources, destinations)
+        return RowBatch(len(sources), columns, ranks * (ranks - 1), last)
 
 
-def place(fabric: Topology | None, src: str, dst: str) -> tuple[str, int | str]:
-    """A pair's (tier, hops) in the fabric; blank without a topology, and hops blank where no route joins them."""
-    if fabric is None:
-        return "", ""
-    hops = fabric.hops(src, dst)
-    return fabric.tier(src, dst), "" if hops is None else hops
+def _refuse_impossible(columns: dict, directions: int, count: int) -> None:
+    """rows.refuse_impossible on the rows of a phase whose rates could not have happened (a window timed at 0 ns
+    or less): those rows' figures NaN and their notes saying why; the others, nearly always all, untouched."""
+    figures = ("bw_peak_MBps", "bw_MBps", "msgrate_per_s")
+    with np.errstate(invalid="ignore"):
+        odd = np.flatnonzero(
+            np.any([~np.isfinite(columns[c]) & ~np.isnan(columns[c]) | (columns[c] < 0) for c in figures[:2]], axis=0)
+        )
+    if not len(odd):
+        return
+    notes = np.full(count, "", dtype=object)
+    for at in odd.tolist():
+        row = {c: float(columns[c][at]) for c in figures} | {"note": ""}
+        refuse_impossible(row, directions, 1, None)
+        for c in figures:
+            columns[c][at] = row[c]
+        notes[at] = row["note"]
+    columns["note"] = notes
+
+
+class _Places:
+    """Each rank's host (and with a topology its switch and group) as numbers, so a phase's hosts, tiers and hops
+    are arrays: the hops between two switches are asked of the topology once and kept."""
+
+    def __init__(self, fabric: Topology | None, hosts: list[str]):
+        self.fabric = fabric
+        self.names = sorted(set(hosts))
+        at = {host: i for i, host in enumerate(self.names)}
+        self.host = np.array([at[host] for host in hosts])
+        if fabric is not None:
+            switch = {name: fabric.switch_of(name) for name in self.names}
+            self.switches = sorted(set(switch.values()))
+            number = {name: i for i, name in enumerate(self.switches)}
+            self.switch = np.array([number[switch[host]] for host in hosts])
+            self.group = np.array([fabric.group_of(host) for host in hosts], dtype=object)
+            self.hop: dict[tuple[int, int], float] = {}
+            self.sample = {number[switch[host]]: host for host in hosts}  # a host under each switch
+
+    def hosts(self, ranks: np.ndarray) -> Coded:
+        return Coded(self.host[ranks], self.names)
+
+    def of(self, src: np.ndarray, dst: np.ndarray) -> tuple[Coded, np.ndarray]:
+        """The (tier, hops) of each pair: hops NaN (blank) where no route joins its hosts."""
+        tier = np.where(
+            self.host[src] == self.host[dst],
+            TIERS.index(SAME_HOST),
+            np.where(
+                self.switch[src] == self.switch[dst],
+                TIERS.index(SAME_SWITCH),
+                np.where(self.group[src] == self.group[dst], TIERS.index(CROSS_SWITCH), TIERS.index(CROSS_GROUP)),
+            ),
+        )
+        ends = self.switch[src] * len(self.switches) + self.switch[dst]
+        distinct, back = np.unique(ends, return_inverse=True)
+        for end in distinct.tolist():
+            if end not in self.hop:
+                a, b = divmod(end, len(self.switches))
+                found = self.fabric.hops(self.sample[a], self.sample[b])
+                self.hop[end] = math.nan if found is None else float(found)
+        return Coded(tier, list(TIERS)), np.array([self.hop[end] for end in distinct.tolist()])[back.reshape(-1)]

@@ -7,7 +7,8 @@ agreed count, barrier, run, validate, gather). A pattern, made for one size, say
 - ``case``: this rank's case in a phase (an idle one where it has no part);
 - ``agree``: how the ranks agree on the warm-up's pace that sets --max-time's count;
 - ``summary``: the vector every rank sends rank 0 after a phase;
-- ``rows``: rank 0's rows from the phases, each carrying the pattern's ``columns``.
+- ``rows``: rank 0's rows from the phases, each carrying the pattern's ``columns`` (or, a pattern that ``streams``,
+  ``phase_rows``: one phase's rows as columns, handed on as the phase ends).
 
 And, as a class, without a rank: the transport capability it needs (``capability``, refused in ``lacks``'s
 words), its options (``add_arguments``, ``plan_options``), its console header and lines, the rows it keeps for
@@ -79,6 +80,7 @@ class Pattern:
 
     columns: tuple[str, ...] = ()  # the columns its rows carry beyond the common ones
     rearm_from_warmup = True  # the warm-up's pace sets the watchdog's allowance for the timed run
+    streams = False  # True: rank 0 hands on each phase's rows as it ends (``phase_rows``), not a size's (``rows``)
     capability: type | None = None  # what it asks of a transport beyond ``case`` (transports.capabilities)
 
     def __init__(self, ctrl, transport: Transport, kernel: Kernel, size: int, plan: Plan):
