@@ -14,7 +14,6 @@ from fabricbench.analysis.thresholds import (
     parse_size,
     parse_thresholds,
     read_thresholds,
-    slow_hosts,
     summary,
     write_junit,
 )
@@ -259,18 +258,20 @@ def test_a_host_whose_pairs_mostly_fail_is_named_once_instead_of_its_pairs():
     verdict = judge(PAIRS, matrix(slow))
     failing = [line.strip() for line in verdict.lines if line.startswith("  FAIL")]
     assert failing == [
-        "FAIL host h2: tcp pairs-bw 1 MiB (isolated): pairs with 3 of its 3 peers fail (h1, h3, h4); "
+        "FAIL host h2: tcp pairs-bw 1 MiB (isolated): pairs with 3 of its 3 peers fail (h[1,3-4]); "
         "bw_MBps median 456, expected >= 50"
     ]
     assert verdict.failures == 1
 
 
-def test_slow_hosts_needs_two_peers_and_a_majority():
-    two = [pair("h1", "h2", 1.0)]
-    assert slow_hosts(two, two) == {}  # one link: a slow link and a slow host look alike
-    rows = matrix({("h1", "h2"), ("h1", "h3")})
-    bad = [r for r in rows if r["bw_MBps"] < 50]
-    assert list(slow_hosts(rows, bad)) == ["h1"]
+def test_a_host_is_named_with_two_peers_and_a_majority_failing():
+    two = judge(PAIRS, [pair("h1", "h2", 1.0), pair("h2", "h1", 900.0)])
+    # one link: a slow link and a slow host look alike, so the pair is named
+    assert [line.strip() for line in two.lines[1:]] == [
+        "FAIL tcp pairs-bw 1 MiB h1 -> h2 (ranks 0 -> 1, isolated): bw_MBps 1, expected >= 50"
+    ]
+    found = judge(PAIRS, matrix({("h1", "h2"), ("h1", "h3")}))
+    assert [line.split(":")[0].strip() for line in found.lines[1:]] == ["FAIL host h1"]
 
 
 def outcomes(cases) -> list[tuple[str, list[str], str]]:
@@ -308,12 +309,13 @@ def test_junit_fails_a_row_whose_data_failed_validation_and_a_limit_no_row_has()
     ]
 
 
-def test_junit_names_the_link_of_each_failing_pair():
-    cases = junit_cases(PAIRS[0], matrix({("h1", "h3")}))
-    failing = [case.failures for case in cases if case.failures]
-    assert len(cases) == 12 and failing == [
-        ["tcp pairs-bw 1 MiB h1 -> h3 (ranks 0 -> 2, isolated): bw_MBps 12, expected >= 50"]
-    ]
+def test_junit_has_a_case_per_group_of_pairs_naming_each_failing_pair_under_it():
+    (case,) = junit_cases(PAIRS[0], matrix({("h1", "h3")}))
+    assert case.name == "tcp pairs-bw 1 MiB (isolated): min_bw_MBps" and case.kinds == ["min_bw_MBps"]
+    assert case.failures == ["tcp pairs-bw 1 MiB (isolated): min_bw_MBps: 1 of 12 pairs fail, expected >= 50"]
+    assert case.details == ["tcp pairs-bw 1 MiB h1 -> h3 (ranks 0 -> 2, isolated): bw_MBps 12, expected >= 50"]
+    (passing,) = junit_cases(PAIRS[0], matrix(set()))
+    assert not passing.failures and not passing.skipped
 
 
 def test_the_junit_report_reads_back_with_hostile_names_kept_on_one_line(tmp_path):

@@ -218,3 +218,15 @@ def test_one_slow_pair_and_one_dip_are_two_links_not_a_slow_host():
     found = verdict(_matrix(4, figure), floor=0.5)
     assert found["slow_hosts"] == []
     assert [link["directions"] for link in found["slow_links"]] == [[[1, 0]], [[1, 2], [2, 1]]]
+
+
+def test_z_is_raised_past_100_hosts_so_a_normal_spread_raises_as_few_false_alarms():
+    from fabricbench.measure.verdict import Z_HOLDS_UP_TO, outlier_z
+
+    assert outlier_z(4.0, Z_HOLDS_UP_TO) == 4.0 and outlier_z(3.0, 100) == 3.0
+    assert round(outlier_z(4.0, 1024 * 1023), 2) == 4.99 and round(outlier_z(4.0, 10_000 * 9_999), 2) == 5.81
+    assert round(outlier_z(3.0, 10_000 * 9_999), 2) == 5.15  # a looser z stays looser
+    # Pairs 1.5 % apart, one at 60 % of the rest: z would be 4 on 100 hosts, is 4.09 on 120.
+    found = verdict(_matrix(120, lambda s, d: 600.0 if (s, d) == (3, 4) else 1000.0 * (1 + 0.015 * ((s + d) % 3 - 1))))
+    assert found["groups"][0]["outlier_z_used"] == outlier_z(4.0, 120 * 119) > 4.08
+    assert summary_lines(found)[0] == "# all-pairs verdict (--outlier-z 4; raised to 4.09 for the pairs' count):"

@@ -269,3 +269,66 @@ def test_check_refuses_a_bad_tier_or_uplink_limit(field, message):
     text = f'[[threshold]]\ntransport = "tcp"\nkernel = "pairs-bw"\nmax_slow_uplinks = 0\n{field}\n'
     with pytest.raises(UsageError, match=re.escape(message)):
         parse_thresholds(text, "t.toml", ["tcp"], ["pairs-bw"])
+
+
+def test_slow_hosts_under_one_switch_are_one_line_and_every_list_is_capped():
+    topology = _leaf_spine(3, 2)
+    under = {"h3", "h4"}
+    found = verdict(_rows(_hosts(topology), _fabric(topology, lambda a, b: bool({a, b} & under))), topology=topology)
+    lines = summary_lines(found, topology)
+    assert lines[-1].startswith("#   slow hosts under leaf2: 2 (h[3-4]), 10 of 10 links slow, 12.0 MB/s against the")
+    assert len(summary_lines(found)) == len(lines) + 1  # without the topology: a line a host
+    # Twelve slow hosts and twelve slow links on a flat fabric of 100: ten of each named, the rest counted.
+    hosts = [f"n{i}" for i in range(100)]
+    slow = set(hosts[:12])
+
+    def figure(a: str, b: str) -> float:
+        pair = {int(a[1:]), int(b[1:])}
+        if {a, b} & slow:
+            return 12.0
+        return 300.0 if pair in [{20 + 2 * k, 21 + 2 * k} for k in range(12)] else 1000.0
+
+    found = verdict(_rows(hosts, figure))
+    lines = summary_lines(found)
+    assert len(found["slow_hosts"]) == 12 and len(found["slow_links"]) == 12
+    assert "#   and 2 more slow hosts (verdict.json lists every one)" in lines
+    assert lines[-1] == "#   and 2 more slow links (verdict.json lists every one)"
+    assert len(lines) == 1 + 11 + 11 and max(map(len, lines)) < 200
+
+
+COUNTS = """
+[[threshold]]
+transport = "tcp"
+kernel = "pairs-bw"
+max_slow_uplinks = 0
+max_slow_hosts = 0
+max_slow_links = 0
+min_bw_MBps = 600
+"""
+
+
+def test_check_fails_each_part_of_the_verdict_on_one_screen_whatever_the_fabric():
+    """Eight leaves of eight hosts: leaf3's uplink slow, h20 slow, one slow link. check names the uplink, the host
+    and the link once each; the min_bw_MBps limit names leaf3's hosts as one switch line, not eight host lines."""
+    topology = _leaf_spine(8, 8)
+    hosts = _hosts(topology)
+    leaf3 = {h for h in hosts if topology.switch_of(h) == "leaf3"}
+
+    def slow(a: str, b: str) -> bool:
+        return len({a, b} & leaf3) == 1 or "h60" in (a, b) or {a, b} == {"h2", "h40"}
+
+    found = judge(
+        parse_thresholds(COUNTS, "t.toml", ["tcp"], ["pairs-bw"]), _rows(hosts, _fabric(topology, slow)), topology
+    )
+    text = "\n".join(found.lines)
+    assert "max_slow_uplinks 0: 1 slow uplinks, expected <= 0" in text and "  FAIL leaf3's uplink: 448 of 448" in text
+    assert "max_slow_hosts 0: 1 slow hosts, expected <= 0" in text and "  FAIL host h60 (rank 59): 55 of 55" in text
+    assert (
+        "max_slow_links 0: 1 slow links, expected <= 0" in text and "  FAIL link h2 (rank 1) <-> h40 (rank 39)" in text
+    )
+    assert "  FAIL hosts under leaf3: 8 (h[17-24]): tcp pairs-bw 64 KiB (isolated): pairs with" in text
+    assert "  FAIL host h60: tcp pairs-bw 64 KiB (isolated): pairs with 63 of its 63 peers fail" in text
+    assert found.failures == 3 + 4 and len(found.lines) == 11 and max(map(len, found.lines)) < 200
+    # Flat, without the topology: hosts and links are judged, the uplink cannot be.
+    flat = judge(parse_thresholds(COUNTS, "t.toml", ["tcp"], ["pairs-bw"]), _rows(hosts, _fabric(topology, slow)))
+    assert "the run has no topology (run --topology): no uplink was judged" in flat.lines[0]

@@ -18,27 +18,39 @@ import difflib
 import math
 import os
 import re
-import statistics
 import subprocess
 import sys
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabricbench.argtypes import byte_size
 from fabricbench.errors import UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.congestion import CANARIES, CONGESTORS, MIX, NONE
 from fabricbench.measure.formatting import format_size
 from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.topology import TIERS, Topology
-from fabricbench.measure.verdict import slow_host
+from fabricbench.measure.verdict import (
+    LISTED,
+    PairGroup,
+    RowPairs,
+    host_list,
+    is_pair_row,
+    slow_host,
+    summary_lines,
+    tier_matrix,
+)
+from fabricbench.measure.verdict import verdict as pairs_verdict
 from fabricbench.terminal import LINE, printable, printable_lines
 
 FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "tier", "optional", "name")
 # Limits on what the all-pairs verdict (measure.verdict) finds in the covered pairs rather than on a column:
-# max_slow_uplinks = 0 fails a run whose verdict, judged by the run's topology, names a slow uplink or global link.
-VERDICT_COUNTS = ("slow_uplinks",)
+# max_slow_uplinks = 0 fails a run whose verdict, judged by the run's topology, names a slow uplink or global link;
+# max_slow_links and max_slow_hosts its slow links and hosts (by tier with a topology, else over all pairs).
+VERDICT_COUNTS = ("slow_uplinks", "slow_links", "slow_hosts")
+PEERS_WIDTH = 40  # the most characters of a host's failing peers, folded, on its line
+JUNIT_LINES = 100_000  # the most lines under one JUnit failure: every failing host, and pairs up to this
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
 BOUNDS = ("min", "max")
 # The signals a run ends by: check passes its exit code on instead of judging a cut run.
@@ -113,6 +125,16 @@ class Threshold:
             return False
         if size is None or (isinstance(size, float) and math.isnan(size)):
             return self.size_min is None and self.size_max is None
+        return (self.size_min is None or size >= self.size_min) and (self.size_max is None or size <= self.size_max)
+
+    def covers_pairs(self, key: tuple, buffers: set[str]) -> bool:
+        """Whether it covers a group of pair rows: its (transport, kernel, schedule, size) ``key`` and the buffer
+        kinds of its rows (a group has no canary test or congestor; its tiers are chosen pair by pair)."""
+        transport, kernel, _, size = key
+        if transport not in self.transports or kernel not in self.kernels or self.canaries or self.congestors:
+            return False
+        if self.buffer is not None and self.buffer not in buffers:
+            return False
         return (self.size_min is None or size >= self.size_min) and (self.size_max is None or size <= self.size_max)
 
     @property
@@ -432,129 +454,279 @@ def row_name(row: dict) -> str:
     return text
 
 
-def slow_hosts(pairs: list[dict], failing: list[dict]) -> dict[str, tuple[set[str], set[str]]]:
-    """Hosts most of whose peers share a failing pair with them (the verdict's slow_host rule): {host: (failing
-    peers, all peers)}.
-
-    A host needs at least two peers to be named: with one, a slow link and a slow host look alike. A
-    pair counts for both its hosts, in either direction, so a host whose own link is slow (every
-    pair through it fails one way) is named, and a single slow link names no host.
-    """
-    peers: dict[str, set[str]] = defaultdict(set)
-    bad: dict[str, set[str]] = defaultdict(set)
-    for row in pairs:
-        src, dst = row["src_host"], row["dst_host"]
-        if src != dst:
-            peers[src].add(dst)
-            peers[dst].add(src)
-    for row in failing:
-        src, dst = row["src_host"], row["dst_host"]
-        if src != dst:
-            bad[src].add(dst)
-            bad[dst].add(src)
-    return {
-        host: (bad[host], peers[host])
-        for host in sorted(peers)
-        if len(peers[host]) >= 2 and slow_host(len(bad[host]), len(peers[host]))
-    }
+def pair_name(group_key: tuple, src: int, dst: int, src_host: str, dst_host: str) -> str:
+    """``tcp pairs-bw 1 MiB h1 -> h3 (ranks 0 -> 2, isolated)``: one direction of a pair of a group, as row_name
+    names a pair's row."""
+    transport, kernel, schedule, size = group_key
+    row = {"transport": transport, "kernel": kernel, "size_B": size, "schedule": schedule}
+    return row_name(row | {"src_host": src_host, "dst_host": dst_host, "src_rank": src, "dst_rank": dst})
 
 
-def _judge_count(verdict: Verdict, threshold: Threshold, limit: Limit, rows: list[dict], fabric) -> None:
-    """A limit on the all-pairs verdict's count of slow uplinks (and global links) among the covered pair rows,
-    judged by the run's topology: one summary line, then one line per slow uplink."""
-    from fabricbench.measure.verdict import summary_lines
-    from fabricbench.measure.verdict import verdict as pairs_verdict
+def _group_name(key: tuple) -> str:
+    """``tcp pairs-bw 1 MiB (isolated)``: a group of pair rows."""
+    transport, kernel, schedule, size = key
+    return f"{transport} {kernel} {format_size(size)}" + (f" ({schedule})" if schedule else "")
 
+
+@dataclass
+class PairFindings:
+    """One limit on one group of pair rows: how many pairs it held and how many fail, the worst figure, and every
+    line that says which fail: the switches and hosts most of whose peers fail (``hosts``, each named once), then
+    the failing pairs between the others (``pairs``)."""
+
+    key: tuple
+    held: int
+    failing: int
+    worst: float
+    hosts: list[str] = field(default_factory=list)
+    hidden_hosts: list[int] = field(default_factory=list)  # how many hosts each line of ``hosts`` names
+    pairs: list[str] = field(default_factory=list)
+
+
+def _host_codes(hosts: list[str]) -> tuple[np.ndarray, list[str]]:
+    names = sorted(set(hosts))
+    at = {host: i for i, host in enumerate(names)}
+    return np.array([at[host] for host in hosts], dtype=np.int64), names
+
+
+def _by_host(chosen: np.ndarray, codes: np.ndarray, count: int) -> np.ndarray:
+    """A rank x rank mask as host x host: whether any pair of ranks between two hosts is chosen."""
+    if len(codes) == count and (codes == np.arange(count)).all():
+        return chosen
+    order = np.argsort(codes, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+    rows = np.add.reduceat(chosen[order].astype(np.int64), starts, axis=0)
+    return np.add.reduceat(rows[:, order], starts, axis=1) > 0
+
+
+def pair_findings(group: PairGroup, limit: Limit, chosen: np.ndarray, fabric: Topology | None) -> PairFindings:
+    """The ``chosen`` pairs of a group (a mask: measured, and of the threshold's tiers) held to ``limit``.
+
+    A host is named when it has at least two peers and pairs with more than half of them fail (either direction,
+    slow_host's rule, as the verdict's): with one peer a slow link and a slow host look alike, and a pair counts
+    for both its hosts, so a host whose own link is slow is named and a single slow link names no host. With a
+    topology, two or more such hosts under one switch are one line. The failing pairs between hosts not named are
+    listed a direction each. Array work on the matrix: its cost grows with the pairs."""
+    values = group.values
+    with np.errstate(invalid="ignore"):
+        failing = chosen & ~(values >= limit.value if limit.bound == "min" else values <= limit.value)
+    held = int(chosen.sum())
+    pick = np.min if limit.bound == "min" else np.max
+    found = PairFindings(group.key, held, int(failing.sum()), float(pick(values[chosen])) if held else math.nan)
+    if not found.failing:
+        return found
+    codes, names = _host_codes(group.hosts)
+    peers_of = _by_host(chosen, codes, len(names))
+    bad_of = _by_host(failing, codes, len(names))
+    np.fill_diagonal(peers_of, False)
+    np.fill_diagonal(bad_of, False)
+    peers, bad = peers_of | peers_of.T, bad_of | bad_of.T
+    counts, bad_counts = peers.sum(axis=1), bad.sum(axis=1)
+    named = (counts >= 2) & slow_host(bad_counts, counts)
+    what = _group_name(group.key)
+
+    def median_of(hosts: np.ndarray) -> float:
+        mine = np.isin(codes, hosts)
+        return float(np.median(values[(mine[:, None] | mine[None, :]) & chosen]))
+
+    under: dict[str, list[int]] = {}
+    for host in np.flatnonzero(named).tolist():
+        switch = fabric.switch_of(names[host]) if fabric is not None and names[host] in fabric.switch else ""
+        under.setdefault(switch, []).append(host)
+    for switch, hosts in under.items():
+        alone = [[host] for host in hosts] if not switch or len(hosts) < 2 else [hosts]
+        for these in alone:
+            figure = f"{limit.column} median {_number(median_of(np.array(these)))}, expected {limit.expected}"
+            if len(these) == 1:
+                host = these[0]
+                failing_peers = [names[peer] for peer in np.flatnonzero(bad[host])]
+                line = (
+                    f"host {names[host]}: {what}: pairs with {bad_counts[host]:,} of its {counts[host]:,} peers fail "
+                    f"({host_list(failing_peers, PEERS_WIDTH)}); {figure}"
+                )
+            else:
+                line = (
+                    f"hosts under {switch}: {len(these):,} ({host_list(names[h] for h in these)}): {what}: pairs "
+                    f"with {int(bad_counts[these].sum()):,} of their {int(counts[these].sum()):,} peers fail; {figure}"
+                )
+            found.hosts.append(line)
+            found.hidden_hosts.append(len(these))
+    alone = np.isin(codes, np.flatnonzero(named))
+    rest = failing & ~(alone[:, None] | alone[None, :])
+    for src, dst in zip(*np.nonzero(rest), strict=True):
+        name = pair_name(group.key, int(group.ranks[src]), int(group.ranks[dst]), group.hosts[src], group.hosts[dst])
+        found.pairs.append(f"{name}: {limit.column} {_number(float(values[src, dst]))}, expected {limit.expected}")
+    return found
+
+
+class Judging:
+    """One check's inputs, and what is worked out once from them for both the console and the JUnit report: the
+    rows that are not all-pairs rows, the all-pairs rows as matrices (``pairs``: a PairTable reading the run's
+    table, or RowPairs over the rows given), the run's topology, and per threshold its verdict and findings."""
+
+    def __init__(self, rows: list[dict], fabric: Topology | None = None, pairs=None):
+        self.pairs = pairs if pairs is not None else RowPairs(rows)
+        self.rows = [row for row in rows if not is_pair_row(row)]
+        self.fabric = fabric
+        self._verdicts: dict[int, dict] = {}
+        self._findings: dict[tuple[int, str], list[PairFindings]] = {}
+        self._groups: dict[tuple, list[PairGroup]] = {}
+
+    def keys(self, threshold: Threshold) -> list[tuple]:
+        """The groups of pair rows the threshold covers (measured, or failed their check), in key order."""
+        every = sorted({*self.pairs.counts, *self.pairs.failed})
+        return [key for key in every if threshold.covers_pairs(key, self.pairs.buffers.get(key, {"host"}))]
+
+    def _chosen(self, threshold: Threshold, group: PairGroup) -> np.ndarray:
+        """The pairs of a group the threshold holds: measured, and (``tier``) of its tiers."""
+        chosen = ~np.isnan(group.values)
+        if threshold.tiers:
+            if self.fabric is None:
+                return np.zeros_like(chosen)
+            codes = tier_matrix(group.hosts, self.fabric)[0]
+            chosen &= np.isin(codes, [TIERS.index(tier) for tier in threshold.tiers])
+        return chosen
+
+    def groups(self, keys: list[tuple], column: str | None) -> list[PairGroup]:
+        """The groups' matrices of ``column`` (None: the kernel's figure), the last ones read kept for the next
+        limit or verdict that asks for the same."""
+        wanted = (tuple(keys), column)
+        if wanted not in self._groups:
+            self._groups = {wanted: list(self.pairs.groups(keys, column))}  # one set held at a time
+        return self._groups[wanted]
+
+    def findings(self, threshold: Threshold, limit: Limit) -> list[PairFindings]:
+        """Each covered group's findings under a limit on a column."""
+        key = (threshold.index, limit.name)
+        if key not in self._findings:
+            found = []
+            for group in self.groups(self.keys(threshold), limit.column):
+                found.append(pair_findings(group, limit, self._chosen(threshold, group), self.fabric))
+            self._findings[key] = found
+        return self._findings[key]
+
+    def verdict(self, threshold: Threshold) -> dict:
+        """The all-pairs verdict on the covered groups (their chosen pairs), by the topology where there is one."""
+        if threshold.index not in self._verdicts:
+            groups = []
+            for group in self.groups(self.keys(threshold), None):
+                chosen = self._chosen(threshold, group)
+                groups.append(PairGroup(group.key, group.ranks, group.hosts, np.where(chosen, group.values, math.nan)))
+            self._verdicts[threshold.index] = pairs_verdict(groups, topology=self.fabric)
+        return self._verdicts[threshold.index]
+
+
+def _judge_count(judging: Judging, verdict: Verdict, threshold: Threshold, limit: Limit, listed: int = LISTED):
+    """A limit on the all-pairs verdict's count of slow uplinks (and global links), links or hosts among the
+    covered pairs, judged by the run's topology where it has one: one summary line, then one line per slow part
+    (hosts under one switch once), at most ``listed`` of each kind and the count of the rest."""
     head = f"{threshold.where}: {threshold.scope}, {limit.name} {_number(limit.value)}"
-    pairs = [row for row in rows if is_pair(row)]
-    if fabric is None or not pairs:
-        why = "the run has no topology (run --topology)" if pairs else "no all-pairs row"
-        verdict.add("warn" if threshold.optional else "FAIL", f"{head}: {why}: no uplink was judged")
+    keys = judging.keys(threshold)
+    what = limit.column.replace("_", " ")
+    if not keys or (limit.column == "slow_uplinks" and judging.fabric is None):
+        why = "the run has no topology (run --topology)" if keys else "no all-pairs row"
+        part = what.removeprefix("slow ").removesuffix("s")
+        verdict.add("warn" if threshold.optional else "FAIL", f"{head}: {why}: no {part} was judged")
         return
-    found = pairs_verdict(pairs, topology=fabric)
-    uplinks = found["slow_uplinks"]
-    if limit.passes(len(uplinks)):
+    found = judging.verdict(threshold)
+    entries = found.get(limit.column, [])
+    if limit.passes(len(entries)):
         judged = sum(group["pairs"] for group in found["groups"])
-        verdict.add("ok", f"{head}: {len(uplinks)} slow uplinks ({judged} pairs judged)")
+        verdict.add("ok", f"{head}: {len(entries):,} {what} ({judged:,} pairs judged)")
         return
-    verdict.add("FAIL", f"{head}: {len(uplinks)} slow uplinks, expected {limit.expected}", counts=False)
-    for line in summary_lines({**found, "slow_links": [], "slow_hosts": []}):
-        if line.startswith("#   slow "):
-            verdict.add("FAIL", line.removeprefix("#   slow "), indent=True)
+    verdict.add("FAIL", f"{head}: {len(entries):,} {what}, expected {limit.expected}", counts=False)
+    alone = {kind: [] for kind in VERDICT_COUNTS} | {limit.column: entries}
+    for line in summary_lines({**found, **alone}, judging.fabric, listed):
+        if line.startswith("#   "):
+            line = line.replace("(verdict.json lists every one)", "(check --junit lists every one)")
+            verdict.add("FAIL", line.removeprefix("#   ").removeprefix("slow "), indent=True)
 
 
-def _judge_limit(verdict: Verdict, threshold: Threshold, limit: Limit, rows: list[dict]) -> None:
-    """One summary line for (threshold, limit), then one line per failing row, pair or host."""
+def _judge_limit(judging: Judging, verdict: Verdict, threshold: Threshold, limit: Limit, rows: list[dict]) -> None:
+    """One summary line for (threshold, limit), then a line per failing row, and for the pair rows a line per
+    switch or host most of whose peers fail and per failing pair between the others, at most LISTED of each and
+    the count of the rest (the JUnit report lists every one)."""
     head = f"{threshold.where}: {threshold.scope}, {limit.name} {_number(limit.value)}"
     held = [row for row in rows if not math.isnan(_value(row, limit.column))]
-    if not held:
+    findings = judging.findings(threshold, limit)
+    count = len(held) + sum(found.held for found in findings)
+    if not count:
         level = "warn" if threshold.optional else "FAIL"
         verdict.add(level, f"{head}: no valid measured row has {limit.column}")
         return
     failing = [row for row in held if not limit.passes(_value(row, limit.column))]
-    if not failing:
+    failing_pairs = sum(found.failing for found in findings)
+    if not failing and not failing_pairs:
         key = min if limit.bound == "min" else max
-        worst = key(_value(row, limit.column) for row in held)
-        verdict.add("ok", f"{head}: {len(held)} rows pass (worst {_number(worst)})")
+        worst = key([_value(row, limit.column) for row in held] + [f.worst for f in findings if f.held])
+        verdict.add("ok", f"{head}: {count:,} rows pass (worst {_number(worst)})")
         return
-    verdict.add("FAIL", f"{head}: {len(failing)} of {len(held)} rows fail", counts=False)
-
-    def measured(row: dict) -> str:
-        return f"{limit.column} {_number(_value(row, limit.column))}, expected {limit.expected}"
-
-    for row in failing:
-        if not is_pair(row):
-            verdict.add("FAIL", f"{row_name(row)}: {measured(row)}", indent=True)
-    # Pairs of one all-pairs measurement (transport, kernel, size, schedule, repeat) name their slow hosts.
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for row in held:
-        if is_pair(row):
-            key = tuple(str(row.get(c, "")) for c in ("transport", "kernel", "buffer", "size_B", "schedule", "repeat"))
-            groups[key].append(row)
-    failing_ids = {id(row) for row in failing}
-    for group in groups.values():
-        bad = [row for row in group if id(row) in failing_ids]
-        hosts = slow_hosts(group, bad)
-        first = group[0]
-        what = row_name({**first, "src_host": ""}) + (f" ({first['schedule']})" if first.get("schedule") else "")
-        for host, (bad_peers, peers) in hosts.items():
-            theirs = [_value(r, limit.column) for r in group if host in (r["src_host"], r["dst_host"])]
-            verdict.add(
-                "FAIL",
-                f"host {host}: {what}: pairs with {len(bad_peers)} of its "
-                f"{len(peers)} peers fail ({', '.join(sorted(bad_peers))}); {limit.column} median "
-                f"{_number(statistics.median(theirs))}, expected {limit.expected}",
-                indent=True,
-            )
-        for row in bad:
-            if row["src_host"] not in hosts and row["dst_host"] not in hosts:
-                verdict.add("FAIL", f"{row_name(row)}: {measured(row)}", indent=True)
+    verdict.add("FAIL", f"{head}: {len(failing) + failing_pairs:,} of {count:,} rows fail", counts=False)
+    for row in failing[:LISTED]:
+        verdict.add(
+            "FAIL",
+            f"{row_name(row)}: {limit.column} {_number(_value(row, limit.column))}, expected {limit.expected}",
+            indent=True,
+        )
+    _more(verdict, len(failing) - LISTED, "failing rows")
+    hosts = [line for found in findings for line in found.hosts]
+    named = [count for found in findings for count in found.hidden_hosts]
+    for line in hosts[:LISTED]:
+        verdict.add("FAIL", line, indent=True)
+    _more(verdict, sum(named[LISTED:]), "hosts whose pairs fail")
+    pairs = [line for found in findings for line in found.pairs]
+    for line in pairs[:LISTED]:
+        verdict.add("FAIL", line, indent=True)
+    _more(verdict, len(pairs) - LISTED, "failing pairs")
 
 
-def judge(thresholds: list[Threshold], rows: list[dict], fabric: Topology | None = None) -> Verdict:
+def _more(verdict: Verdict, count: int, what: str) -> None:
+    if count > 0:
+        verdict.add(
+            "FAIL", f"and {count:,} more {what} (the JUnit report, check --junit, lists every one)", indent=True
+        )
+
+
+def judge(thresholds: list[Threshold], rows: list[dict], fabric: Topology | None = None, pairs=None) -> Verdict:
     """Every threshold against every row it covers; a threshold covering no measured row fails (warns if optional).
-    ``fabric``: the run's topology, for the limits on the all-pairs verdict (VERDICT_COUNTS)."""
+    ``fabric``: the run's topology; ``pairs``: the run's all-pairs rows as a PairTable (None: those among ``rows``);
+    both for the limits on the pairs and on the all-pairs verdict (VERDICT_COUNTS)."""
+    return _judged(thresholds, Judging(rows, fabric, pairs))
+
+
+def _judged(thresholds: list[Threshold], judging: Judging) -> Verdict:
     verdict = Verdict()
-    checked = set()
+    checked = 0
     for threshold in thresholds:
-        covered = [row for row in rows if threshold.covers(row)]
+        covered = [row for row in judging.rows if threshold.covers(row)]
         measured = [row for row in covered if is_measured(row.get("status", ""))]
-        if not measured:
+        keys = judging.keys(threshold)
+        if not measured and not keys:
             level = "warn" if threshold.optional else "FAIL"
             why = "no row" if not covered else f"only rows that were not measured ({covered[0].get('status')})"
             verdict.add(level, f"{threshold.where}: {threshold.scope}: covers {why}; nothing was checked")
             continue
+        checked += len(measured) + sum(judging.pairs.counts.get(key, 0) for key in keys)
         for row in measured:
-            checked.add(id(row))
             if row.get("validation") == "fail":
                 verdict.add("FAIL", f"{row_name(row)}: received data failed validation; its figures do not stand")
+        for key in keys:
+            failed = judging.pairs.failed.get(key, [])
+            checked += len(failed)
+            if failed:
+                shown = ", ".join(f"{a} -> {b}" for _, _, a, b in failed[:3]) + (", ..." if len(failed) > 3 else "")
+                verdict.add(
+                    "FAIL",
+                    f"{_group_name(key)}: {len(failed):,} pairs' received data failed validation "
+                    f"({shown}); their figures do not stand",
+                )
         valid = [row for row in measured if row.get("validation") != "fail"]
         for limit in threshold.limits:
             if limit.column in VERDICT_COUNTS:
-                _judge_count(verdict, threshold, limit, valid, fabric)
+                _judge_count(judging, verdict, threshold, limit)
             else:
-                _judge_limit(verdict, threshold, limit, valid)
-    verdict.rows_checked = len(checked)
+                _judge_limit(judging, verdict, threshold, limit, valid)
+    verdict.rows_checked = checked
     return verdict
 
 
@@ -563,9 +735,10 @@ def judge(thresholds: list[Threshold], rows: list[dict], fabric: Topology | None
 
 @dataclass
 class Case:
-    """One JUnit test case: a row a threshold covers, or the threshold itself where no row stands for what it says
-    (it covers no measured row, no row has a limit's column, a limit on the all-pairs verdict). ``failures``: one
-    ``what was measured, what was allowed`` each; ``skipped``: why nothing was held to the threshold."""
+    """One JUnit test case: a row a threshold covers, a group of pair rows held to a limit, or the threshold itself
+    where no row stands for what it says (it covers no measured row, no row has a limit's column, a limit on the
+    all-pairs verdict). ``failures``: one ``what was measured, what was allowed`` each; ``skipped``: why nothing
+    was held to the threshold; ``details``: every line under a failure (each failing host and pair)."""
 
     name: str
     failures: list[str] = field(default_factory=list)
@@ -574,18 +747,23 @@ class Case:
     details: list[str] = field(default_factory=list)
 
 
-def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None = None) -> list[Case]:
+def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None = None, judging=None) -> list[Case]:
     """The test cases of one threshold: one per measured row it covers, held to each of its limits on a column the
-    row has; one per limit on the all-pairs verdict; one for what the text verdict fails as a whole (no covered
-    row, no row with a limit's column). An optional threshold's cases skip where the verdict only warns."""
-    covered = [row for row in rows if threshold.covers(row)]
+    row has; one per covered group of pair rows and limit (100 million pairs are not 100 million cases), its
+    details every failing host, switch and pair; one per limit on the all-pairs verdict, its details every slow
+    part; one for what the text verdict fails as a whole (no covered row, no row with a limit's column). An
+    optional threshold's cases skip where the verdict only warns. ``judging``: the check's Judging (made from
+    ``rows`` and ``fabric`` when None)."""
+    judging = judging or Judging(rows, fabric)
+    covered = [row for row in judging.rows if threshold.covers(row)]
     measured = [row for row in covered if is_measured(row.get("status", ""))]
+    keys = judging.keys(threshold)
     head = threshold.scope
 
     def unjudged(name: str, why: str, kind: str) -> Case:
         return Case(name, skipped=why) if threshold.optional else Case(name, [why], [kind])
 
-    if not measured:
+    if not measured and not keys:
         why = "no row" if not covered else f"only rows that were not measured ({covered[0].get('status')})"
         return [unjudged(head, f"{head}: covers {why}; nothing was checked", "no_row")]
     valid = [row for row in measured if row.get("validation") != "fail"]
@@ -594,7 +772,7 @@ def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None 
     for limit in threshold.limits:
         if limit.column in VERDICT_COUNTS:
             verdict = Verdict()
-            _judge_count(verdict, threshold, limit, valid, fabric)  # its lines: "LEVEL text", the slow uplinks under
+            _judge_count(judging, verdict, threshold, limit, listed=sys.maxsize)  # every slow part under its line
             level = verdict.lines[0].split()[0]
             first, *rest = (line.strip().split(" ", 1)[1].strip() for line in verdict.lines)
             name = f"{head}: {limit.name}"
@@ -602,8 +780,26 @@ def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None 
                 found.append(Case(name, skipped=first))
             else:
                 found.append(Case(name, [first] if level == "FAIL" else [], [limit.name], details=rest))
-        elif not any(not math.isnan(_value(row, limit.column)) for row in valid):
+        elif not any(not math.isnan(_value(row, limit.column)) for row in valid) and not any(
+            f.held for f in judging.findings(threshold, limit)
+        ):
             found.append(unjudged(f"{head}: {limit.column}", f"no valid measured row has {limit.column}", limit.name))
+    for key in keys:
+        failed = judging.pairs.failed.get(key, [])
+        if failed:
+            lines = [f"{pair_name(key, *ends)}: received data failed validation" for ends in failed]
+            what = f"{_group_name(key)}: {len(failed):,} pairs' received data failed validation"
+            found.append(Case(f"{_group_name(key)}: validation", [what], ["validation"], details=lines[:JUNIT_LINES]))
+    for limit in columns:
+        for findings in judging.findings(threshold, limit):
+            name = f"{_group_name(findings.key)}: {limit.name}"
+            if not findings.held:
+                continue
+            if findings.failing:
+                what = f"{name}: {findings.failing:,} of {findings.held:,} pairs fail, expected {limit.expected}"
+                found.append(Case(name, [what], [limit.name], details=(findings.hosts + findings.pairs)[:JUNIT_LINES]))
+            else:
+                found.append(Case(name))
     for row in measured:
         name = row_name(row)
         case = Case(name)
@@ -622,19 +818,22 @@ def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None 
     return found
 
 
-def write_junit(path: str, thresholds: list[Threshold], rows: list[dict], fabric, source: str, run_code: int) -> None:
-    """The JUnit XML report of a check: a test suite per threshold, a test case per row it covers (``junit_cases``),
-    a failure's message saying the row (link, kernel, size) and its measured and allowed figures. What comes from
-    the thresholds file or the table passes ``printable``: XML 1.0 cannot hold most control characters."""
+def write_junit(
+    path: str, thresholds: list[Threshold], rows: list[dict], fabric, source: str, run_code: int, judging=None
+) -> None:
+    """The JUnit XML report of a check: a test suite per threshold, a test case per row it covers and per group of
+    pair rows and limit (``junit_cases``), a failure's message saying what (link, kernel, size) and its measured and
+    allowed figures. What comes from the thresholds file or the table passes ``printable``: XML 1.0 cannot hold
+    most control characters. ``judging``: the check's Judging, whose findings the console's lines came from."""
     from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
+    judging = judging or Judging(rows, fabric)
     report = JUnitXml("fabricbench check")
     groups = []
     for threshold in thresholds:
         limits = ", ".join(f"{limit.name} {limit.expected}" for limit in threshold.limits)
-        groups.append(
-            (threshold.where, f"{threshold.where}: {threshold.scope}; {limits}", junit_cases(threshold, rows, fabric))
-        )
+        cases = junit_cases(threshold, rows, fabric, judging)
+        groups.append((threshold.where, f"{threshold.where}: {threshold.scope}; {limits}", cases))
     if run_code:
         groups.append(("fabricbench run", "", [Case("the run", [f"the run exited {run_code}"], ["exit_status"])]))
     for name, said, cases in groups:
@@ -686,16 +885,17 @@ def summary(verdict: Verdict, thresholds: int) -> str:
 # --- the command ---------------------------------------------------------------------------------------------------
 
 
-def _rows(path: str) -> tuple[list[dict], Topology | None]:
-    """A finished run's rows, read and migrated as compare reads them, and the topology its metadata keeps."""
+def _read(path: str) -> tuple[list[dict], Topology | None, object]:
+    """A finished run's rows but its all-pairs ones, read and migrated as compare reads them; the topology its
+    metadata keeps; and its all-pairs rows as matrices (load.read_pairs: a group at a time, never as rows)."""
     from fabricbench.analysis import load
 
-    frame, metadata = load.read_run(path)
+    frame, metadata = load.read_run(path, pairs=False)
     try:
         fabric = Topology.from_metadata(metadata.get("topology"))
     except UsageError as exc:
         raise UsageError(f"{path!r}: {exc}") from None
-    return frame.to_dict("records"), fabric
+    return frame.to_dict("records"), fabric, load.read_pairs(path).table
 
 
 def _start_run(words: list[str], run_out: RunOut) -> tuple[str, int]:
@@ -744,13 +944,15 @@ def check(thresholds_path: str, target: list[str], run_out: RunOut, junit: str |
         run = words[0]
     else:
         raise UsageError(f"check takes one run folder, or -- run ARGS; got {' '.join(words)!r}")
-    rows, fabric = _rows(run)
-    verdict = judge(thresholds, rows, fabric)
+    rows, fabric, pairs = _read(run)
+    judging = Judging(rows, fabric, pairs)
+    verdict = _judged(thresholds, judging)
     if run_code:
         verdict.add("FAIL", f"the run exited {run_code}")
     if junit is not None:  # first: the report stands even when the console is gone (check ... | head)
-        write_junit(junit, thresholds, rows, fabric, thresholds_path, run_code)
+        write_junit(junit, thresholds, rows, fabric, thresholds_path, run_code, judging)
     # The lines quote the thresholds file's names and the table's hosts and labels.
-    print(printable_lines([f"check: {thresholds_path} against {run} ({len(rows)} rows)", *verdict.lines]))
+    count = len(rows) + sum(pairs.counts.values()) + sum(map(len, pairs.failed.values()))
+    print(printable_lines([f"check: {thresholds_path} against {run} ({count:,} rows)", *verdict.lines]))
     print(summary(verdict, len(thresholds)))
     return 1 if verdict.failures or not verdict.rows_checked else 0

@@ -56,8 +56,10 @@ tier once rather than once per part, and the hosts' and links' counts are sums o
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -72,6 +74,7 @@ MAD_TO_SIGMA = 1.4826  # MAD times this estimates a normal distribution's standa
 MIN_EFFECT = 0.20  # by default (--outlier-floor) a pair is never slow for being less than 20 % off the median
 LEAVE_ONE_OUT_UP_TO = 64  # ranks up to which each host is judged against the pairs without it (_slow_hosts_alone)
 MIN_PAIRS = 3  # fewer directed pairs in a group give no median worth judging against
+Z_HOLDS_UP_TO = 9_900  # pairs (100 hosts) up to which --outlier-z is used as given; past them it is raised
 VERDICT_NAME = "verdict.json"
 VERDICT_FORMAT = "fabricbench-pairs-verdict"
 VERDICT_VERSION = 1
@@ -80,6 +83,8 @@ TIER_PASSES = 3  # the most times the tiers' medians are taken again without the
 SPREAD = (0.10, 0.90)  # a tier's spread: these quantiles of its pairs' figures
 # The figure judged for each pairs kernel, and whether a low value (bandwidth) or a high one (latency) is slow.
 METRICS = {"pairs-bw": ("bw_MBps", "low"), "pairs-latency": ("lat_p50_us", "high")}
+LISTED = 10  # the most slow uplinks, hosts (or switches of them) and links a console list names; the rest counted
+HOSTS_WIDTH = 60  # the most characters of a folded host list on one line
 # The table's columns a group of pair rows is made of: all that analysis reads of the all-pairs rows.
 PAIR_COLUMNS = ("transport", "kernel", "schedule", "size_B", "src_rank", "dst_rank", "src_host", "dst_host")
 PAIR_COLUMNS += ("status", "validation", *(metric for metric, _ in METRICS.values()))
@@ -174,32 +179,63 @@ def fill_matrix(ranks: np.ndarray, src: np.ndarray, dst: np.ndarray, value: np.n
     return values.reshape(count, count)
 
 
-def pair_groups(rows: Iterable[dict]) -> list[PairGroup]:
-    """The groups of pair rows given as dicts with the table's columns, in (transport, kernel, schedule, size)
-    order. Rows of another kernel, not ``ok``, failed validation or without the kernel's figure are left out;
-    a rank's host is what the group's rows last say."""
-    groups: dict[tuple, tuple[list, list, list, dict]] = {}
-    for row in rows:
-        if row.get("kernel") not in METRICS or not is_measured(row.get("status", "")):
-            continue
-        if row.get("validation") == "fail":
-            continue
-        figure = row.get(METRICS[row["kernel"]][0])
-        if figure is None or figure == "" or (isinstance(figure, float) and math.isnan(figure)):
-            continue
-        key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
-        src, dst, value, hosts = groups.setdefault(key, ([], [], [], {}))
-        src.append(int(row["src_rank"]))
-        dst.append(int(row["dst_rank"]))
-        value.append(float(figure))
-        hosts[src[-1]], hosts[dst[-1]] = str(row.get("src_host", "")), str(row.get("dst_host", ""))
-    found = []
-    for key, (src, dst, value, hosts) in sorted(groups.items()):
-        src, dst = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
-        ranks = np.unique(np.concatenate([src, dst]))
-        matrix = fill_matrix(ranks, src, dst, np.array(value, dtype=np.float64))
-        found.append(PairGroup(key, ranks, [hosts[rank] for rank in ranks.tolist()], matrix))
-    return found
+def is_pair_row(row: dict) -> bool:
+    """A measured row of one (source, destination) pair of an all-pairs kernel (one refused has no ranks)."""
+    ranks = row.get("src_rank")
+    given = ranks is not None and ranks != "" and not (isinstance(ranks, float) and math.isnan(ranks))
+    return row.get("kernel") in METRICS and is_measured(row.get("status", "")) and given
+
+
+class RowPairs:
+    """The all-pairs rows among dict rows with the table's columns, offered as measure.pair_table.PairTable
+    offers a table file's: ``counts`` (each group's measured rows with a figure, in key order), ``failed`` (each
+    failed check's ranks and hosts), ``buffers`` and ``groups()``."""
+
+    def __init__(self, rows: Iterable[dict]):
+        self.rows: list[dict] = []
+        self.counts: dict[tuple, int] = {}
+        self.failed: dict[tuple, list[tuple]] = {}
+        self.buffers: dict[tuple, set[str]] = {}
+        for row in rows:
+            if not is_pair_row(row):
+                continue
+            key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
+            self.buffers.setdefault(key, set()).add(row.get("buffer") or "host")
+            if row.get("validation") == "fail":
+                ends = (int(row["src_rank"]), int(row["dst_rank"]), str(row.get("src_host", "")))
+                self.failed.setdefault(key, []).append((*ends, str(row.get("dst_host", ""))))
+            elif _given(row.get(METRICS[row["kernel"]][0])):
+                self.rows.append(row)
+                self.counts[key] = self.counts.get(key, 0) + 1
+        self.counts = dict(sorted(self.counts.items()))
+
+    def groups(self, keys: Iterable[tuple] | None = None, column: str | None = None) -> list[PairGroup]:
+        """Each group's PairGroup (of the ``keys`` given, else of all), in key order: its matrix of the kernel's
+        figure, or of ``column`` (NaN where a row has none); a rank's host is what the group's rows last say."""
+        wanted = set(self.counts if keys is None else keys)
+        groups: dict[tuple, tuple[list, list, list, dict]] = {}
+        for row in self.rows:
+            key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
+            if key not in wanted:
+                continue
+            src, dst, value, hosts = groups.setdefault(key, ([], [], [], {}))
+            src.append(int(row["src_rank"]))
+            dst.append(int(row["dst_rank"]))
+            figure = row.get(METRICS[row["kernel"]][0] if column is None else column)
+            value.append(float(figure) if _given(figure) else math.nan)
+            hosts[src[-1]], hosts[dst[-1]] = str(row.get("src_host", "")), str(row.get("dst_host", ""))
+        found = []
+        for key, (src, dst, value, hosts) in sorted(groups.items()):
+            src, dst, value = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(value)
+            ranks = np.unique(np.concatenate([src, dst]))
+            measured = ~np.isnan(value)
+            matrix = fill_matrix(ranks, src[measured], dst[measured], value[measured])
+            found.append(PairGroup(key, ranks, [hosts[rank] for rank in ranks.tolist()], matrix))
+        return found
+
+
+def _given(value) -> bool:
+    return value is not None and value != "" and not (isinstance(value, float) and math.isnan(value))
 
 
 class _Judged:
@@ -322,27 +358,29 @@ def verdict(
     items = iter(rows)
     first = next(items, None)
     every = itertools.chain([first], items) if first is not None else iter(())
-    groups = every if isinstance(first, PairGroup) else pair_groups(every)
+    groups = every if isinstance(first, PairGroup) else RowPairs(every).groups()
     judged = []
     for group in groups:
         transport, kernel, schedule, size = group.key
         metric, worse = METRICS[kernel]
         ranks, hosts, values = group.ranks, group.hosts, group.values
         where = (transport, kernel, schedule, size, metric, worse)
+        raised = outlier_z(z, int(np.count_nonzero(~np.isnan(values))))
         if topology is not None:
-            judged.append(_tiered_group(where, ranks, hosts, values, topology, z, floor))
+            judged.append(_tiered_group(where, ranks, hosts, values, topology, raised, floor))
+            judged[-1]["outlier_z_used"] = raised
             continue
-        slow_ranks = _slow_hosts_alone(values, worse, z, floor)
+        slow_ranks = _slow_hosts_alone(values, worse, raised, floor)
         logs = _logs(values)
         healthy = logs[~_touching(slow_ranks)]
-        rule = _Judged.of(logs[~np.isnan(logs)], healthy[~np.isnan(healthy)], worse, z, floor)
+        rule = _Judged.of(logs[~np.isnan(logs)], healthy[~np.isnan(healthy)], worse, raised, floor)
         group = _group_verdict(where, ranks, hosts, values, rule.slow(logs), slow_ranks, rule.threshold)
         centre = rule.median
         if not math.isnan(centre):  # the figure slow ones are held against: the healthy pairs' median
             group["median"] = centre
             for entry in group["slow_links"] + group["slow_hosts"]:
                 entry["ratio"] = _ratio(entry["value"], centre)
-        group.update(mad_log=_number(rule.mad), threshold=_number(rule.threshold))
+        group.update(mad_log=_number(rule.mad), threshold=_number(rule.threshold), outlier_z_used=raised)
         judged.append(group)
     slow_links = [_placed(link, g) for g in judged for link in g["slow_links"]]
     slow_hosts = [_placed(host, g) for g in judged for host in g["slow_hosts"]]
@@ -368,6 +406,16 @@ def verdict(
         "slow_hosts": slow_hosts,
         "groups": judged,
     }
+
+
+def outlier_z(z: float, pairs: int) -> float:
+    """The z a group of ``pairs`` is judged with: ``z`` up to Z_HOLDS_UP_TO pairs, and past that raised so that a
+    normal spread raises as many false alarms (pairs beyond it on the slow side) in the group as in one of
+    Z_HOLDS_UP_TO: about 0.3 at z 4, whatever the matrix's size (5.0 at 1,024 hosts, 5.8 at 10,000)."""
+    if pairs <= Z_HOLDS_UP_TO:
+        return z
+    normal = statistics.NormalDist()
+    return max(z, normal.inv_cdf(1 - Z_HOLDS_UP_TO * normal.cdf(-z) / pairs))
 
 
 def _number(value: float) -> float | None:
@@ -456,7 +504,7 @@ class _Tier:
         return rule.slow(logs), values / rule.median
 
 
-def _tier_matrix(hosts: list[str], topology: Topology) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, list]:
+def tier_matrix(hosts: list[str], topology: Topology) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray, list]:
     """Each pair's tier (an index into TIERS), each rank's switch and group (indices into the sorted names)."""
     host_names, host_code = np.unique(np.array(hosts, dtype=object), return_inverse=True)
     switch_names, switch_code = np.unique(
@@ -620,7 +668,7 @@ def _tiered_group(where: tuple, ranks, hosts, values, topology: Topology, z, flo
     """One group judged within its tiers: the slow global links and uplinks first, then the hosts and links on
     the rest, each pair's figure taken over its tier's median so every tier is held to the same rule."""
     worse = where[5]
-    tiers, switch_code, switch_names, group_code, group_names = _tier_matrix(hosts, topology)
+    tiers, switch_code, switch_names, group_code, group_names = tier_matrix(hosts, topology)
     present = ~np.isnan(values)
     uplinks, explained, suspects = _slow_parts(
         values, tiers, (switch_code, switch_names), (group_code, group_names), worse, z, floor
@@ -752,17 +800,43 @@ def _what(entry: dict) -> str:
 
 
 def tier_lines(found: dict) -> list[str]:
-    """One line per judged group of a verdict with a topology: each tier's median and p10-p90 spread."""
+    """One line per tier of each judged group of a verdict with a topology: its median and p10-p90 spread."""
     lines = []
     for group in found["groups"]:
-        tiers = [
-            f"{tier} {_figure(s['median'], group['metric'])} (p10 {_figure(s['p10'], group['metric'])}, "
-            f"p90 {_figure(s['p90'], group['metric'])}, {s['pairs']} pairs)"
-            for tier, s in group.get("tiers", {}).items()
-        ]
-        if tiers:
-            lines.append(f"# tiers, {_what(group)}: {'; '.join(tiers)}")
+        metric = group["metric"]
+        for tier, s in group.get("tiers", {}).items():
+            lines.append(
+                f"# tiers, {_what(group)}: {tier} {_figure(s['median'], metric)} (p10 {_figure(s['p10'], metric)}, "
+                f"p90 {_figure(s['p90'], metric)}, {s['pairs']:,} pairs)"
+            )
     return lines
+
+
+def host_list(hosts: Iterable[str], width: int = HOSTS_WIDTH) -> str:
+    """Host names folded as Slurm writes them (``node[01-16,20]``, by ClusterShell's NodeSet), the first of them in
+    its order to fit about ``width`` characters, with the count of those left out."""
+    from ClusterShell.NodeSet import NodeSet
+
+    def fold(names: list[str]) -> str:
+        try:
+            return str(NodeSet.fromlist(names))
+        except Exception:  # noqa: BLE001 - a name NodeSet cannot parse: listed as it is
+            return ",".join(names)
+
+    names = sorted(set(hosts))
+    with contextlib.suppress(Exception):  # noqa: BLE001 - as fold: a name NodeSet cannot parse stays in plain order
+        names = list(NodeSet.fromlist(names))  # node2 before node10
+    shown = len(names)
+    folded = fold(names)
+    while len(folded) > width and shown > 1:
+        shown //= 2
+        folded = fold(names[:shown])
+    return folded + (f" and {len(names) - shown:,} more" if shown < len(names) else "")
+
+
+def _more(count: int, what: str) -> list[str]:
+    """The line that counts what a capped list left out (none where nothing was)."""
+    return [f"#   and {count:,} more {what} (verdict.json lists every one)"] if count > 0 else []
 
 
 def _tier_of(link: dict) -> str:
@@ -774,21 +848,58 @@ def _uplink_line(uplink: dict) -> str:
     """``leaf2's uplink: 8 of 8 cross-switch links slow, ...``: a slow uplink or global link."""
     metric = uplink["metric"]
     line = (
-        f"#   slow {uplink['name']}: {uplink['slow_links']} of {uplink['links']} {uplink['tier']} links slow, "
+        f"#   slow {uplink['name']}: {uplink['slow_links']:,} of {uplink['links']:,} {uplink['tier']} links slow, "
         f"{_figure(uplink['value'], metric)} against the {uplink['tier']} median {_figure(uplink['median'], metric)} "
         f"({uplink['ratio']:.2f}x; {_what(uplink)})"
     )
     if "switch" in uplink:
         normal = uplink["intra_links"] - uplink["slow_intra_links"]
-        line += f"; {normal} of its {uplink['intra_links']} intra-switch links normal"
+        line += f"; {normal:,} of its {uplink['intra_links']:,} intra-switch links normal"
         milder = uplink["slow_intra_links"] - uplink["alike_intra_links"]
-        line += f", {milder} slow but not half as far (in log) as these" if milder else ""
+        line += f", {milder:,} slow but not half as far (in log) as these" if milder else ""
     return line
 
 
-def summary_lines(found: dict) -> list[str]:
-    """The console's closing list: one line per slow link and per slow host (and with a topology, per slow uplink
-    after each tier's median), with its figure against the median."""
+def _host_line(host: dict) -> str:
+    # A rank that shares its host with other measured ranks is a slow rank, not (yet) a slow host.
+    who = f"rank {host['rank']} (on {host['host']})" if host["shared"] else f"host {_name(host['rank'], host['host'])}"
+    alone = host.get("alone_under")
+    metric = host["metric"]
+    return (
+        f"#   slow {who}: {host['slow_links']:,} of {host['links']:,} links slow, {_figure(host['value'], metric)}"
+        f" against the median {_figure(host['median'], metric)} ({host['ratio']:.2f}x; {_what(host)})"
+        + (f"; alone under {alone}: a slow uplink of {alone} would look the same" if alone else "")
+    )
+
+
+def _switch_line(switch: str, hosts: list[dict]) -> str:
+    """Slow hosts under one switch, named once: how many, which, and their links and figures taken together."""
+    first = hosts[0]
+    metric = first["metric"]
+    value = float(np.median([host["value"] for host in hosts]))
+    median = float(np.median([host["median"] for host in hosts]))
+    slow, links = sum(host["slow_links"] for host in hosts), sum(host["links"] for host in hosts)
+    return (
+        f"#   slow hosts under {switch}: {len(hosts):,} ({host_list(host['host'] for host in hosts)}), {slow:,} of "
+        f"{links:,} links slow, {_figure(value, metric)} against the median {_figure(median, metric)} "
+        f"({_ratio(value, median):.2f}x; {_what(first)})"
+    )
+
+
+def _link_line(link: dict) -> str:
+    ways = "both ways" if len(link["directions"]) == 2 else "{}->{}".format(*link["directions"][0])
+    return (
+        f"#   slow link {_name(link['src_rank'], link['src_host'])} <-> {_name(link['dst_rank'], link['dst_host'])}"
+        f" ({ways}): {_figure(link['value'], link['metric'])} against the {_tier_of(link)}median "
+        f"{_figure(link['median'], link['metric'])} ({link['ratio']:.2f}x; {_what(link)})"
+    )
+
+
+def summary_lines(found: dict, topology: Topology | None = None, listed: int = LISTED) -> list[str]:
+    """The console's closing list, each line short whatever the fabric's size: each tier's median (with a
+    topology), then each slow uplink, each slow host, and each slow link, with its figure against the median.
+    With a ``topology`` the slow hosts under one switch are one line; each kind names at most ``listed`` and
+    counts the rest (verdict.json keeps every one)."""
     if not found["groups"]:
         return []
     tiered = "slow_uplinks" in found
@@ -796,30 +907,30 @@ def summary_lines(found: dict) -> list[str]:
         judged = sum(g["pairs"] for g in found["groups"])
         z = found["outlier_z"]
         what = "uplink, link or host" if tiered else "link or host"
-        return [*tier_lines(found), f"# all-pairs verdict: no slow {what} ({judged} pairs judged, --outlier-z {z:g})"]
-    lines = [*tier_lines(found), f"# all-pairs verdict (--outlier-z {found['outlier_z']:g}):"]
-    lines += [_uplink_line(uplink) for uplink in found.get("slow_uplinks", [])]
+        return [*tier_lines(found), f"# all-pairs verdict: no slow {what} ({judged:,} pairs judged, --outlier-z {z:g})"]
+    raised = sorted({g["outlier_z_used"] for g in found["groups"] if g.get("outlier_z_used", 0) > found["outlier_z"]})
+    also = f"; raised to {', '.join(f'{z:.2f}' for z in raised)} for the pairs' count" if raised else ""
+    lines = [*tier_lines(found), f"# all-pairs verdict (--outlier-z {found['outlier_z']:g}{also}):"]
+    uplinks = found.get("slow_uplinks", [])
+    lines += [_uplink_line(uplink) for uplink in uplinks[:listed]] + _more(len(uplinks) - listed, "slow uplinks")
+    entries: list[tuple[str, object]] = []  # ("host", entry) or ("switch", (name, its slow hosts)), in order
+    under: dict[tuple, list[dict]] = {}
     for host in found["slow_hosts"]:
-        # A rank that shares its host with other measured ranks is a slow rank, not (yet) a slow host.
-        who = f"host {_name(host['rank'], host['host'])}"
-        if host["shared"]:
-            who = f"rank {host['rank']} (on {host['host']})"
-        lines.append(
-            f"#   slow {who}: {host['slow_links']} of {host['links']} links slow, "
-            f"{_figure(host['value'], host['metric'])} against the median {_figure(host['median'], host['metric'])} "
-            f"({host['ratio']:.2f}x; {host['transport']} {host['kernel']} {host['size_B']} B)"
-            + (
-                f"; alone under {host['alone_under']}: a slow uplink of {host['alone_under']} would look the same"
-                if "alone_under" in host
-                else ""
-            )
-        )
-    for link in found["slow_links"]:
-        ways = "both ways" if len(link["directions"]) == 2 else "{}->{}".format(*link["directions"][0])
-        lines.append(
-            f"#   slow link {_name(link['src_rank'], link['src_host'])} <-> {_name(link['dst_rank'], link['dst_host'])}"
-            f" ({ways}): {_figure(link['value'], link['metric'])} against the {_tier_of(link)}median "
-            f"{_figure(link['median'], link['metric'])} ({link['ratio']:.2f}x; "
-            f"{link['transport']} {link['kernel']} {link['size_B']} B)"
-        )
+        if topology is not None and not host["shared"] and host["host"] in topology.switch:
+            key = (_what(host), host.get("schedule"), topology.switch_of(host["host"]))
+            if key not in under:
+                entries.append(("switch", key))
+            under.setdefault(key, []).append(host)
+        else:
+            entries.append(("host", host))
+    shown = [
+        _host_line(entry)
+        if kind == "host"
+        else (_host_line(under[entry][0]) if len(under[entry]) == 1 else _switch_line(entry[2], under[entry]))
+        for kind, entry in entries
+    ]
+    hidden = sum(1 if kind == "host" else len(under[entry]) for kind, entry in entries[listed:])
+    lines += shown[:listed] + _more(hidden, "slow hosts")
+    links = found["slow_links"]
+    lines += [_link_line(link) for link in links[:listed]] + _more(len(links) - listed, "slow links")
     return lines
