@@ -291,28 +291,34 @@ def _not_compared(series: list[Series], table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def all_pairs_apart(tidy: pd.DataFrame, out_dir, series: list[Series] = ()) -> tuple[pd.DataFrame, bool]:
-    """The all-pairs rows (one per source and destination rank, or GPU) are drawn as heatmaps with --out, ordered
-    and judged by the topology each series' metadata keeps, not compared size by size: the rows left to compare,
-    and whether there were any to draw."""
-    pairs = tidy["src_rank"].notna() | tidy["src_gpu"].notna()
-    if not pairs.any():
+def all_pairs_apart(tidy: pd.DataFrame, out_dir, series: list[Series], paths: list[str]) -> tuple[pd.DataFrame, bool]:
+    """The all-pairs rows are drawn as heatmaps with --out, not compared size by size: each input's measured pairs
+    as matrices (load.read_pairs: a group at a time, never a frame of them), ordered and judged by the topology
+    its metadata keeps, and cuda-copy's GPU pairs (one per source and destination GPU, in the frame). The rows left
+    to compare, and whether there were any pairs to draw."""
+    from fabricbench.analysis.load import path_name, read_pairs
+
+    gpus = tidy["src_gpu"].notna()
+    runs = [(path, read_pairs(path)) for path in paths]
+    runs = [(path, run) for path, run in runs if run.table.counts]
+    count = int(gpus.sum()) + sum(sum(run.table.counts.values()) for _, run in runs)
+    if not count:
         return tidy, False
     if out_dir:
-        from fabricbench.analysis.plots import write_heatmaps
-        from fabricbench.measure.topology import Topology
+        from fabricbench.analysis.heatmaps import write_gpu_heatmap, write_heatmaps
 
-        fabrics = {}
-        for each in series:
-            try:
-                fabrics[each.name] = Topology.from_metadata(each.metadata.get("topology"))
-            except UsageError as exc:
-                raise UsageError(f"{each.source!r}: {exc}") from None
-        written = write_heatmaps(tidy[pairs], out_dir, fabrics)
+        def named(path: str, transport: str) -> str:
+            mine = [s.name for s in series if s.source == path and s.transport == transport]
+            return mine[0] if mine else path_name(path)
+
+        groups = ((named(path, g.key[0]), g, run.topology) for path, run in runs for g in run.table.groups())
+        written = write_heatmaps(groups, out_dir)
+        if gpus.any():
+            written.append(write_gpu_heatmap(tidy[gpus], out_dir))
         print(f"# wrote {', '.join(p.name for p in written)} in {out_dir}/ (all-pairs matrices)", file=sys.stderr)
     else:
-        print(f"# {int(pairs.sum())} all-pairs rows: --out DIR draws their heatmaps", file=sys.stderr)
-    return tidy[~pairs].reset_index(drop=True), True
+        print(f"# {count:,} all-pairs rows: --out DIR draws their heatmaps", file=sys.stderr)
+    return tidy[~gpus].reset_index(drop=True), True
 
 
 def congestion_apart(tidy: pd.DataFrame, out_dir) -> tuple[pd.DataFrame, bool]:
@@ -343,7 +349,7 @@ def compare(paths: list[str], out: str | None = None, metric_names: list[str] | 
     metrics = parse_metrics(metric_names)
     out_dir = prepare_out_dir(out) if out else None
     series, tidy, notes = split_series(paths)
-    tidy, drawn = all_pairs_apart(tidy, out_dir, series)
+    tidy, drawn = all_pairs_apart(tidy, out_dir, series, paths)
     tidy, congested = congestion_apart(tidy, out_dir)
     drawn = drawn or congested
     chosen = kernel_metrics(tidy, metrics)
