@@ -39,12 +39,15 @@ class PairTable:
         self.counts: dict[tuple, int] = {}  # each group's measured rows with a figure, in key order
         self.failed: dict[tuple, list[tuple]] = {}  # (src_rank, dst_rank, src_host, dst_host) of each failed check
         self.buffers: dict[tuple, set[str]] = {}  # the buffer kinds (host, cuda) of each group's rows
+        self.ranks: dict[tuple, np.ndarray] = {}  # each group's ranks, sorted: its matrix's rows and columns
         for batch, index, keys in self._batches():
             for number, key in enumerate(keys):
                 mine = index == number
                 kept, failed = mine & batch["kept"], np.flatnonzero(mine & batch["failed"])
                 if kept.any():
                     self.counts[key] = self.counts.get(key, 0) + int(kept.sum())
+                    ends = _distinct(np.concatenate([batch["src_rank"][kept], batch["dst_rank"][kept]]))
+                    self.ranks[key] = np.union1d(self.ranks.get(key, ends[:0]), ends)
                 codes, names = batch["buffer"]
                 self.buffers.setdefault(key, set()).update(names[code] or "host" for code in np.unique(codes[mine]))
                 for at in failed.tolist():
@@ -58,24 +61,39 @@ class PairTable:
         """Each group's PairGroup (of the ``keys`` given, else of all), in key order: its matrix of the kernel's
         figure, or of ``column`` (NaN where a row has none)."""
         for key in sorted(self.counts if keys is None else keys):
-            src, dst, value, hosts = [], [], [], {}
-            for batch, index, keys_here in self._batches(column):
-                chosen = np.flatnonzero((index == keys_here.index(key)) & batch["kept"]) if key in keys_here else ()
-                if not len(chosen):
-                    continue
-                src.append(batch["src_rank"][chosen].astype(np.int64))
-                dst.append(batch["dst_rank"][chosen].astype(np.int64))
-                value.append(batch["figure" if column is None else column][chosen])
-                _last_hosts(hosts, src[-1], dst[-1], batch["src_host"], batch["dst_host"], chosen)
-            if not src:
+            if key not in self.counts:
                 continue
-            src_all, dst_all, values_all = np.concatenate(src), np.concatenate(dst), np.concatenate(value)
-            del src, dst, value
-            ranks = np.unique(np.concatenate([src_all, dst_all]))
-            measured = ~np.isnan(values_all)
-            values = fill_matrix(ranks, src_all[measured], dst_all[measured], values_all[measured])
-            del src_all, dst_all, values_all  # the rows go before the next group's are read
-            yield PairGroup(key, ranks, [hosts[rank] for rank in ranks.tolist()], values)
+            ranks = self.ranks[key]
+            count, hosts = len(ranks), {}
+            values = np.full(count * count, math.nan)
+            filled = 0
+            for src, dst, figure in self._rows_of(key, column, hosts):
+                values[np.searchsorted(ranks, src) * count + np.searchsorted(ranks, dst)] = figure
+                filled += len(figure)
+            if np.count_nonzero(~np.isnan(values)) < filled:  # run --repeat: each pair's median, from all its rows
+                rows = list(self._rows_of(key, column, hosts))
+                src, dst, figure = (np.concatenate(parts) for parts in zip(*rows, strict=True))
+                matrix = fill_matrix(ranks, src, dst, figure)
+                del rows, src, dst, figure
+            else:
+                matrix = values.reshape(count, count)
+            del values
+            yield PairGroup(key, ranks, [hosts[rank] for rank in ranks.tolist()], matrix)
+
+    def _rows_of(self, key: tuple, column: str | None, hosts: dict) -> Iterator[tuple[np.ndarray, ...]]:
+        """A group's measured rows, a batch at a time, as (source ranks, destination ranks, figures of ``column``
+        or the kernel's), a rank's row with itself and figures the row lacks left out; ``hosts`` learns each
+        rank's host as the rows last say it."""
+        for batch, index, keys_here in self._batches(column):
+            chosen = np.flatnonzero((index == keys_here.index(key)) & batch["kept"]) if key in keys_here else ()
+            if not len(chosen):
+                continue
+            src = batch["src_rank"][chosen].astype(np.int64)
+            dst = batch["dst_rank"][chosen].astype(np.int64)
+            figure = batch["figure" if column is None else column][chosen]
+            _last_hosts(hosts, src, dst, batch["src_host"], batch["dst_host"], chosen)
+            keep = (src != dst) & ~np.isnan(figure)
+            yield src[keep], dst[keep], figure[keep]
 
     def _batches(self, column: str | None = None) -> Iterator[tuple[dict, np.ndarray, list[tuple]]]:
         """Each batch of the pair rows' columns, checked, as ({src_rank, dst_rank, figure and ``column``: numpy
@@ -179,8 +197,9 @@ def _groups_of(batch: dict, count: int, name: str, first_row: int, transports) -
         return UsageError(f"{name!r} has {column} = {reprlib.repr(shown)} (row {number}): {why}")
 
     def names(column: str, chosen: Iterable[str]) -> np.ndarray:
+        """Which rows' ``column`` is one of ``chosen``: a look-up of each row's code, not a search."""
         codes, values = text[column]
-        return np.isin(codes, [i for i, value in enumerate(values) if value in chosen])
+        return np.array([value in chosen for value in values], dtype=bool)[codes]
 
     kernels = text["kernel"][1]
     pairs = names("kernel", METRICS)
@@ -210,14 +229,14 @@ def _groups_of(batch: dict, count: int, name: str, first_row: int, transports) -
         values = arrays[column]
         top = MAX_SIZE_B if column == "size_B" else MAX_RANK
         with np.errstate(invalid="ignore"):
-            bad = chosen & ~((values >= 0) & (values <= top) & (values % 1 == 0))
+            bad = chosen & ~((values >= 0) & (values <= top) & (np.trunc(values) == values))
         if bad.any():
             shown = values[bad][0]
             raise refuse(bad, column, "" if math.isnan(shown) else shown, f"not a whole number from 0 to {top}")
     index = np.full(count, -1, dtype=np.int64)
     if not chosen.any():
         return index, [], arrays
-    parts = [text[c] for c in ("transport", "kernel", "schedule")] + [_codes_of_numbers(arrays["size_B"][chosen])]
+    parts = [text[c] for c in ("transport", "kernel", "schedule")] + [_codes(batch["size_B"])]
     combined = np.zeros(int(chosen.sum()), dtype=np.int64)
     for codes, values in parts:  # one number per (transport, kernel, schedule, size): few, so a bincount
         combined = combined * len(values) + (codes[chosen] if len(codes) == count else codes)
@@ -236,18 +255,31 @@ def _groups_of(batch: dict, count: int, name: str, first_row: int, transports) -
     return index, keys, arrays
 
 
-def _codes_of_numbers(values: np.ndarray) -> tuple[np.ndarray, list]:
-    """Whole numbers (a batch's sizes) as codes into their distinct values."""
-    distinct, codes = np.unique(values, return_inverse=True)
-    return codes.reshape(-1), distinct.tolist()
+def _distinct(ranks: np.ndarray) -> np.ndarray:
+    """The distinct ranks among ``ranks`` (whole numbers from 0), sorted: a presence table, no sort of the rows."""
+    if not ranks.size:
+        return ranks.astype(np.int64)
+    present = np.zeros(int(ranks.max()) + 1, dtype=bool)
+    present[ranks.astype(np.int64)] = True
+    return np.flatnonzero(present)
 
 
 def _last_hosts(hosts: dict, src: np.ndarray, dst: np.ndarray, src_host, dst_host, chosen: np.ndarray) -> None:
-    """Each rank's host as the ``chosen`` rows last say it (rows in order, a row's source before its destination):
-    the last of each rank's mentions, found by taking the first of them from the end."""
+    """Each rank's host as the ``chosen`` rows last say it (rows in order, a row's source before its destination).
+    Where every row of the batch gives a rank the same host (a run's rows do), a table of rank to host is enough;
+    otherwise the last of each rank's mentions is found by taking the first of them from the end."""
     ranks = np.stack([src, dst], axis=1).reshape(-1)
-    names = np.stack([src_host[0][chosen], dst_host[0][chosen] + len(src_host[1])], axis=1).reshape(-1)
-    both = [*src_host[1], *dst_host[1]]
-    distinct, first = np.unique(ranks[::-1], return_index=True)
-    for rank, code in zip(distinct.tolist(), names[::-1][first].tolist(), strict=True):
+    both, common = np.unique(np.array([*src_host[1], *dst_host[1]], dtype=object), return_inverse=True)
+    common = common.reshape(-1)  # each of the two columns' dictionary entries as one code of ``both``
+    names = np.stack([common[src_host[0][chosen]], common[dst_host[0][chosen] + len(src_host[1])]], axis=1)
+    names = names.reshape(-1)
+    table = np.full(int(ranks.max()) + 1, -1, dtype=np.int64)
+    table[ranks] = names
+    if np.array_equal(table[ranks], names):
+        distinct = np.flatnonzero(table >= 0)
+        codes = table[distinct]
+    else:
+        distinct, first = np.unique(ranks[::-1], return_index=True)
+        codes = names[::-1][first]
+    for rank, code in zip(distinct.tolist(), codes.tolist(), strict=True):
         hosts[rank] = both[code]
