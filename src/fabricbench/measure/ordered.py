@@ -32,9 +32,10 @@ def median(values: np.ndarray, in_place: bool = False) -> float:
     return float(part[half]) if count % 2 else float((part[half - 1] + part[half]) / 2)
 
 
-def mad(values: np.ndarray, centre: float) -> float:
-    """The median absolute deviation of ``values`` from ``centre``."""
-    off = values - centre
+def mad(values: np.ndarray, centre: float, in_place: bool = False) -> float:
+    """The median absolute deviation of ``values`` from ``centre``; ``in_place``: worked out in ``values`` (a copy
+    the caller owns and is done with)."""
+    off = np.subtract(values, centre, out=values if in_place else None)
     return median(np.abs(off, out=off), in_place=True)
 
 

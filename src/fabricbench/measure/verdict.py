@@ -248,32 +248,38 @@ class _Judged:
         self.threshold = math.exp(centre + self.sign * self.reach) if not math.isnan(centre) else math.nan
 
     @classmethod
-    def of(cls, judged: np.ndarray, reference: np.ndarray | None, worse: str, z: float, floor: float) -> _Judged:
-        """The rule from the ``judged`` logs (NaN for none with fewer than MIN_PAIRS) and the ``reference`` logs
-        among them (all of them where None or fewer than MIN_PAIRS)."""
-        if judged.size < MIN_PAIRS:
+    def of(cls, logs: np.ndarray, reference: np.ndarray | None, worse: str, z: float, floor: float) -> _Judged:
+        """The rule over the figures' ``logs`` (NaN where none; no rule with fewer than MIN_PAIRS), its median and
+        MAD taken over the ``reference`` pairs among them (a mask; all of them where None or fewer than
+        MIN_PAIRS): one copy of those logs, reordered in place for both."""
+        valid = ~np.isnan(logs)
+        if np.count_nonzero(valid) < MIN_PAIRS:
             return cls(math.nan, math.nan, worse, z, floor)
-        base = reference if reference is not None and reference.size >= MIN_PAIRS else judged
-        centre = ordered.median(base, in_place=True)  # ``base`` is a copy: reordering it leaves its MAD alone
-        return cls(centre, ordered.mad(base, centre), worse, z, floor)
+        base = logs[valid & reference] if reference is not None else None
+        if base is None or base.size < MIN_PAIRS:
+            base = logs[valid]
+        centre = ordered.median(base, in_place=True)  # reordering the copy leaves its MAD alone
+        return cls(centre, ordered.mad(base, centre, in_place=True), worse, z, floor)
 
     @property
     def median(self) -> float:
         """The reference's median figure (not its log)."""
         return math.exp(self.centre) if not math.isnan(self.centre) else math.nan
 
-    def slow(self, logs: np.ndarray) -> np.ndarray:
-        """Which logs lie beyond the reach (NaN: none)."""
-        off = logs - self.centre
+    def slow(self, logs: np.ndarray, in_place: bool = False) -> np.ndarray:
+        """Which logs lie beyond the reach (NaN: none); ``in_place``: worked out in ``logs``, which the caller is
+        done with."""
+        off = np.subtract(logs, self.centre, out=logs if in_place else None)
         off *= self.sign
         with np.errstate(invalid="ignore"):
             return off > self.reach
 
 
-def _logs(values: np.ndarray) -> np.ndarray:
-    """The log of each positive, finite figure; NaN for the rest (no measurement, 0, inf)."""
+def _logs(values: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """The log of each positive, finite figure; NaN for the rest (no measurement, 0, inf). ``in_place``: into
+    ``values`` itself (a copy the caller owns)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.log(values)
+        logs = np.log(values, out=values if in_place else None)
     logs[~np.isfinite(logs)] = math.nan
     return logs
 
@@ -299,21 +305,19 @@ def _slow_hosts_alone(values: np.ndarray, worse: str, z: float, floor: float) ->
     """
     count = len(values)
     logs = _logs(values)
-    judged = logs[~np.isnan(logs)]
     linked = ~np.isnan(values)
     linked |= linked.T
     if count <= LEAVE_ONE_OUT_UP_TO:
         rules = []
         for rank in range(count):
-            without = np.ones(count, dtype=bool)
-            without[rank] = False
-            reference = logs[np.ix_(without, without)]
-            rules.append(_Judged.of(judged, reference[~np.isnan(reference)], worse, z, floor))
+            alone = np.zeros(count, dtype=bool)
+            alone[rank] = True
+            rules.append(_Judged.of(logs, ~_touching(alone), worse, z, floor))
         slows = [rule.slow(logs) for rule in rules]
     else:
-        rule = _Judged.of(judged, None, worse, z, floor)
-        del judged  # a copy of every figure's log: gone before the slow pairs are marked
-        rules, slows = [rule] * count, [rule.slow(logs)] * count
+        rule = _Judged.of(logs, None, worse, z, floor)
+        rules, slows = [rule] * count, [rule.slow(logs, in_place=True)] * count
+    del logs
 
     def slow(besides: np.ndarray) -> np.ndarray:
         """More than half of its links slow, and its own median figure (both directions of those links) beyond
@@ -372,9 +376,9 @@ def verdict(
             continue
         slow_ranks = _slow_hosts_alone(values, worse, raised, floor)
         logs = _logs(values)
-        healthy = logs[~_touching(slow_ranks)]
-        rule = _Judged.of(logs[~np.isnan(logs)], healthy[~np.isnan(healthy)], worse, raised, floor)
-        group = _group_verdict(where, ranks, hosts, values, rule.slow(logs), slow_ranks, rule.threshold)
+        rule = _Judged.of(logs, ~_touching(slow_ranks), worse, raised, floor)
+        group = _group_verdict(where, ranks, hosts, values, rule.slow(logs, in_place=True), slow_ranks, rule.threshold)
+        del logs
         centre = rule.median
         if not math.isnan(centre):  # the figure slow ones are held against: the healthy pairs' median
             group["median"] = centre
@@ -527,7 +531,7 @@ class _Out:
     the N x N matrices as two blocks: ``there`` (its hosts to the others) and ``back`` (the others to its hosts);
     the pairs' values, logs and tiers in that order, there's first."""
 
-    def __init__(self, mine, others, present, explained, tiers, values, logs):
+    def __init__(self, mine, others, present, explained, tiers, values):
         self.mine, self.others = mine, others
         cross = TIERS.index(CROSS_SWITCH)
         there_tiers, back_tiers = _block(tiers, mine, others), _block(tiers, others, mine)
@@ -538,7 +542,7 @@ class _Out:
         self.values = np.concatenate(
             [_block(values, mine, others)[self.there], _block(values, others, mine)[self.back]]
         )
-        self.logs = np.concatenate([_block(logs, mine, others)[self.there], _block(logs, others, mine)[self.back]])
+        self.logs = _logs(self.values)
         self.links = self.there | self.back.T
 
     def as_links(self, chosen: np.ndarray) -> np.ndarray:
@@ -560,7 +564,6 @@ def _slow_parts(values: np.ndarray, tiers: np.ndarray, switches, groups, worse: 
     switch_code, switch_names = switches
     group_code, group_names = groups
     count = len(values)
-    logs = _logs(values)
     present = ~np.isnan(values)
     explained = np.zeros_like(present)
     suspects = np.zeros(count, dtype=bool)
@@ -573,7 +576,7 @@ def _slow_parts(values: np.ndarray, tiers: np.ndarray, switches, groups, worse: 
 
     across = present & (tiers == cg)
     if across.any():
-        every = _Tier(logs[across], int(across.sum()))
+        every = _Tier(_logs(values[across], in_place=True), int(across.sum()))
         members = [np.flatnonzero(group_code == g) for g in range(len(group_names))]
         for g1, g2 in itertools.combinations(range(len(group_names)), 2):
             a, b = members[g1], members[g2]
@@ -581,7 +584,7 @@ def _slow_parts(values: np.ndarray, tiers: np.ndarray, switches, groups, worse: 
             if not (there.any() or back.any()):
                 continue
             pair_values = np.concatenate([_block(values, a, b)[there], _block(values, b, a)[back]])
-            pair_logs = np.concatenate([_block(logs, a, b)[there], _block(logs, b, a)[back]])
+            pair_logs = _logs(pair_values)
             judged = every.judge(pair_values, pair_logs, worse, z, floor)
             if judged is None:
                 continue
@@ -596,15 +599,17 @@ def _slow_parts(values: np.ndarray, tiers: np.ndarray, switches, groups, worse: 
                 explained[np.ix_(a, b)] |= there
                 explained[np.ix_(b, a)] |= back
     live = present & ~explained
-    left = {tier: _Tier(logs[live & (tiers == tier)], int((live & (tiers == tier)).sum())) for tier in (cross, cg)}
+    left = {
+        tier: _Tier(_logs(values[live & (tiers == tier)]), int((live & (tiers == tier)).sum())) for tier in (cross, cg)
+    }
     same = present & (tiers == ss)
-    inside_tier = _Tier(logs[same], int(same.sum()))
+    inside_tier = _Tier(_logs(values[same], in_place=True), int(same.sum()))
     for switch in range(len(switch_names)):
         under = switch_code == switch
         mine, others = np.flatnonzero(under), np.flatnonzero(~under)
         # Its pairs out, as links: row i of a block is its host mine[i], column j the host others[j] ("back" is
         # the other direction, transposed to the same shape).
-        out = _Out(mine, others, present, explained, tiers, values, logs)
+        out = _Out(mine, others, present, explained, tiers, values)
         inside = _block(same, mine, mine)
         if not out.pairs.any() or not inside.any():
             continue  # one host under it: a slow uplink looks like a slow host (the host's entry)
@@ -621,7 +626,8 @@ def _slow_parts(values: np.ndarray, tiers: np.ndarray, switches, groups, worse: 
         links, bad = int(out.links.sum()), int(slow_links.sum())
         if not (bad and bad >= UPLINK_SHARE * links):
             continue
-        inside_values, inside_logs = _block(values, mine, mine)[inside], _block(logs, mine, mine)[inside]
+        inside_values = _block(values, mine, mine)[inside]
+        inside_logs = _logs(inside_values)
         judged = inside_tier.judge(inside_values, inside_logs, worse, z, floor)
         slow_in = np.zeros_like(inside)
         alike = np.zeros_like(inside)
@@ -688,9 +694,11 @@ def _tiered_group(where: tuple, ranks, hosts, values, topology: Topology, z, flo
         slow_ranks = found
     logs = _logs(scaled)
     healthy = ~np.isnan(scaled) & ~_touching(slow_ranks)
-    rule = _Judged.of(logs[~np.isnan(logs)], logs[healthy & ~np.isnan(logs)], worse, z, floor)
+    rule = _Judged.of(logs, healthy, worse, z, floor)
     centre = rule.median
-    group = _group_verdict(where, ranks, hosts, scaled, rule.slow(logs), slow_ranks, rule.threshold)
+    slow = rule.slow(logs, in_place=True)
+    del logs
+    group = _group_verdict(where, ranks, hosts, scaled, slow, slow_ranks, rule.threshold)
     same_switch = present & (tiers == TIERS.index(SAME_SWITCH))
     alone = ~(same_switch.any(axis=0) | same_switch.any(axis=1))
     place = {rank: index for index, rank in enumerate(ranks.tolist())}
