@@ -33,6 +33,7 @@ from fabricbench.measure.schema import NUMERIC, is_measured
 from fabricbench.measure.topology import TIERS, Topology
 from fabricbench.measure.verdict import (
     LISTED,
+    METRICS,
     PairGroup,
     RowPairs,
     host_list,
@@ -50,6 +51,8 @@ FIELDS = ("transport", "kernel", "size", "buffer", "canary", "congestor", "tier"
 # max_slow_links and max_slow_hosts its slow links and hosts (by tier with a topology, else over all pairs).
 VERDICT_COUNTS = ("slow_uplinks", "slow_links", "slow_hosts")
 PEERS_WIDTH = 40  # the most characters of a host's failing peers, folded, on its line
+BLOCK_SHARE = 0.75  # the share of the pairs between two groups (or switches) that fail for check to name the block
+MIN_BLOCK = 4  # the fewest failing pairs named as a block rather than one by one
 JUNIT_LINES = 100_000  # the most lines under one JUnit failure: every failing host, and pairs up to this
 BUFFERS = ("host", "cuda")  # what the buffer column holds: host memory, or a GPU's (-d cuda)
 BOUNDS = ("min", "max")
@@ -480,6 +483,7 @@ class PairFindings:
     worst: float
     hosts: list[str] = field(default_factory=list)
     hidden_hosts: list[int] = field(default_factory=list)  # how many hosts each line of ``hosts`` names
+    blocks: list[str] = field(default_factory=list)  # pairs between two groups or two switches failing together
     pairs: list[str] = field(default_factory=list)
 
 
@@ -553,10 +557,40 @@ def pair_findings(group: PairGroup, limit: Limit, chosen: np.ndarray, fabric: To
             found.hidden_hosts.append(len(these))
     alone = np.isin(codes, np.flatnonzero(named))
     rest = failing & ~(alone[:, None] | alone[None, :])
+    if fabric is not None and int(rest.sum()) > LISTED and all(host in fabric.switch for host in group.hosts):
+        rest = _failing_blocks(found, group, chosen, rest, limit, fabric)
     for src, dst in zip(*np.nonzero(rest), strict=True):
         name = pair_name(group.key, int(group.ranks[src]), int(group.ranks[dst]), group.hosts[src], group.hosts[dst])
         found.pairs.append(f"{name}: {limit.column} {_number(float(values[src, dst]))}, expected {limit.expected}")
     return found
+
+
+def _failing_blocks(found: PairFindings, group: PairGroup, chosen, failing, limit: Limit, fabric: Topology):
+    """Name once each block of pairs that fails together: between two groups (cross-group pairs), then between two
+    switches, where at least BLOCK_SHARE of the block's pairs (both ways) fail; the failing pairs left."""
+    what = _group_name(group.key)
+    _, switch_code, switch_names, group_code, group_names = tier_matrix(group.hosts, fabric)
+    for level, code, names in (("groups", group_code, group_names), ("switches", switch_code, switch_names)):
+        held, bad = _block_counts(chosen, code, len(names)), _block_counts(failing, code, len(names))
+        held, bad = np.triu(held + held.T, 1), np.triu(bad + bad.T, 1)  # each block once, both ways
+        for a, b in np.argwhere((held > 0) & (bad >= BLOCK_SHARE * held) & (bad >= MIN_BLOCK)).tolist():
+            mine = (code[:, None] == a) & (code[None, :] == b)
+            mine |= mine.T
+            values = group.values[mine & chosen]
+            found.blocks.append(
+                f"pairs between {level} {names[a]} and {names[b]}: {int(bad[a, b]):,} of {int(held[a, b]):,} fail "
+                f"({what}); {limit.column} median {_number(float(np.median(values)))}, expected {limit.expected}"
+            )
+            failing = failing & ~mine
+    return failing
+
+
+def _block_counts(chosen: np.ndarray, code: np.ndarray, count: int) -> np.ndarray:
+    """How many of the ``chosen`` pairs lie between each two of ``count`` blocks of ranks (``code``: each rank's)."""
+    order = np.argsort(code, kind="stable")
+    starts = np.searchsorted(code[order], np.arange(count))
+    rows = np.add.reduceat(chosen[order], starts, axis=0, dtype=np.int64)
+    return np.add.reduceat(rows[:, order], starts, axis=1, dtype=np.int64)
 
 
 class Judging:
@@ -599,8 +633,11 @@ class Judging:
         """Each covered group's findings under a limit on a column."""
         key = (threshold.index, limit.name)
         if key not in self._findings:
+            keys = self.keys(threshold)
+            # A limit on the kernel's own figure (min_bw_MBps on pairs-bw) reads the matrix the verdict reads.
+            column = None if all(METRICS[kernel][0] == limit.column for _, kernel, _, _ in keys) else limit.column
             found = []
-            for group in self.groups(self.keys(threshold), limit.column):
+            for group in self.groups(keys, column):
                 found.append(pair_findings(group, limit, self._chosen(threshold, group), self.fabric))
             self._findings[key] = found
         return self._findings[key]
@@ -608,10 +645,13 @@ class Judging:
     def verdict(self, threshold: Threshold) -> dict:
         """The all-pairs verdict on the covered groups (their chosen pairs), by the topology where there is one."""
         if threshold.index not in self._verdicts:
-            groups = []
-            for group in self.groups(self.keys(threshold), None):
-                chosen = self._chosen(threshold, group)
-                groups.append(PairGroup(group.key, group.ranks, group.hosts, np.where(chosen, group.values, math.nan)))
+            groups = self.groups(self.keys(threshold), None)
+            if threshold.tiers:  # only the chosen tiers' pairs are judged
+                chosen = [self._chosen(threshold, group) for group in groups]
+                groups = [
+                    PairGroup(g.key, g.ranks, g.hosts, np.where(c, g.values, math.nan))
+                    for g, c in zip(groups, chosen, strict=True)
+                ]
             self._verdicts[threshold.index] = pairs_verdict(groups, topology=self.fabric)
         return self._verdicts[threshold.index]
 
@@ -674,6 +714,10 @@ def _judge_limit(judging: Judging, verdict: Verdict, threshold: Threshold, limit
     for line in hosts[:LISTED]:
         verdict.add("FAIL", line, indent=True)
     _more(verdict, sum(named[LISTED:]), "hosts whose pairs fail")
+    blocks = [line for found in findings for line in found.blocks]
+    for line in blocks[:LISTED]:
+        verdict.add("FAIL", line, indent=True)
+    _more(verdict, len(blocks) - LISTED, "blocks of failing pairs")
     pairs = [line for found in findings for line in found.pairs]
     for line in pairs[:LISTED]:
         verdict.add("FAIL", line, indent=True)
@@ -797,7 +841,8 @@ def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None 
                 continue
             if findings.failing:
                 what = f"{name}: {findings.failing:,} of {findings.held:,} pairs fail, expected {limit.expected}"
-                found.append(Case(name, [what], [limit.name], details=(findings.hosts + findings.pairs)[:JUNIT_LINES]))
+                details = findings.hosts + findings.blocks + findings.pairs
+                found.append(Case(name, [what], [limit.name], details=details[:JUNIT_LINES]))
             else:
                 found.append(Case(name))
     for row in measured:
