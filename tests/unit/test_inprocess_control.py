@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import inprocess
-from fabricbench.control import allgather_json
+from fabricbench.control import allgather_floats, allgather_json, host_list
 from inprocess import Aborted, RankFailure, RanksFailed, ThreadRanks
 
 
@@ -35,6 +35,20 @@ def test_every_collective_moves_each_ranks_own_values(size):
     assert results[0]["records"] == [{"rank": r} for r in range(size)]
     assert all(r["gathered"] is None and r["records"] is None for r in results[1:])
     assert all(r["table"] == [{"twice": 2 * r} for r in range(size)] for r in results)
+
+
+@pytest.mark.parametrize("size", [2, 5])
+def test_numbers_reach_every_rank_as_floats_and_the_host_list_is_asked_once(size):
+
+    def main(ctrl):
+        numbers = allgather_floats(ctrl, 1.5 * ctrl.rank)
+        first = host_list(ctrl)
+        again = host_list(ctrl)  # kept on the control plane: no second exchange
+        return numbers, first is again, len(first)
+
+    results = ThreadRanks(size).run(main)
+    assert all(numbers.tolist() == [1.5 * r for r in range(size)] for numbers, _, _ in results)
+    assert all(same and count == size for _, same, count in results)
 
 
 def test_a_gathered_vector_is_a_copy_that_later_writes_do_not_reach():

@@ -10,6 +10,7 @@ crosses as numbers or JSON bytes; nothing is pickled.
 from __future__ import annotations
 
 import json
+import socket
 from typing import Protocol
 
 from fabricbench.errors import PeerError
@@ -57,3 +58,24 @@ def allgather_json(ctrl: ControlPlane, record: dict, what: str = "table") -> lis
     if not isinstance(table, list) or len(table) != ctrl.size or not all(isinstance(r, dict) for r in table):
         raise PeerError(f"the {what} broadcast by rank 0 is malformed")
     return table
+
+
+def allgather_floats(ctrl: ControlPlane, value: float, what: str = "numbers") -> np.ndarray:
+    """Every rank's number, in rank order, on every rank: gathered on rank 0 and broadcast as float64 bytes, so
+    each rank receives 8 bytes a rank and parses nothing (allgather_json's table is text every rank decodes)."""
+    gathered = ctrl.gather(np.array([value], dtype=np.float64))
+    data = ctrl.bcast_bytes(gathered.astype(np.float64).tobytes() if ctrl.rank == 0 else None)
+    if len(data) != 8 * ctrl.size:
+        raise PeerError(f"the {what} broadcast by rank 0 is {len(data)} bytes for {ctrl.size} ranks")
+    return np.frombuffer(data, dtype=np.float64)
+
+
+def host_list(ctrl: ControlPlane) -> list[str]:
+    """Every rank's host name, in rank order, on every rank: asked of the ranks once per control plane and kept
+    on it, since the patterns ask at every size and the answer cannot change."""
+    known = getattr(ctrl, "_host_list", None)
+    if known is None:
+        table = allgather_json(ctrl, {"host": socket.gethostname()}, "host list")
+        known = [str(record.get("host", "")) for record in table]
+        ctrl._host_list = known
+    return known

@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import socket
 
 from fabricbench.argtypes import bounded_decimal
-from fabricbench.control import allgather_json
+from fabricbench.control import allgather_floats, host_list
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.kernels import BANDWIDTH_COLUMNS, Kernel
@@ -138,8 +137,7 @@ class AllPairs(Pattern):
         """Collective: every rank's host, then the taking-part ranks' phases; Unsupported when one rank is left."""
         self.refuse_lacking()
         ctrl = self.ctrl
-        hosts = [str(r.get("host", "")) for r in allgather_json(ctrl, {"host": socket.gethostname()}, "host list")]
-        self.hosts = hosts
+        hosts = self.hosts = host_list(ctrl)
         self.ranks = per_node(hosts) if self.plan.pairs.per_node else list(range(ctrl.size))
         if len(self.ranks) < 2:
             raise Unsupported(f"--per-node leaves one rank: all {ctrl.size} ranks are on {hosts[0]}")
@@ -156,14 +154,14 @@ class AllPairs(Pattern):
     def agree(self, phase: Phase, estimate_ns: float) -> float:
         if self.schedule == SHIFT:
             return self.ctrl.allreduce_max(estimate_ns)
-        table = allgather_json(self.ctrl, {"ns": estimate_ns}, "warm-up estimates")
+        table = allgather_floats(self.ctrl, estimate_ns, "warm-up estimates")  # 8 bytes a rank, each phase
         source = self.ctrl.rank if phase.send_to is not None else phase.recv_from
         if source is None:
             return 0.0
-        value = table[source].get("ns")
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        value = float(table[source])
+        if not math.isfinite(value) or value < 0:
             raise PeerError(f"rank {source} sent a bad warm-up estimate {value!r}")
-        return float(value)
+        return value
 
     def summary(self, timed: Timed) -> np.ndarray:
         summary = np.full(len(PAIR_SUMMARY), math.nan)

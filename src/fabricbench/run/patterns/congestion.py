@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import socket
 from collections.abc import Iterable
 
 from fabricbench import transports
 from fabricbench.argtypes import bounded_decimal, whole_number
-from fabricbench.control import allgather_json
+from fabricbench.control import host_list
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure import congestion
@@ -189,7 +188,7 @@ class Congestion(Pattern):
         Unsupported on every rank alike when the ranks (hosts, --per-node) cannot hold them."""
         self.refuse_lacking()
         ctrl, options = self.ctrl, self.plan.congestion
-        self.hosts = [str(r.get("host", "")) for r in allgather_json(ctrl, {"host": socket.gethostname()}, "hosts")]
+        self.hosts = host_list(ctrl)
         fabric = self.plan.fabric()
         try:
             self.switches = [fabric.switch_of(host) for host in self.hosts] if fabric else None

@@ -4,10 +4,9 @@ each of the parent host's ranks exchanging windows with its counterpart on every
 
 from __future__ import annotations
 
-import socket
 from dataclasses import replace
 
-from fabricbench.control import allgather_json
+from fabricbench.control import host_list
 from fabricbench.errors import Unsupported
 from fabricbench.measure.fan import FanLayout, fan_layout
 from fabricbench.measure.rows import measured_row, refuse_impossible
@@ -34,7 +33,7 @@ class Fan(Pattern):
     def phases(self) -> list[Phase]:
         """Collective: every rank's host; Unsupported on every rank alike where the hosts give no layout."""
         self.refuse_lacking()
-        hosts = [str(r.get("host", "")) for r in allgather_json(self.ctrl, {"host": socket.gethostname()}, "hosts")]
+        hosts = host_list(self.ctrl)
         found = fan_layout(hosts)
         if isinstance(found, str):
             raise Unsupported(found)
