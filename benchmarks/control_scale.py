@@ -10,9 +10,9 @@ runs), which times, on the control plane a run uses (control.mpi.MPIControl), ea
   sends it), the metadata gather (every rank's rank_info, as orchestrate gathers it), and the host list the
   patterns ask for (allgather_json; once a run now, once a size before);
 - once a phase: the isolated schedule's agreement on each pair's warm-up estimate under --max-time, as it was
-  (allgather_json: a JSON table of every rank's estimate that every rank decodes) and as it is
-  (allgather_floats: 8 bytes a rank, nothing decoded); and the phase's barrier, its allreduce (rank 0's failure
-  to write, stop_if_failed) and the gather of every rank's 13-number summary to rank 0.
+  (allgather_json: a JSON table of every rank's estimate that every rank decodes) and as it is (pass_on: each
+  source sends its destination one number, a message a rank); and the phase's barrier, its allreduce (rank 0's
+  failure to write, stop_if_failed) and the gather of every rank's 13-number summary to rank 0.
 
 Each figure is the median over --reps of the slowest rank's time (the exchange ends for all when it ends for
 the last), with the growth exponent k of time ~ N^k between successive rank counts. On 2 cores, 64 ranks take
@@ -41,7 +41,7 @@ OPERATIONS = (
     ("metadata gather", "once"),
     ("host list", "once"),
     ("warm-up agreement, JSON (before)", "phase"),
-    ("warm-up agreement, floats (now)", "phase"),
+    ("warm-up agreement, pair by pair (now)", "phase"),
     ("barrier + allreduce + summary gather", "phase"),
 )
 
@@ -50,7 +50,7 @@ def inner(reps: int) -> None:
     """On every rank: time each exchange ``reps`` times; rank 0 prints the slowest rank's times as JSON."""
     import numpy as np
 
-    from fabricbench.control import allgather_floats, allgather_json
+    from fabricbench.control import allgather_json
     from fabricbench.control.mpi import MPIControl, import_mpi
     from fabricbench.launch.metadata import rank_info
     from fabricbench.measure.plan import Plan, Step
@@ -65,6 +65,15 @@ def inner(reps: int) -> None:
     plan = Plan(steps=[Step("mpi", "pairs-bw", [8])], topology=topology.to_dict(), run_id="control-scale")
     envelope = json.dumps({"plan": json.loads(plan.to_json())}).encode()
     summary = np.full(13, 1.5)
+    # An isolated phase's pairs: rank r with r + N/2, the first half sending (an odd rank out sits idle).
+    half = size // 2
+    partners = (
+        (ctrl.rank + half, None)
+        if ctrl.rank < half
+        else (None, ctrl.rank - half)
+        if ctrl.rank < 2 * half
+        else (None, None)
+    )
 
     def timed(exchange) -> float:
         ctrl.barrier()
@@ -77,7 +86,7 @@ def inner(reps: int) -> None:
         "metadata gather": lambda: ctrl.gather_json(rank_info()),
         "host list": lambda: allgather_json(ctrl, {"host": hosts[ctrl.rank]}, "host list"),
         "warm-up agreement, JSON (before)": lambda: allgather_json(ctrl, {"ns": 1234.5 * ctrl.rank}, "estimates"),
-        "warm-up agreement, floats (now)": lambda: allgather_floats(ctrl, 1234.5 * ctrl.rank, "estimates"),
+        "warm-up agreement, pair by pair (now)": lambda: ctrl.pass_on(1234.5, *partners),
         "barrier + allreduce + summary gather": lambda: (ctrl.barrier(), ctrl.allreduce_max(0.0), ctrl.gather(summary)),
     }
     found = {name: [timed(exchange) for _ in range(reps)] for name, exchange in exchanges.items()}

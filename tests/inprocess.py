@@ -130,6 +130,15 @@ class ThreadControl:
     def allreduce_max(self, value: float) -> float:
         return max(self.group.exchange(self.rank, float(value)))
 
+    def pass_on(self, value: float, send_to: int | None, recv_from: int | None) -> float:
+        table = self.group.exchange(self.rank, (float(value), send_to))
+        if recv_from is None:
+            return float("nan")
+        sent, to = table[recv_from]
+        if to != self.rank:
+            raise self.group.world.failure(self.rank, f"rank {recv_from}'s number, sent to rank {to}")
+        return sent
+
     def gather(self, values: np.ndarray) -> np.ndarray | None:
         mine = np.array(values, dtype=np.float64)  # a copy: rank 0 must not see later writes
         table = self.group.exchange(self.rank, mine)

@@ -3,13 +3,14 @@ between thread-ranks, and a rank that dies or stalls ends every other rank's wai
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import numpy as np
 import pytest
 
 import inprocess
-from fabricbench.control import allgather_floats, allgather_json, host_list
+from fabricbench.control import allgather_json, rank_hosts
 from inprocess import Aborted, RankFailure, RanksFailed, ThreadRanks
 
 
@@ -38,17 +39,17 @@ def test_every_collective_moves_each_ranks_own_values(size):
 
 
 @pytest.mark.parametrize("size", [2, 5])
-def test_numbers_reach_every_rank_as_floats_and_the_host_list_is_asked_once(size):
-
+def test_each_source_passes_its_number_to_its_destination_and_the_host_list_is_asked_once(size):
     def main(ctrl):
-        numbers = allgather_floats(ctrl, 1.5 * ctrl.rank)
-        first = host_list(ctrl)
-        again = host_list(ctrl)  # kept on the control plane: no second exchange
-        return numbers, first is again, len(first)
+        send_to, recv_from = (ctrl.rank + 1) % size, (ctrl.rank - 1) % size  # a ring: every rank both ends
+        passed = ctrl.pass_on(1.5 * ctrl.rank, send_to, recv_from)
+        alone = ctrl.pass_on(7.0, None, None)  # a rank with no part in a phase
+        first = rank_hosts(ctrl)
+        return passed, alone, first is rank_hosts(ctrl), len(first)  # kept on the control plane: asked once
 
     results = ThreadRanks(size).run(main)
-    assert all(numbers.tolist() == [1.5 * r for r in range(size)] for numbers, _, _ in results)
-    assert all(same and count == size for _, same, count in results)
+    assert [passed for passed, *_ in results] == [1.5 * ((rank - 1) % size) for rank in range(size)]
+    assert all(np.isnan(alone) and same and count == size for _, alone, same, count in results)
 
 
 def test_a_gathered_vector_is_a_copy_that_later_writes_do_not_reach():
@@ -121,3 +122,15 @@ def test_a_rank_still_running_at_the_tests_deadline_is_named():
     with pytest.raises(AssertionError, match="rank-1 still running"):
         ThreadRanks(2).run(main, deadline_s=0.1)
     stop.set()
+
+
+def test_a_peer_connection_passes_one_number_from_the_sender_alone():
+    from fabricbench.control.connection import ConnectionControl
+
+    left, right = socket.socketpair()
+    client, server = ConnectionControl(left, 0, 5.0), ConnectionControl(right, 1, 5.0)
+    client.pass_on(2.5, 1, None)  # the source sends; nothing comes back to it
+    assert server.pass_on(9.0, None, 0) == 2.5
+    assert np.isnan(client.pass_on(1.0, None, None))
+    left.close()
+    right.close()

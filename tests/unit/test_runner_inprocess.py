@@ -169,6 +169,16 @@ def test_all_pairs_kernels_give_a_row_per_ordered_pair_and_a_verdict(measure, ra
     assert json.loads((done.out / "verdict.json").read_text())  # the reporter judged the pairs it was handed
 
 
+@pytest.mark.parametrize("ranks", [4, 5])
+def test_under_max_time_each_pair_times_for_its_own_sources_pace(measure, ranks):
+    """--max-time with the isolated schedule: each source passes its warm-up's pace to its destination (pass_on),
+    and both ends run the count it sets; five ranks leave one out of each round."""
+    done = measure(ranks, [step("pairs-bw", [64])], max_time=0.01, warmup=2)
+    rows = done.rows
+    assert len(rows) == ranks * (ranks - 1) and (rows.status == "ok").all() and (rows.validation == "pass").all()
+    assert (rows.iterations >= 1).all() and (rows.iterations <= ITERATIONS).all()
+
+
 def test_a_size_past_the_csvs_bound_is_spooled_to_parquet_alone_and_judged_from_it(measure, monkeypatch):
     """Five ranks' matrix (20 pairs) with the bounds made small: its rows go to Parquet parts of at most 7 rows as
     the phases end, never to the CSV, and results.parquet holds every row at the end, the parts gone."""

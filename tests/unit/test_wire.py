@@ -104,7 +104,7 @@ def test_both_control_planes_have_the_declared_interface():
     from fabricbench.control.mpi import MPIControl
 
     methods = [name for name, value in vars(ControlPlane).items() if callable(value) and not name.startswith("_")]
-    assert set(methods) == {"barrier", "allreduce_max", "gather", "bcast_bytes", "gather_json", "abort"}
+    assert set(methods) == {"barrier", "allreduce_max", "pass_on", "gather", "bcast_bytes", "gather_json", "abort"}
     for cls in (MPIControl, ConnectionControl):
         for name in methods:
             declared = list(inspect.signature(getattr(ControlPlane, name)).parameters)

@@ -32,6 +32,11 @@ class ControlPlane(Protocol):
         """Rank 0 gets a (ranks, k) float64 array of every rank's vector; the others None."""
         ...
 
+    def pass_on(self, value: float, send_to: int | None, recv_from: int | None) -> float:
+        """Send ``value`` to rank ``send_to`` and return what rank ``recv_from`` sent to this one (NaN where either
+        is None): the two ends of a pair trading one number, a message a rank whatever the ranks' count."""
+        ...
+
     def bcast_bytes(self, data: bytes | None) -> bytes: ...
 
     def gather_json(self, obj: dict) -> list[dict] | None:
@@ -60,17 +65,7 @@ def allgather_json(ctrl: ControlPlane, record: dict, what: str = "table") -> lis
     return table
 
 
-def allgather_floats(ctrl: ControlPlane, value: float, what: str = "numbers") -> np.ndarray:
-    """Every rank's number, in rank order, on every rank: gathered on rank 0 and broadcast as float64 bytes, so
-    each rank receives 8 bytes a rank and parses nothing (allgather_json's table is text every rank decodes)."""
-    gathered = ctrl.gather(np.array([value], dtype=np.float64))
-    data = ctrl.bcast_bytes(gathered.astype(np.float64).tobytes() if ctrl.rank == 0 else None)
-    if len(data) != 8 * ctrl.size:
-        raise PeerError(f"the {what} broadcast by rank 0 is {len(data)} bytes for {ctrl.size} ranks")
-    return np.frombuffer(data, dtype=np.float64)
-
-
-def host_list(ctrl: ControlPlane) -> list[str]:
+def rank_hosts(ctrl: ControlPlane) -> list[str]:
     """Every rank's host name, in rank order, on every rank: asked of the ranks once per control plane and kept
     on it, since the patterns ask at every size and the answer cannot change."""
     known = getattr(ctrl, "_host_list", None)

@@ -57,6 +57,18 @@ class ConnectionControl:
         other.end()
         return max(value, theirs)
 
+    def pass_on(self, value: float, send_to: int | None, recv_from: int | None) -> float:
+        """Send ``value`` to the other rank where ``send_to`` names it, and return what it sent where
+        ``recv_from`` does (NaN otherwise)."""
+        if send_to is not None:
+            send_message(self.sock, VALUE, _F64.pack(value))
+        if recv_from is None:
+            return float("nan")
+        theirs = FieldReader(recv_message(self.sock, VALUE), "VALUE message")
+        found = theirs.f64()
+        theirs.end()
+        return found
+
     def gather(self, values: np.ndarray) -> np.ndarray | None:
         """Rank 0 gets a (2, k) float64 array: its own vector, then the server's."""
         values = np.ascontiguousarray(values, dtype=np.float64)

@@ -19,6 +19,7 @@ from fabricbench.lazy import np
 THREAD_LEVEL = "serialized"
 IDLE_POLL_S = 0.001  # how often a rank outside a --ranks subset looks whether the subset is done
 FORWARD_GRACE_S = 0.2  # before MPI_Abort, for the launcher to forward what the rank just wrote
+PASS_ON_TAG = 1  # pass_on's messages: the control plane's communicator carries no other point-to-point message
 
 
 def load_mpi():
@@ -77,6 +78,15 @@ class MPIControl:
         out = np.empty((self.size, len(values))) if self.rank == 0 else None
         self.comm.Gather(values, out, root=0)
         return out
+
+    def pass_on(self, value: float, send_to: int | None, recv_from: int | None) -> float:
+        """Send ``value`` to rank ``send_to`` and return what rank ``recv_from`` sent (NaN where either is None):
+        one number each way between the two ends of a pair, a message a rank whatever the ranks' count."""
+        out, got = np.array([value], dtype=np.float64), np.full(1, np.nan)
+        requests = [self.comm.Isend(out, dest=send_to, tag=PASS_ON_TAG)] if send_to is not None else []
+        requests += [self.comm.Irecv(got, source=recv_from, tag=PASS_ON_TAG)] if recv_from is not None else []
+        self._MPI.Request.Waitall(requests)
+        return float(got[0])
 
     def bcast_bytes(self, data: bytes | None) -> bytes:
         length = np.array([len(data) if self.rank == 0 else 0], dtype=np.int64)

@@ -8,7 +8,7 @@ import json
 import math
 
 from fabricbench.argtypes import bounded_decimal
-from fabricbench.control import allgather_floats, host_list
+from fabricbench.control import rank_hosts
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.kernels import BANDWIDTH_COLUMNS, Kernel
@@ -137,7 +137,7 @@ class AllPairs(Pattern):
         """Collective: every rank's host, then the taking-part ranks' phases; Unsupported when one rank is left."""
         self.refuse_lacking()
         ctrl = self.ctrl
-        hosts = self.hosts = host_list(ctrl)
+        hosts = self.hosts = rank_hosts(ctrl)
         self.ranks = per_node(hosts) if self.plan.pairs.per_node else list(range(ctrl.size))
         if len(self.ranks) < 2:
             raise Unsupported(f"--per-node leaves one rank: all {ctrl.size} ranks are on {hosts[0]}")
@@ -154,14 +154,15 @@ class AllPairs(Pattern):
     def agree(self, phase: Phase, estimate_ns: float) -> float:
         if self.schedule == SHIFT:
             return self.ctrl.allreduce_max(estimate_ns)
-        table = allgather_floats(self.ctrl, estimate_ns, "warm-up estimates")  # 8 bytes a rank, each phase
-        source = self.ctrl.rank if phase.send_to is not None else phase.recv_from
-        if source is None:
+        # Each pair agrees on its source's estimate: the source passes it to its destination, one message a rank.
+        theirs = self.ctrl.pass_on(estimate_ns, phase.send_to, phase.recv_from)
+        if phase.send_to is not None:
+            return estimate_ns
+        if phase.recv_from is None:
             return 0.0
-        value = float(table[source])
-        if not math.isfinite(value) or value < 0:
-            raise PeerError(f"rank {source} sent a bad warm-up estimate {value!r}")
-        return value
+        if not math.isfinite(theirs) or theirs < 0:
+            raise PeerError(f"rank {phase.recv_from} sent a bad warm-up estimate {theirs!r}")
+        return theirs
 
     def summary(self, timed: Timed) -> np.ndarray:
         summary = np.full(len(PAIR_SUMMARY), math.nan)
@@ -201,7 +202,7 @@ class AllPairs(Pattern):
         places = self._places
         columns.update(src_rank=sources, dst_rank=destinations)
         columns.update(src_host=places.hosts(sources), dst_host=places.hosts(destinations))
-        if plan.fabric() is None:
+        if places.fabric is None:
             columns.update(tier="", hops="")
         else:
             columns["tier"], columns["hops"] = places.of(sources, destinations)

@@ -8,7 +8,7 @@ import argparse
 import math
 
 from fabricbench.argtypes import whole_number
-from fabricbench.control import host_list
+from fabricbench.control import rank_hosts
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure import bisection
@@ -141,7 +141,7 @@ class Bisection(Pattern):
         phase each; Unsupported on every rank alike when fewer than two units take part."""
         self.refuse_lacking()
         ctrl, options = self.ctrl, self.plan.bisection
-        self.hosts = host_list(ctrl)
+        self.hosts = rank_hosts(ctrl)
         self.units = per_node(self.hosts) if options.per_node else list(range(ctrl.size))
         if len(self.units) < 2:
             raise Unsupported(f"--per-node leaves one rank: all {ctrl.size} ranks are on {self.hosts[0]}")

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from fabricbench import transports
 from fabricbench.argtypes import bounded_decimal, whole_number
-from fabricbench.control import host_list
+from fabricbench.control import rank_hosts
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure import congestion
@@ -188,7 +188,7 @@ class Congestion(Pattern):
         Unsupported on every rank alike when the ranks (hosts, --per-node) cannot hold them."""
         self.refuse_lacking()
         ctrl, options = self.ctrl, self.plan.congestion
-        self.hosts = host_list(ctrl)
+        self.hosts = rank_hosts(ctrl)
         fabric = self.plan.fabric()
         try:
             self.switches = [fabric.switch_of(host) for host in self.hosts] if fabric else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fabricbench.control import host_list
+from fabricbench.control import rank_hosts
 from fabricbench.errors import Unsupported
 from fabricbench.measure.fan import FanLayout, fan_layout
 from fabricbench.measure.rows import measured_row, refuse_impossible
@@ -33,7 +33,7 @@ class Fan(Pattern):
     def phases(self) -> list[Phase]:
         """Collective: every rank's host; Unsupported on every rank alike where the hosts give no layout."""
         self.refuse_lacking()
-        hosts = host_list(self.ctrl)
+        hosts = rank_hosts(self.ctrl)
         found = fan_layout(hosts)
         if isinstance(found, str):
             raise Unsupported(found)
