@@ -22,7 +22,7 @@ import pandas as pd
 
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_bytes
-from fabricbench.measure.pair_table import PairTable, embedded_metadata, run_sources
+from fabricbench.measure.pair_table import PairTable, run_sources
 from fabricbench.measure.schema import (
     CSV_NAME,
     INTEGER,
@@ -34,7 +34,14 @@ from fabricbench.measure.schema import (
     SCHEMA_VERSION,
     is_measured,
 )
-from fabricbench.measure.table_cells import check_cells, check_row_count, csv_cells, parquet_cells, parse_json
+from fabricbench.measure.table_cells import (
+    check_cells,
+    check_row_count,
+    csv_cells,
+    embedded_metadata,
+    parquet_cells,
+    parse_json,
+)
 from fabricbench.measure.topology import Topology
 from fabricbench.measure.verdict import METRICS
 from fabricbench.transports import TRANSPORTS

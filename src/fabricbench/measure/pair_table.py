@@ -18,10 +18,11 @@ from pathlib import Path
 from fabricbench.errors import UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.schema import CSV_NAME, PARQUET_NAME, PARTS_NAME, is_measured
-from fabricbench.measure.table_cells import MAX_SIZE_B, parse_json
+from fabricbench.measure.table_cells import MAX_SIZE_B, first_line
 from fabricbench.measure.verdict import METRICS, PAIR_COLUMNS, PairGroup, fill_matrix
 
 PAIR_BATCH_ROWS = 1 << 20  # rows read at a time: what the reader holds beside the matrix it fills
+FAILED_LISTED = 100_000  # the failed checks of a group whose pairs are kept to be named (all are counted)
 _TEXT = ("transport", "kernel", "schedule", "status", "validation", "src_host", "dst_host", "run_id", "buffer")
 _WHOLE = ("size_B", "src_rank", "dst_rank")
 MAX_RANK = (1 << 31) - 1
@@ -30,14 +31,16 @@ MAX_RANK = (1 << 31) - 1
 class PairTable:
     """A table's all-pairs rows (verdict.METRICS' kernels) as matrices, read from its files (``sources``: Parquet
     or CSV, in order) a batch of rows at a time, never as a frame of rows; ``transports``: the names a row's
-    transport may hold; ``run_id``: only that run's rows (an --append folder holds several runs). ``counts``:
-    each group's measured rows, in key order, from one pass over the files; ``groups()`` reads them again for
-    each group and yields its matrix, so one matrix is held at a time."""
+    transport may hold; ``run_id``: only that run's rows. A group is one run's (an --append folder holds
+    several) rows of one (transport, kernel, schedule, size): its key is (run_id, transport, kernel, schedule,
+    size). ``counts``: each group's measured rows, in key order, from one pass over the files; ``groups()``
+    reads them again for each group and yields its matrix, so one matrix is held at a time."""
 
     def __init__(self, sources: list[Path], transports: Collection[str], run_id: str | None = None):
         self.sources, self.transports, self.run_id = sources, transports, run_id
         self.counts: dict[tuple, int] = {}  # each group's measured rows with a figure, in key order
-        self.failed: dict[tuple, list[tuple]] = {}  # (src_rank, dst_rank, src_host, dst_host) of each failed check
+        self.failed: dict[tuple, int] = {}  # how many rows of each group failed their check
+        self.failed_pairs: dict[tuple, list[tuple]] = {}  # (src_rank, dst_rank, src_host, dst_host), FAILED_LISTED
         self.buffers: dict[tuple, set[str]] = {}  # the buffer kinds (host, cuda) of each group's rows
         self.ranks: dict[tuple, np.ndarray] = {}  # each group's ranks, sorted: its matrix's rows and columns
         for batch, index, keys in self._batches():
@@ -50,11 +53,12 @@ class PairTable:
                     self.ranks[key] = np.union1d(self.ranks.get(key, ends[:0]), ends)
                 codes, names = batch["buffer"]
                 self.buffers.setdefault(key, set()).update(names[code] or "host" for code in np.unique(codes[mine]))
-                for at in failed.tolist():
-                    hosts = (batch[c][1][batch[c][0][at]] for c in ("src_host", "dst_host"))
-                    self.failed.setdefault(key, []).append(
-                        (int(batch["src_rank"][at]), int(batch["dst_rank"][at]), *hosts)
-                    )
+                if len(failed):
+                    self.failed[key] = self.failed.get(key, 0) + len(failed)
+                    listed = self.failed_pairs.setdefault(key, [])
+                    for at in failed[: FAILED_LISTED - len(listed)].tolist():
+                        hosts = (batch[c][1][batch[c][0][at]] for c in ("src_host", "dst_host"))
+                        listed.append((int(batch["src_rank"][at]), int(batch["dst_rank"][at]), *hosts))
         self.counts = dict(sorted(self.counts.items()))
 
     def groups(self, keys: Iterable[tuple] | None = None, column: str | None = None) -> Iterator[PairGroup]:
@@ -78,7 +82,7 @@ class PairTable:
             else:
                 matrix = values.reshape(count, count)
             del values
-            yield PairGroup(key, ranks, [hosts[rank] for rank in ranks.tolist()], matrix)
+            yield PairGroup(key[1:], ranks, [hosts[rank] for rank in ranks.tolist()], matrix, key[0])
 
     def _rows_of(self, key: tuple, column: str | None, hosts: dict) -> Iterator[tuple[np.ndarray, ...]]:
         """A group's measured rows, a batch at a time, as (source ranks, destination ranks, figures of ``column``
@@ -99,7 +103,7 @@ class PairTable:
         """Each batch of the pair rows' columns, checked, as ({src_rank, dst_rank, figure and ``column``: numpy
         arrays; kept, failed: masks; src_host, dst_host, buffer: (codes, names)}, each measured pair row's group as
         an index into the batch's keys (-1: another row), the keys)."""
-        extra = [c for c in (column, "buffer", "run_id" if self.run_id is not None else None) if c]
+        extra = [c for c in (column, "buffer", "run_id") if c]
         columns = [*PAIR_COLUMNS, *(c for c in extra if c not in PAIR_COLUMNS)]
         for source in self.sources:
             row = 0
@@ -109,9 +113,9 @@ class PairTable:
                 arrays |= {c: _codes(batch[c]) for c in ("src_host", "dst_host", "buffer")}
                 if column is not None and column not in arrays:
                     arrays[column] = _numbers(batch[column])
-                if self.run_id is not None:
-                    codes, names = _codes(batch["run_id"])
-                    index[codes != (names.index(self.run_id) if self.run_id in names else -1)] = -1
+                if self.run_id is not None:  # another run's rows are no group's (-1 looks up the last: True)
+                    others = np.array([key[0] != self.run_id for key in keys] + [True])
+                    index[others[index]] = -1
                 row += count
                 yield arrays, index, keys
 
@@ -125,23 +129,6 @@ def run_sources(folder: Path) -> list[Path]:
     return [folder / CSV_NAME] * (folder / CSV_NAME).exists() + parts
 
 
-def embedded_metadata(source: Path) -> object:
-    """The metadata a Parquet file keeps in its schema ({} without any)."""
-    import pyarrow
-    import pyarrow.parquet as pq
-
-    try:
-        raw = (pq.read_schema(source).metadata or {}).get(b"fabricbench")
-    except (OSError, pyarrow.ArrowException) as exc:
-        raise UsageError(f"cannot read results from {str(source)!r}: {_first_line(exc)}") from None
-    return parse_json(raw, str(source)) if raw else {}
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _batches(source: Path, columns: list[str]) -> Iterator[dict]:
     """A table file's ``columns`` a batch of rows at a time, as {column: pyarrow array} (a missing column: nulls)."""
     import pyarrow
@@ -151,7 +138,8 @@ def _batches(source: Path, columns: list[str]) -> Iterator[dict]:
     try:
         if source.suffix == ".parquet":
             present = [c for c in columns if c in pq.read_schema(source).names]
-            file = pq.ParquetFile(source, read_dictionary=[c for c in _TEXT if c in present])
+            # pre_buffer off: on, the reader keeps what it read ahead, which grows with the file.
+            file = pq.ParquetFile(source, read_dictionary=[c for c in _TEXT if c in present], pre_buffer=False)
             batches = file.iter_batches(batch_size=PAIR_BATCH_ROWS, columns=present)
         else:
             kinds = {c: pyarrow.dictionary(pyarrow.int32(), pyarrow.string()) for c in _TEXT}
@@ -165,7 +153,7 @@ def _batches(source: Path, columns: list[str]) -> Iterator[dict]:
         for batch in batches:
             yield {c: batch.column(c) if c in batch.schema.names else pyarrow.nulls(batch.num_rows) for c in columns}
     except (OSError, pyarrow.ArrowException) as exc:
-        raise UsageError(f"cannot read results from {str(source)!r}: {_first_line(exc)}") from None
+        raise UsageError(f"cannot read results from {str(source)!r}: {first_line(exc)}") from None
 
 
 def _codes(array) -> tuple[np.ndarray, list]:
@@ -236,10 +224,10 @@ def _groups_of(batch: dict, count: int, name: str, first_row: int, transports) -
     index = np.full(count, -1, dtype=np.int64)
     if not chosen.any():
         return index, [], arrays
-    parts = [text[c] for c in ("transport", "kernel", "schedule")] + [_codes(batch["size_B"])]
+    parts = [_codes(batch["run_id"]), *(text[c] for c in ("transport", "kernel", "schedule")), _codes(batch["size_B"])]
     combined = np.zeros(int(chosen.sum()), dtype=np.int64)
-    for codes, values in parts:  # one number per (transport, kernel, schedule, size): few, so a bincount
-        combined = combined * len(values) + (codes[chosen] if len(codes) == count else codes)
+    for codes, values in parts:  # one number per (run, transport, kernel, schedule, size): few, so a bincount
+        combined = combined * len(values) + codes[chosen]
     present = np.flatnonzero(np.bincount(combined))
     lookup = np.zeros(int(present[-1]) + 1, dtype=np.int64)
     lookup[present] = np.arange(present.size)
@@ -249,8 +237,8 @@ def _groups_of(batch: dict, count: int, name: str, first_row: int, transports) -
         for _, values in reversed(parts):
             number, code = divmod(number, len(values))
             key.append(values[code])
-        transport, kernel, schedule, size = reversed(key)
-        keys.append((transport, kernel, schedule, int(size)))
+        run_id, transport, kernel, schedule, size = reversed(key)
+        keys.append((run_id, transport, kernel, schedule, int(size)))
     index[chosen] = lookup[combined]
     return index, keys, arrays
 
@@ -259,6 +247,8 @@ def _distinct(ranks: np.ndarray) -> np.ndarray:
     """The distinct ranks among ``ranks`` (whole numbers from 0), sorted: a presence table, no sort of the rows."""
     if not ranks.size:
         return ranks.astype(np.int64)
+    if ranks.max() > 4 * ranks.size + (1 << 20):  # rank numbers far apart: a table of them would be larger
+        return np.unique(ranks).astype(np.int64)
     present = np.zeros(int(ranks.max()) + 1, dtype=bool)
     present[ranks.astype(np.int64)] = True
     return np.flatnonzero(present)
@@ -273,9 +263,10 @@ def _last_hosts(hosts: dict, src: np.ndarray, dst: np.ndarray, src_host, dst_hos
     common = common.reshape(-1)  # each of the two columns' dictionary entries as one code of ``both``
     names = np.stack([common[src_host[0][chosen]], common[dst_host[0][chosen] + len(src_host[1])]], axis=1)
     names = names.reshape(-1)
-    table = np.full(int(ranks.max()) + 1, -1, dtype=np.int64)
-    table[ranks] = names
-    if np.array_equal(table[ranks], names):
+    table = np.full(int(ranks.max()) + 1 if ranks.max() <= 4 * ranks.size + (1 << 20) else 0, -1, dtype=np.int64)
+    if table.size:
+        table[ranks] = names
+    if table.size and np.array_equal(table[ranks], names):
         distinct = np.flatnonzero(table >= 0)
         codes = table[distinct]
     else:

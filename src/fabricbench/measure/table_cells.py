@@ -93,13 +93,30 @@ def parquet_cells(source: Path, name: str, pairs: bool = True) -> tuple[Cells, o
             leave_out = ~(pc.field("kernel").isin(list(METRICS)) & pc.field("src_rank").is_valid())
         table = pq.read_table(source, filters=leave_out)
     except (OSError, ValueError, pyarrow.ArrowException) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot read results from {name!r}: {first_line}") from None
+        raise UsageError(f"cannot read results from {name!r}: {first_line(exc)}") from None
     header = [str(column) for column in table.column_names]
     columns = [[_text(value) for value in column.to_pylist()] for column in table.columns]
     rows = [list(row) for row in zip(*columns, strict=True)] if columns else []
     raw = (table.schema.metadata or {}).get(b"fabricbench")
     return Cells(name, header, rows), parse_json(raw, name) if raw else None
+
+
+def first_line(exc: Exception) -> str:
+    """What a reader's exception says, in one line (its type where it says nothing)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def embedded_metadata(source: Path) -> object:
+    """The metadata a Parquet file keeps in its schema ({} without any); a one-line UsageError."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_schema(source).metadata or {}).get(b"fabricbench")
+    except (OSError, pyarrow.ArrowException) as exc:
+        raise UsageError(f"cannot read results from {str(source)!r}: {first_line(exc)}") from None
+    return parse_json(raw, str(source)) if raw else {}
 
 
 def parse_json(raw: str | bytes, name: str) -> object:
