@@ -21,7 +21,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fabricbench.argtypes import byte_size
@@ -131,9 +131,9 @@ class Threshold:
         return (self.size_min is None or size >= self.size_min) and (self.size_max is None or size <= self.size_max)
 
     def covers_pairs(self, key: tuple, buffers: set[str]) -> bool:
-        """Whether it covers a group of pair rows: its (transport, kernel, schedule, size) ``key`` and the buffer
-        kinds of its rows (a group has no canary test or congestor; its tiers are chosen pair by pair)."""
-        transport, kernel, _, size = key
+        """Whether it covers a group of pair rows: its (run, transport, kernel, schedule, size) ``key`` and the
+        buffer kinds of its rows (a group has no canary test or congestor; its tiers are chosen pair by pair)."""
+        _, transport, kernel, _, size = key
         if transport not in self.transports or kernel not in self.kernels or self.canaries or self.congestors:
             return False
         if self.buffer is not None and self.buffer not in buffers:
@@ -457,96 +457,104 @@ def row_name(row: dict) -> str:
     return text
 
 
-def pair_name(group_key: tuple, src: int, dst: int, src_host: str, dst_host: str) -> str:
-    """``tcp pairs-bw 1 MiB h1 -> h3 (ranks 0 -> 2, isolated)``: one direction of a pair of a group, as row_name
-    names a pair's row."""
-    transport, kernel, schedule, size = group_key
+def pair_name(key: tuple, src: int, dst: int, src_host: str, dst_host: str) -> str:
+    """``tcp pairs-bw 1 MiB h1 -> h3 (ranks 0 -> 2, isolated)``: one direction of a pair of a group (``key``: its
+    transport, kernel, schedule and size), as row_name names a pair's row."""
+    transport, kernel, schedule, size = key
     row = {"transport": transport, "kernel": kernel, "size_B": size, "schedule": schedule}
     return row_name(row | {"src_host": src_host, "dst_host": dst_host, "src_rank": src, "dst_rank": dst})
 
 
-def _group_name(key: tuple) -> str:
-    """``tcp pairs-bw 1 MiB (isolated)``: a group of pair rows."""
-    transport, kernel, schedule, size = key
-    return f"{transport} {kernel} {format_size(size)}" + (f" ({schedule})" if schedule else "")
+def group_name(key: tuple, runs: int = 1) -> str:
+    """``tcp pairs-bw 1 MiB (isolated)``: a group of pair rows (``key``: run, transport, kernel, schedule, size),
+    with its run where the table holds ``runs`` of them."""
+    run_id, transport, kernel, schedule, size = key
+    name = f"{transport} {kernel} {format_size(size)}" + (f" ({schedule})" if schedule else "")
+    return name + (f" run {run_id}" if runs > 1 else "")
 
 
 @dataclass
 class PairFindings:
-    """One limit on one group of pair rows: how many pairs it held and how many fail, the worst figure, and every
-    line that says which fail: the switches and hosts most of whose peers fail (``hosts``, each named once), then
-    the failing pairs between the others (``pairs``)."""
+    """One limit on one group of pair rows: how many pairs it held and how many fail, the worst figure, and the
+    lines that say which fail: the switches and hosts most of whose peers fail (``hosts``, each named once; how
+    many hosts each names in ``named``), the blocks of pairs between two groups or switches failing together
+    (``blocks``), then the failing pairs between the others (``pairs``: the first JUNIT_LINES, of ``pairs_count``)."""
 
     key: tuple
     held: int
     failing: int
     worst: float
     hosts: list[str] = field(default_factory=list)
-    hidden_hosts: list[int] = field(default_factory=list)  # how many hosts each line of ``hosts`` names
-    blocks: list[str] = field(default_factory=list)  # pairs between two groups or two switches failing together
+    named: list[int] = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)
     pairs: list[str] = field(default_factory=list)
+    pairs_count: int = 0
 
 
-def _host_codes(hosts: list[str]) -> tuple[np.ndarray, list[str]]:
-    names = sorted(set(hosts))
-    at = {host: i for i, host in enumerate(names)}
-    return np.array([at[host] for host in hosts], dtype=np.int64), names
+def _peers(chosen: np.ndarray, codes: np.ndarray, hosts: int) -> np.ndarray:
+    """Each host's peers among the ``chosen`` pairs, both ways: a host x host mask (rank x rank where each rank is a
+    host of its own, the common case, with no copy), its diagonal off."""
+    if hosts == len(codes):
+        either = chosen | chosen.T
+        order = np.argsort(codes)
+        either = either[np.ix_(order, order)] if (codes[order] != codes).any() else either
+    else:
+        counts = _block_counts(chosen, codes, hosts)
+        either = (counts + counts.T) > 0
+    np.fill_diagonal(either, False)
+    return either
 
 
-def _by_host(chosen: np.ndarray, codes: np.ndarray, count: int) -> np.ndarray:
-    """A rank x rank mask as host x host: whether any pair of ranks between two hosts is chosen."""
-    if len(codes) == count and (codes == np.arange(count)).all():
-        return chosen
-    order = np.argsort(codes, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
-    rows = np.add.reduceat(chosen[order].astype(np.int64), starts, axis=0)
-    return np.add.reduceat(rows[:, order], starts, axis=1) > 0
+def _touching(values: np.ndarray, chosen: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """The chosen figures of every pair with an end among ``ranks`` (a mask), each pair once."""
+    outside = ~ranks
+    return np.concatenate(
+        [values[ranks][chosen[ranks]], values[np.ix_(outside, ranks)][chosen[np.ix_(outside, ranks)]]]
+    )
 
 
-def pair_findings(group: PairGroup, limit: Limit, chosen: np.ndarray, fabric: Topology | None) -> PairFindings:
-    """The ``chosen`` pairs of a group (a mask: measured, and of the threshold's tiers) held to ``limit``.
+def pair_findings(
+    group: PairGroup, limit: Limit, chosen: np.ndarray, fabric: Topology | None, what: str
+) -> PairFindings:
+    """The ``chosen`` pairs of a group (a mask: measured, and of the threshold's tiers) held to ``limit``; ``what``
+    names the group on its lines.
 
     A host is named when it has at least two peers and pairs with more than half of them fail (either direction,
     slow_host's rule, as the verdict's): with one peer a slow link and a slow host look alike, and a pair counts
     for both its hosts, so a host whose own link is slow is named and a single slow link names no host. With a
-    topology, two or more such hosts under one switch are one line. The failing pairs between hosts not named are
-    listed a direction each. Array work on the matrix: its cost grows with the pairs."""
+    topology, two or more such hosts under one switch are one line, and past LISTED failing pairs left, the pairs
+    between two groups, then two switches, that fail together are a line each (_failing_blocks). The pairs left
+    are listed a direction each. Array work on the matrix: its cost grows with the pairs."""
     values = group.values
     with np.errstate(invalid="ignore"):
         failing = chosen & ~(values >= limit.value if limit.bound == "min" else values <= limit.value)
     held = int(chosen.sum())
     pick = np.min if limit.bound == "min" else np.max
-    found = PairFindings(group.key, held, int(failing.sum()), float(pick(values[chosen])) if held else math.nan)
+    key = (group.run_id, *group.key)
+    found = PairFindings(key, held, int(failing.sum()), float(pick(values[chosen])) if held else math.nan)
     if not found.failing:
         return found
-    codes, names = _host_codes(group.hosts)
-    peers_of = _by_host(chosen, codes, len(names))
-    bad_of = _by_host(failing, codes, len(names))
-    np.fill_diagonal(peers_of, False)
-    np.fill_diagonal(bad_of, False)
-    peers, bad = peers_of | peers_of.T, bad_of | bad_of.T
+    names, codes = np.unique(np.array(group.hosts, dtype=object), return_inverse=True)
+    codes = codes.reshape(-1)
+    peers = _peers(chosen, codes, len(names))
+    bad = _peers(failing, codes, len(names))
     counts, bad_counts = peers.sum(axis=1), bad.sum(axis=1)
     named = (counts >= 2) & slow_host(bad_counts, counts)
-    what = _group_name(group.key)
-
-    def median_of(hosts: np.ndarray) -> float:
-        mine = np.isin(codes, hosts)
-        return float(np.median(values[(mine[:, None] | mine[None, :]) & chosen]))
-
+    del peers
     under: dict[str, list[int]] = {}
     for host in np.flatnonzero(named).tolist():
         switch = fabric.switch_of(names[host]) if fabric is not None and names[host] in fabric.switch else ""
         under.setdefault(switch, []).append(host)
     for switch, hosts in under.items():
-        alone = [[host] for host in hosts] if not switch or len(hosts) < 2 else [hosts]
-        for these in alone:
-            figure = f"{limit.column} median {_number(median_of(np.array(these)))}, expected {limit.expected}"
+        for these in [[host] for host in hosts] if not switch or len(hosts) < 2 else [hosts]:
+            median = float(np.median(_touching(values, chosen, np.isin(codes, these))))
+            figure = f"{limit.column} median {_number(median)}, expected {limit.expected}"
             if len(these) == 1:
                 host = these[0]
-                failing_peers = [names[peer] for peer in np.flatnonzero(bad[host])]
+                failing_peers = host_list(names[np.flatnonzero(bad[host])], PEERS_WIDTH)
                 line = (
                     f"host {names[host]}: {what}: pairs with {bad_counts[host]:,} of its {counts[host]:,} peers fail "
-                    f"({host_list(failing_peers, PEERS_WIDTH)}); {figure}"
+                    f"({failing_peers}); {figure}"
                 )
             else:
                 line = (
@@ -554,62 +562,77 @@ def pair_findings(group: PairGroup, limit: Limit, chosen: np.ndarray, fabric: To
                     f"with {int(bad_counts[these].sum()):,} of their {int(counts[these].sum()):,} peers fail; {figure}"
                 )
             found.hosts.append(line)
-            found.hidden_hosts.append(len(these))
+            found.named.append(len(these))
+    del bad
     alone = np.isin(codes, np.flatnonzero(named))
-    rest = failing & ~(alone[:, None] | alone[None, :])
-    if fabric is not None and int(rest.sum()) > LISTED and all(host in fabric.switch for host in group.hosts):
-        rest = _failing_blocks(found, group, chosen, rest, limit, fabric)
-    for src, dst in zip(*np.nonzero(rest), strict=True):
+    failing[alone, :] = failing[:, alone] = False
+    if fabric is not None and int(failing.sum()) > LISTED and all(host in fabric.switch for host in group.hosts):
+        _failing_blocks(found, group, chosen, failing, limit, fabric, what)
+    rest = np.nonzero(failing)
+    found.pairs_count = len(rest[0])
+    for src, dst in zip(rest[0][:JUNIT_LINES].tolist(), rest[1][:JUNIT_LINES].tolist(), strict=True):
         name = pair_name(group.key, int(group.ranks[src]), int(group.ranks[dst]), group.hosts[src], group.hosts[dst])
         found.pairs.append(f"{name}: {limit.column} {_number(float(values[src, dst]))}, expected {limit.expected}")
     return found
 
 
-def _failing_blocks(found: PairFindings, group: PairGroup, chosen, failing, limit: Limit, fabric: Topology):
+def _failing_blocks(found: PairFindings, group: PairGroup, chosen, failing, limit: Limit, fabric: Topology, what: str):
     """Name once each block of pairs that fails together: between two groups (cross-group pairs), then between two
-    switches, where at least BLOCK_SHARE of the block's pairs (both ways) fail; the failing pairs left."""
-    what = _group_name(group.key)
+    switches, where at least BLOCK_SHARE of the block's pairs (both ways) fail; those pairs are then taken out of
+    ``failing`` (in place). A block's figures are read from its own rows and columns: O(its pairs)."""
     _, switch_code, switch_names, group_code, group_names = tier_matrix(group.hosts, fabric)
     for level, code, names in (("groups", group_code, group_names), ("switches", switch_code, switch_names)):
         held, bad = _block_counts(chosen, code, len(names)), _block_counts(failing, code, len(names))
         held, bad = np.triu(held + held.T, 1), np.triu(bad + bad.T, 1)  # each block once, both ways
+        members = [np.flatnonzero(code == i) for i in range(len(names))]
         for a, b in np.argwhere((held > 0) & (bad >= BLOCK_SHARE * held) & (bad >= MIN_BLOCK)).tolist():
-            mine = (code[:, None] == a) & (code[None, :] == b)
-            mine |= mine.T
-            values = group.values[mine & chosen]
+            there, back = np.ix_(members[a], members[b]), np.ix_(members[b], members[a])
+            figures = np.concatenate([group.values[there][chosen[there]], group.values[back][chosen[back]]])
             found.blocks.append(
                 f"pairs between {level} {names[a]} and {names[b]}: {int(bad[a, b]):,} of {int(held[a, b]):,} fail "
-                f"({what}); {limit.column} median {_number(float(np.median(values)))}, expected {limit.expected}"
+                f"({what}); {limit.column} median {_number(float(np.median(figures)))}, expected {limit.expected}"
             )
-            failing = failing & ~mine
-    return failing
+            failing[there] = failing[back] = False
 
 
 def _block_counts(chosen: np.ndarray, code: np.ndarray, count: int) -> np.ndarray:
     """How many of the ``chosen`` pairs lie between each two of ``count`` blocks of ranks (``code``: each rank's)."""
     order = np.argsort(code, kind="stable")
     starts = np.searchsorted(code[order], np.arange(count))
-    rows = np.add.reduceat(chosen[order], starts, axis=0, dtype=np.int64)
+    rows = np.add.reduceat(chosen[order], starts, axis=0, dtype=np.int32)
     return np.add.reduceat(rows[:, order], starts, axis=1, dtype=np.int64)
+
+
+def _merged(found: list[dict]) -> dict:
+    """The verdicts of several groups, judged one at a time, as one verdict of them all."""
+    whole = dict(found[0])
+    for kind in ("groups", "slow_links", "slow_hosts", *(("slow_uplinks",) if "slow_uplinks" in whole else ())):
+        whole[kind] = [entry for each in found for entry in each[kind]]
+    whole["ok"] = all(each["ok"] for each in found)
+    return whole
 
 
 class Judging:
     """One check's inputs, and what is worked out once from them for both the console and the JUnit report: the
     rows that are not all-pairs rows, the all-pairs rows as matrices (``pairs``: a PairTable reading the run's
-    table, or RowPairs over the rows given), the run's topology, and per threshold its verdict and findings."""
+    table, or RowPairs over the rows given), the run's topology, and per threshold its findings and verdict,
+    worked out a group at a time (one matrix held at once; one read of each group per column its limits ask)."""
 
     def __init__(self, rows: list[dict], fabric: Topology | None = None, pairs=None):
         self.pairs = pairs if pairs is not None else RowPairs(rows)
         self.rows = [row for row in rows if not is_pair_row(row)]
         self.fabric = fabric
+        self.runs = len({key[0] for key in (*self.pairs.counts, *self.pairs.failed)})
         self._verdicts: dict[int, dict] = {}
         self._findings: dict[tuple[int, str], list[PairFindings]] = {}
-        self._groups: dict[tuple, list[PairGroup]] = {}
 
     def keys(self, threshold: Threshold) -> list[tuple]:
         """The groups of pair rows the threshold covers (measured, or failed their check), in key order."""
         every = sorted({*self.pairs.counts, *self.pairs.failed})
         return [key for key in every if threshold.covers_pairs(key, self.pairs.buffers.get(key, {"host"}))]
+
+    def name(self, key: tuple) -> str:
+        return group_name(key, self.runs)
 
     def _chosen(self, threshold: Threshold, group: PairGroup) -> np.ndarray:
         """The pairs of a group the threshold holds: measured, and (``tier``) of its tiers."""
@@ -621,38 +644,48 @@ class Judging:
             chosen &= np.isin(codes, [TIERS.index(tier) for tier in threshold.tiers])
         return chosen
 
-    def groups(self, keys: list[tuple], column: str | None) -> list[PairGroup]:
-        """The groups' matrices of ``column`` (None: the kernel's figure), the last ones read kept for the next
-        limit or verdict that asks for the same."""
-        wanted = (tuple(keys), column)
-        if wanted not in self._groups:
-            self._groups = {wanted: list(self.pairs.groups(keys, column))}  # one set held at a time
-        return self._groups[wanted]
+    def _work_out(self, threshold: Threshold) -> None:
+        """Its findings under each limit on a column and, with a limit on the verdict's counts, its verdict: each
+        group read once per column asked (a limit on the kernel's own figure, min_bw_MBps on pairs-bw, reads the
+        matrix the verdict reads), judged, and let go before the next is read."""
+        keys = self.keys(threshold)
+        limits = [limit for limit in threshold.limits if limit.column not in VERDICT_COUNTS]
+        counted = len(limits) < len(threshold.limits)
+        columns: dict[str | None, list[Limit]] = {None: []} if counted else {}
+        for limit in limits:
+            own = all(METRICS[kernel][0] == limit.column for _, _, kernel, _, _ in keys)
+            columns.setdefault(None if own else limit.column, []).append(limit)
+        for limit in limits:
+            self._findings[(threshold.index, limit.name)] = []
+        verdicts = []
+        for column, mine in columns.items():
+            for group in self.pairs.groups(keys, column):
+                key = (group.run_id, *group.key)
+                chosen = self._chosen(threshold, group)
+                for limit in mine:
+                    found = pair_findings(group, limit, chosen, self.fabric, self.name(key))
+                    self._findings[(threshold.index, limit.name)].append(found)
+                if column is None and counted:  # only the chosen tiers' pairs are judged
+                    judged = (
+                        group
+                        if not threshold.tiers
+                        else replace(group, values=np.where(chosen, group.values, math.nan))
+                    )
+                    verdicts.append(pairs_verdict([judged], topology=self.fabric))
+                del group, chosen
+        if counted:
+            self._verdicts[threshold.index] = _merged(verdicts) if verdicts else pairs_verdict([], topology=self.fabric)
 
     def findings(self, threshold: Threshold, limit: Limit) -> list[PairFindings]:
         """Each covered group's findings under a limit on a column."""
-        key = (threshold.index, limit.name)
-        if key not in self._findings:
-            keys = self.keys(threshold)
-            # A limit on the kernel's own figure (min_bw_MBps on pairs-bw) reads the matrix the verdict reads.
-            column = None if all(METRICS[kernel][0] == limit.column for _, kernel, _, _ in keys) else limit.column
-            found = []
-            for group in self.groups(keys, column):
-                found.append(pair_findings(group, limit, self._chosen(threshold, group), self.fabric))
-            self._findings[key] = found
-        return self._findings[key]
+        if (threshold.index, limit.name) not in self._findings:
+            self._work_out(threshold)
+        return self._findings[(threshold.index, limit.name)]
 
     def verdict(self, threshold: Threshold) -> dict:
         """The all-pairs verdict on the covered groups (their chosen pairs), by the topology where there is one."""
         if threshold.index not in self._verdicts:
-            groups = self.groups(self.keys(threshold), None)
-            if threshold.tiers:  # only the chosen tiers' pairs are judged
-                chosen = [self._chosen(threshold, group) for group in groups]
-                groups = [
-                    PairGroup(g.key, g.ranks, g.hosts, np.where(c, g.values, math.nan))
-                    for g, c in zip(groups, chosen, strict=True)
-                ]
-            self._verdicts[threshold.index] = pairs_verdict(groups, topology=self.fabric)
+            self._work_out(threshold)
         return self._verdicts[threshold.index]
 
 
@@ -710,7 +743,7 @@ def _judge_limit(judging: Judging, verdict: Verdict, threshold: Threshold, limit
         )
     _more(verdict, len(failing) - LISTED, "failing rows")
     hosts = [line for found in findings for line in found.hosts]
-    named = [count for found in findings for count in found.hidden_hosts]
+    named = [count for found in findings for count in found.named]
     for line in hosts[:LISTED]:
         verdict.add("FAIL", line, indent=True)
     _more(verdict, sum(named[LISTED:]), "hosts whose pairs fail")
@@ -718,10 +751,10 @@ def _judge_limit(judging: Judging, verdict: Verdict, threshold: Threshold, limit
     for line in blocks[:LISTED]:
         verdict.add("FAIL", line, indent=True)
     _more(verdict, len(blocks) - LISTED, "blocks of failing pairs")
-    pairs = [line for found in findings for line in found.pairs]
+    pairs = [line for found in findings for line in found.pairs[:LISTED]]
     for line in pairs[:LISTED]:
         verdict.add("FAIL", line, indent=True)
-    _more(verdict, len(pairs) - LISTED, "failing pairs")
+    _more(verdict, sum(found.pairs_count for found in findings) - LISTED, "failing pairs")
 
 
 def _more(verdict: Verdict, count: int, what: str) -> None:
@@ -755,14 +788,15 @@ def _judged(thresholds: list[Threshold], judging: Judging) -> Verdict:
             if row.get("validation") == "fail":
                 verdict.add("FAIL", f"{row_name(row)}: received data failed validation; its figures do not stand")
         for key in keys:
-            failed = judging.pairs.failed.get(key, [])
-            checked += len(failed)
+            failed = judging.pairs.failed.get(key, 0)
+            checked += failed
             if failed:
-                shown = ", ".join(f"{a} -> {b}" for _, _, a, b in failed[:3]) + (", ..." if len(failed) > 3 else "")
+                listed = judging.pairs.failed_pairs[key]
+                shown = ", ".join(f"{a} -> {b}" for _, _, a, b in listed[:3]) + (", ..." if failed > 3 else "")
                 verdict.add(
                     "FAIL",
-                    f"{_group_name(key)}: {len(failed):,} pairs' received data failed validation "
-                    f"({shown}); their figures do not stand",
+                    f"{judging.name(key)}: {failed:,} pairs' received data failed validation ({shown}); their "
+                    "figures do not stand",
                 )
         valid = [row for row in measured if row.get("validation") != "fail"]
         for limit in threshold.limits:
@@ -829,14 +863,17 @@ def junit_cases(threshold: Threshold, rows: list[dict], fabric: Topology | None 
         ):
             found.append(unjudged(f"{head}: {limit.column}", f"no valid measured row has {limit.column}", limit.name))
     for key in keys:
-        failed = judging.pairs.failed.get(key, [])
+        failed = judging.pairs.failed.get(key, 0)
         if failed:
-            lines = [f"{pair_name(key, *ends)}: received data failed validation" for ends in failed]
-            what = f"{_group_name(key)}: {len(failed):,} pairs' received data failed validation"
-            found.append(Case(f"{_group_name(key)}: validation", [what], ["validation"], details=lines[:JUNIT_LINES]))
+            lines = [
+                f"{pair_name(key[1:], *ends)}: received data failed validation"
+                for ends in judging.pairs.failed_pairs[key]
+            ]
+            what = f"{judging.name(key)}: {failed:,} pairs' received data failed validation"
+            found.append(Case(f"{judging.name(key)}: validation", [what], ["validation"], details=lines[:JUNIT_LINES]))
     for limit in columns:
         for findings in judging.findings(threshold, limit):
-            name = f"{_group_name(findings.key)}: {limit.name}"
+            name = f"{judging.name(findings.key)}: {limit.name}"
             if not findings.held:
                 continue
             if findings.failing:
