@@ -28,7 +28,9 @@ def test_what_is_left_has_the_median_and_mad_of_sorting_it(seed):
         gone = draw.sample(left, draw.randint(0, len(left) // 2))
         for value in gone:
             left.remove(value)
-        remaining.take_out(np.array(gone))
+        cuts = sorted(draw.sample(range(len(gone) + 1), min(3, len(gone) + 1)))
+        for first, end in zip([0, *cuts], [*cuts, len(gone)], strict=True):  # taken out a few at a time, as uplinks
+            remaining.take_out(np.array(gone[first:end]))
         without = draw.sample(left, draw.randint(0, len(left)))
         for value in without:
             left.remove(value)

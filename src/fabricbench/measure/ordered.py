@@ -4,8 +4,8 @@ The all-pairs verdict holds each part of a fabric (a switch's uplink, a dragonfl
 pairs of its tier that do not touch it. Taking each such reference out and sorting it again costs a sort of the
 whole tier per part: at 10,000 hosts, a hundred million pairs times a few hundred switches. Here the tier is
 sorted once (``Remaining``); what is taken out for good (the pairs an uplink already named explains) and what
-one query leaves out (the part's own pairs) are small sorted multisets beside it, and an order statistic of what
-is left is found by counting with binary searches, a few of them per order statistic. The figures are exactly
+one query leaves out (the part's own pairs) are sorted multisets beside it, and an order statistic of what is
+left is found by counting with binary searches, a few of them per order statistic. The figures are exactly
 those of sorting what is left and taking its middle, as ``median`` and ``mad`` take them.
 """
 
@@ -47,20 +47,26 @@ class Remaining:
     def __init__(self, values: np.ndarray):
         values.sort()
         self.base = values
-        self.removed = values[:0]
+        self.removed: list[np.ndarray] = []  # sorted runs, each under half the one before: log2(taken out) of them
 
     def take_out(self, values: np.ndarray) -> None:
-        """Remove ``values`` (each one held by what is left) from every later query."""
-        if values.size:
-            self.removed = np.sort(np.concatenate([self.removed, values]))
+        """Remove ``values`` (each one held by what is left) from every later query. A run is merged with the one
+        before it only while it is at least half that one's size, so each value is sorted again a logarithmic
+        number of times, not once for every later take_out."""
+        if not values.size:
+            return
+        self.removed.append(np.sort(values))
+        while len(self.removed) > 1 and 2 * self.removed[-1].size >= self.removed[-2].size:
+            last = self.removed.pop()
+            self.removed[-1] = np.sort(np.concatenate([self.removed[-1], last]))
 
     @property
     def count(self) -> int:
-        return self.base.size - self.removed.size
+        return self.base.size - sum(run.size for run in self.removed)
 
     def stats(self, without: np.ndarray) -> tuple[int, float, float]:
         """(count, median, MAD) of what is left less the sorted multiset ``without``; NaN for an empty set."""
-        left = _Left(self.base, self.removed, without)
+        left = _Left(self.base, [*self.removed, without])
         count = left.count
         if count <= 0:
             return 0, math.nan, math.nan
@@ -75,19 +81,16 @@ class Remaining:
 
 
 class _Left:
-    """One query's multiset: ``base`` less ``removed`` less ``without``, each sorted, each within the one before."""
+    """One query's multiset: ``base`` less each of the sorted multisets ``taken`` (all within it)."""
 
-    def __init__(self, base: np.ndarray, removed: np.ndarray, without: np.ndarray):
-        self.base, self.removed, self.without = base, removed, without
-        self.count = base.size - removed.size - without.size
+    def __init__(self, base: np.ndarray, taken: list[np.ndarray]):
+        self.base, self.taken = base, taken
+        self.count = base.size - sum(run.size for run in taken)
 
     def at_most(self, value: float) -> int:
         """How many left are at most ``value``."""
-        return int(
-            np.searchsorted(self.base, value, "right")
-            - np.searchsorted(self.removed, value, "right")
-            - np.searchsorted(self.without, value, "right")
-        )
+        found = int(np.searchsorted(self.base, value, "right"))
+        return found - sum(int(np.searchsorted(run, value, "right")) for run in self.taken)
 
     def select(self, rank: int) -> float:
         """The ``rank``-th smallest left (from 0).

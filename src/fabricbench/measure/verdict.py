@@ -147,17 +147,15 @@ def slow_host(slow_links, links):
 
 @dataclass
 class PairGroup:
-    """One group of pair rows (a transport, kernel, schedule and size) as a matrix: its ranks (sorted), each rank's
-    host, and an N x N float64 matrix of each ordered pair's figure (NaN where none; the diagonal is none)."""
+    """One run's group of pair rows (a transport, kernel, schedule and size, ``key``) as a matrix: its ranks
+    (sorted), each rank's host, and an N x N float64 matrix of each ordered pair's figure (NaN where none; the
+    diagonal is none)."""
 
     key: tuple
     ranks: np.ndarray
     hosts: list[str]
     values: np.ndarray
-
-    @property
-    def metric(self) -> str:
-        return METRICS[self.key[1]][0]
+    run_id: str = ""  # the run whose rows these are (an --append folder holds several)
 
 
 def fill_matrix(ranks: np.ndarray, src: np.ndarray, dst: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -188,22 +186,25 @@ def is_pair_row(row: dict) -> bool:
 
 class RowPairs:
     """The all-pairs rows among dict rows with the table's columns, offered as measure.pair_table.PairTable
-    offers a table file's: ``counts`` (each group's measured rows with a figure, in key order), ``failed`` (each
-    failed check's ranks and hosts), ``buffers`` and ``groups()``."""
+    offers a table file's: groups keyed (run_id, transport, kernel, schedule, size), ``counts`` (each group's
+    measured rows with a figure, in key order), ``failed`` and ``failed_pairs`` (each failed check's ranks and
+    hosts), ``buffers`` and ``groups()``."""
 
     def __init__(self, rows: Iterable[dict]):
         self.rows: list[dict] = []
         self.counts: dict[tuple, int] = {}
-        self.failed: dict[tuple, list[tuple]] = {}
+        self.failed: dict[tuple, int] = {}
+        self.failed_pairs: dict[tuple, list[tuple]] = {}
         self.buffers: dict[tuple, set[str]] = {}
         for row in rows:
             if not is_pair_row(row):
                 continue
-            key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
+            key = _row_key(row)
             self.buffers.setdefault(key, set()).add(row.get("buffer") or "host")
             if row.get("validation") == "fail":
                 ends = (int(row["src_rank"]), int(row["dst_rank"]), str(row.get("src_host", "")))
-                self.failed.setdefault(key, []).append((*ends, str(row.get("dst_host", ""))))
+                self.failed[key] = self.failed.get(key, 0) + 1
+                self.failed_pairs.setdefault(key, []).append((*ends, str(row.get("dst_host", ""))))
             elif _given(row.get(METRICS[row["kernel"]][0])):
                 self.rows.append(row)
                 self.counts[key] = self.counts.get(key, 0) + 1
@@ -215,7 +216,7 @@ class RowPairs:
         wanted = set(self.counts if keys is None else keys)
         groups: dict[tuple, tuple[list, list, list, dict]] = {}
         for row in self.rows:
-            key = (row["transport"], row["kernel"], row.get("schedule") or "", int(row["size_B"]))
+            key = _row_key(row)
             if key not in wanted:
                 continue
             src, dst, value, hosts = groups.setdefault(key, ([], [], [], {}))
@@ -230,8 +231,19 @@ class RowPairs:
             ranks = np.unique(np.concatenate([src, dst]))
             measured = ~np.isnan(value)
             matrix = fill_matrix(ranks, src[measured], dst[measured], value[measured])
-            found.append(PairGroup(key, ranks, [hosts[rank] for rank in ranks.tolist()], matrix))
+            found.append(PairGroup(key[1:], ranks, [hosts[rank] for rank in ranks.tolist()], matrix, key[0]))
         return found
+
+
+def _row_key(row: dict) -> tuple:
+    """A pair row's group: (run_id, transport, kernel, schedule, size)."""
+    return (
+        str(row.get("run_id") or ""),
+        row["transport"],
+        row["kernel"],
+        row.get("schedule") or "",
+        int(row["size_B"]),
+    )
 
 
 def _given(value) -> bool:
@@ -239,7 +251,8 @@ def _given(value) -> bool:
 
 
 class _Judged:
-    """judge_group's rule on logs: the reference's median and MAD, the reach beyond which a pair is slow."""
+    """The outlier rule on logs (module docstring): the reference's median and MAD, the reach beyond which a pair
+    is slow."""
 
     def __init__(self, centre: float, spread: float, worse: str, z: float, floor: float):
         self.centre, self.mad, self.worse = centre, spread, worse
@@ -307,16 +320,18 @@ def _slow_hosts_alone(values: np.ndarray, worse: str, z: float, floor: float) ->
     logs = _logs(values)
     linked = ~np.isnan(values)
     linked |= linked.T
-    if count <= LEAVE_ONE_OUT_UP_TO:
+    if np.count_nonzero(linked.any(axis=1)) <= LEAVE_ONE_OUT_UP_TO:  # the ranks with a pair to judge
         rules = []
         for rank in range(count):
             alone = np.zeros(count, dtype=bool)
             alone[rank] = True
             rules.append(_Judged.of(logs, ~_touching(alone), worse, z, floor))
         slows = [rule.slow(logs) for rule in rules]
+        one = False
     else:
         rule = _Judged.of(logs, None, worse, z, floor)
         rules, slows = [rule] * count, [rule.slow(logs, in_place=True)] * count
+        one = True
     del logs
 
     def slow(besides: np.ndarray) -> np.ndarray:
@@ -324,11 +339,11 @@ def _slow_hosts_alone(values: np.ndarray, worse: str, z: float, floor: float) ->
         the threshold too: one slow pair and one dip on a loaded host are two slow links of three, not a slow
         host. ``besides``: the ranks whose links count neither for nor against it."""
         allowed = ~besides
-        if count <= LEAVE_ONE_OUT_UP_TO:
-            bad = np.array([((s[rank] | s[:, rank]) & allowed).sum() for rank, s in enumerate(slows)])
-        else:
+        if one:  # one rule for every rank
             either = slows[0] | slows[0].T
             bad = (either & allowed).sum(axis=1)
+        else:
+            bad = np.array([((s[rank] | s[:, rank]) & allowed).sum() for rank, s in enumerate(slows)])
         found = np.zeros(count, dtype=bool)
         for rank in np.flatnonzero(slow_host(bad, (linked & allowed).sum(axis=1))):
             own = _own(values, rank, allowed)
@@ -493,9 +508,9 @@ class _Tier:
         self.pairs -= values.size
 
     def judge(self, values: np.ndarray, logs: np.ndarray, worse: str, z: float, floor: float):
-        """_slow_in_tier for one tier: which of a part's own pairs (``values``, ``logs``: all of its pairs of the
-        tier still left) are slow against the others, and their figures over those others' median; None where
-        fewer than MIN_PAIRS others are left to hold them against."""
+        """Which of a part's own pairs of this tier (``values``, ``logs``: all of them still left) are slow against
+        the tier's others, and their figures over those others' median; None where fewer than MIN_PAIRS others are
+        left to hold them against."""
         if self.pairs - values.size < MIN_PAIRS:
             return None
         own = np.sort(logs[~np.isnan(logs)])
