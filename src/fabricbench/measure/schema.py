@@ -102,7 +102,7 @@ INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "c
 SCHEMA_VERSION = 10
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
-# Where a run spools the rows kept in Parquet only (measure.results.CSV_PAIRS) as it measures them: whole Parquet
+# Where a run spools the rows kept in Parquet only (measure.results.CSV_SIZE_ROWS) as it measures them: whole Parquet
 # files, made into results.parquet with the CSV's rows when the run ends; a run that did not end leaves them.
 PARTS_NAME = "results.parts"
 PARQUET_ONLY_ROWS = "parquet_only_rows"  # in metadata.json: how many of the run's rows results.csv does not hold

@@ -94,12 +94,17 @@ class Reporter:
             return ConsoleClosed("")
         reason = os.strerror(self._console_errno)
         return ConsoleFailed(
-            f"cannot write to stdout: {reason}; the run finished: {self.writer.rows} rows in {self.out_dir}/"
+            f"cannot write to stdout: {reason}; the run finished: {self.written} rows in {self.out_dir}/"
         )
+
+    @property
+    def written(self) -> int:
+        """The rows on disk: the CSV's and the Parquet parts'."""
+        return self.writer.rows + self.spool.rows
 
     def fail(self, exc: ResultsError) -> None:
         """Keep a failure to write: nothing more is written, and every rank stops at the next size."""
-        self.failure = ResultsError(f"{exc} ({self.writer.rows} rows written before it are kept)")
+        self.failure = ResultsError(f"{exc} ({self.written} rows written before it are kept)")
 
     def add_transport(self, name: str, metadata: dict) -> None:
         """A transport's own facts (devices, settings), written to metadata.json at once."""
@@ -216,7 +221,7 @@ class Reporter:
         meta = self.metadata | {
             "complete": complete and not self.failure,
             "finished_utc": finished,
-            "rows": self.writer.rows + self.spool.rows,
+            "rows": self.written,
         }
         if self.spool.rows:
             meta[PARQUET_ONLY_ROWS] = self.spool.rows
@@ -237,4 +242,4 @@ class Reporter:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
         if self.plan.output_format != "none":
             files = ", ".join(p.name for p in (self.writer.csv_path, parquet) if p)
-            print(f"# {self.writer.rows} rows in {self.out_dir}/ ({files}, metadata.json)", file=sys.stderr)
+            print(f"# {self.written:,} rows in {self.out_dir}/ ({files}, metadata.json)", file=sys.stderr)
