@@ -10,7 +10,8 @@ pair's cell, a slow host's row and column, a slow uplink's switch band, a slow g
 a topology, the switch x switch matrix: the median of the pairs between two switches (the diagonal: within one),
 readable at any size. Each matrix is reduced to what is drawn as it is read, so one is held at a time.
 
-matplotlib is imported here and nowhere else; compare imports this module only when it writes plots.
+matplotlib is imported here and in analysis/plots.py, and nowhere else; compare imports them only when it writes
+plots.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ NAMED_UP_TO = 64  # hosts on an axis up to which each is named
 PIXELS = 800  # the most pixels a side of an image: past it a pixel holds the worst of a block of pairs
 LABELS = 32  # the most switch (or rank) names on an axis past NAMED_UP_TO
 SWITCH_LINES_UP_TO = 48  # switches up to which a line parts each from the next; past it only groups are parted
+GROUP_LINES_UP_TO = 16  # groups up to which a line parts each from the next; past it the lines would hide the pairs
+MARGIN = 1 / 150  # past NAMED_UP_TO an outline stands this share of the axis off what it marks, which stays in view
 PANEL_INCHES = 7.5
 DPI = 110
 COLOURS = {"low": "viridis", "high": "viridis_r"}  # dark where a pair is slow: low bandwidth, high latency
@@ -140,9 +143,9 @@ def _place_slow(drawn: Drawn, group: PairGroup, order: np.ndarray, fabric: Topol
             drawn.blocks += [(a, b, c, d), (c, d, a, b)]
 
 
-def _norm(images: Iterable[np.ndarray]) -> colors.LogNorm | None:
-    """One log scale over every figure shown (None where nothing positive was measured)."""
-    positive = np.concatenate([image[np.isfinite(image) & (image > 0)] for image in images])
+def _norm(image: np.ndarray) -> colors.LogNorm | None:
+    """A log scale over the figures of one panel (None where nothing positive was measured)."""
+    positive = image[np.isfinite(image) & (image > 0)]
     if not positive.size:
         return None
     low, high = float(positive.min()), float(positive.max())
@@ -162,7 +165,7 @@ def _ticks(ax, places: list[float], labels: list[str], rotate: bool) -> None:
 def _draw_matrix(fig, ax, drawn: Drawn) -> None:
     """The pairs' image with its names, switch lines and the slow parts outlined."""
     count = drawn.count
-    norm = _norm([drawn.image])
+    norm = _norm(drawn.image)
     image = ax.imshow(
         np.ma.masked_invalid(drawn.image),
         cmap=COLOURS[drawn.worse],
@@ -192,9 +195,10 @@ def _draw_matrix(fig, ax, drawn: Drawn) -> None:
         places = np.linspace(0, count - 1, min(LABELS, count)).round().astype(int).tolist()
         _ticks(ax, places, [f"rank {drawn.names[p].rsplit('(', 1)[-1].rstrip(')')}" for p in places], rotate=True)
     parts = len(drawn.switches) <= SWITCH_LINES_UP_TO
+    groups = len({group for *_, group in drawn.switches}) <= GROUP_LINES_UP_TO
     for (_, start, _, group), (_, _, _, before) in zip(drawn.switches[1:], drawn.switches, strict=False):
-        if parts or group != before:
-            width = 2.0 if group != before else 0.8
+        if parts or (groups and group != before):
+            width = 1.6 if group != before else 0.6
             ax.axhline(start - 0.5, color="white", linewidth=width)
             ax.axvline(start - 0.5, color="white", linewidth=width)
     if count <= NUMBERED_UP_TO:
@@ -247,16 +251,23 @@ def _outline(ax, drawn: Drawn) -> None:
         return
     for src, dst in drawn.cells:
         ax.plot(dst, src, "o", markersize=7, markerfacecolor="none", markeredgecolor="red", markeredgewidth=1.6)
-    for at in drawn.rows:
-        ax.add_patch(Rectangle((-0.5, at - 0.5), count, 1, **red))
-        ax.add_patch(Rectangle((at - 0.5, -0.5), 1, count, **red))
-    for first, end in drawn.bands:
-        ax.add_patch(Rectangle((-0.5, first - 0.5), count, end - first, **red))
-        ax.add_patch(Rectangle((first - 0.5, -0.5), end - first, count, **red))
+    spans = [(at, at + 1) for at in drawn.rows] + list(drawn.bands)
+    _bands(ax, spans, count)
+    pad = count * MARGIN
     for a, b, c, d in drawn.blocks:
-        ax.add_patch(Rectangle((c - 0.5, a - 0.5), d - c, b - a, **red))
+        ax.add_patch(Rectangle((c - 0.5 - pad, a - 0.5 - pad), d - c + 2 * pad, b - a + 2 * pad, **red))
     ax.set_xlim(-0.5, count - 0.5)
     ax.set_ylim(count - 0.5, -0.5)
+
+
+def _bands(ax, spans: list[tuple[int, int]], count: int) -> None:
+    """Outline each span's rows and its columns (a slow host's, a slow uplink's switch's), MARGIN off them so that
+    the band itself, a pixel or two wide on a large matrix, stays in view."""
+    pad = count * MARGIN
+    red = {"fill": False, "edgecolor": "red", "linewidth": 1.2}
+    for first, end in spans:
+        ax.add_patch(Rectangle((-0.5, first - 0.5 - pad), count, end - first + 2 * pad, **red))
+        ax.add_patch(Rectangle((first - 0.5 - pad, -0.5), end - first + 2 * pad, count, **red))
 
 
 def _draw_switches(fig, ax, drawn: Drawn) -> None:
@@ -264,7 +275,7 @@ def _draw_switches(fig, ax, drawn: Drawn) -> None:
     medians = drawn.switch_medians
     count = len(medians)
     image = ax.imshow(
-        np.ma.masked_invalid(medians), cmap=COLOURS[drawn.worse], norm=_norm([medians]), interpolation="nearest"
+        np.ma.masked_invalid(medians), cmap=COLOURS[drawn.worse], norm=_norm(medians), interpolation="nearest"
     )
     fig.colorbar(image, ax=ax, shrink=0.8, label=f"median {LABEL[drawn.metric]}")
     names = [name for name, *_ in drawn.switches]
@@ -279,10 +290,9 @@ def _draw_switches(fig, ax, drawn: Drawn) -> None:
     if count <= NAMED_UP_TO:  # the cells across a slow uplink: its switch with every other
         _boxed(ax, slow[:, None] != slow[None, :])
         return
-    red = {"fill": False, "edgecolor": "red", "linewidth": 1.6}
-    for at in drawn.slow_switches:
-        ax.add_patch(Rectangle((-0.5, at - 0.5), count, 1, **red))
-        ax.add_patch(Rectangle((at - 0.5, -0.5), 1, count, **red))
+    _bands(ax, [(at, at + 1) for at in drawn.slow_switches], count)
+    ax.set_xlim(-0.5, count - 0.5)
+    ax.set_ylim(count - 0.5, -0.5)
 
 
 def _figure(panels: int):

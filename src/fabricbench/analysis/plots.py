@@ -1,7 +1,7 @@
 """The plots of ``fabricbench compare``: one PNG per metric, one panel per kernel, one line per series.
 
-matplotlib is imported here and nowhere else; compare imports this module only
-when it writes plots.
+matplotlib is imported here and in analysis/heatmaps.py (the all-pairs pictures), and
+nowhere else; compare imports them only when it writes plots.
 """
 
 from __future__ import annotations
