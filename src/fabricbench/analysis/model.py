@@ -31,6 +31,7 @@ RESAMPLES = 1000  # bootstrap resamples per segment
 MAX_SEGMENTS = 3  # segments per fit: enough for an eager/rendezvous switch and one cache edge
 MIN_SEGMENT_SIZES = 4  # distinct sizes in a segment when a fit is cut (two parameters, two points to spare)
 MIN_FIT_SIZES = 3  # distinct sizes for any fit at all
+TIER_PAIRS = 10_000  # the most pairs of one tier, kernel and size a tier's fit takes (tier_rows)
 # Fits better than this RMS relative error count as exact: more segments cannot be told from noise below it.
 RELATIVE_ERROR_FLOOR = 1e-3
 # A segment is kept when it leaves at most this share of the squared error: on 23 sizes of pure 3 % noise the
@@ -494,18 +495,66 @@ def _points(rows, kernel: str, statistic: str) -> tuple[np.ndarray, np.ndarray]:
     return chosen["size_B"].to_numpy(float), chosen[latency].to_numpy(float)
 
 
+def tier_rows(run, statistic: str, seed: int = 0):
+    """The all-pairs rows a series' per-tier fits take, from a run's pairs read as matrices (``run``: a
+    load.PairRun) with only the column ``statistic`` asks of each kernel, and its topology's tiers: every pair of a
+    (tier, kernel, size) up to TIER_PAIRS of them, and past that TIER_PAIRS drawn at random with ``seed`` (as many
+    pin a tier's alpha and beta down; every pair of a large fabric would make its bootstrap take days). None
+    without a topology: the fits are by tier."""
+    import pandas as pd
+
+    from fabricbench.measure.topology import TIERS
+    from fabricbench.measure.verdict import tier_matrix
+
+    if run.topology is None:
+        return pd.DataFrame()
+    latency, bandwidth = STATISTICS[statistic]
+    draw = np.random.default_rng(seed)
+    found = []
+    for key in run.table.counts:
+        run_id, transport, kernel, _, size = key
+        column = bandwidth if get_kernel(kernel).windowed else latency
+        buffer = sorted(run.table.buffers.get(key, {"host"}))[0]
+        for group in run.table.groups([key], column):
+            tiers = tier_matrix(group.hosts, run.topology)[0]
+            measured = ~np.isnan(group.values)
+            for code, tier in enumerate(TIERS):
+                src, dst = np.nonzero(measured & (tiers == code))
+                if len(src) > TIER_PAIRS:
+                    chosen = np.sort(draw.choice(len(src), TIER_PAIRS, replace=False))
+                    src, dst = src[chosen], dst[chosen]
+                hosts = np.array(group.hosts, dtype=object)
+                found.append(
+                    pd.DataFrame(
+                        {
+                            "run_id": run_id,
+                            "transport": transport,
+                            "buffer": buffer,
+                            "kernel": kernel,
+                            "size_B": size,
+                            "tier": tier,
+                            "src_host": hosts[src],
+                            "dst_host": hosts[dst],
+                            column: group.values[src, dst],
+                        }
+                    )  # fmt: skip
+                )
+    return pd.concat(found, ignore_index=True) if found else pd.DataFrame()
+
+
 def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") -> list[Model]:
     """Every (input, transport, buffer) of ``paths`` fitted; inputs are read and checked as compare reads them.
     The one-pair rows make the series' fits; the all-pairs rows with a tier make its per-tier fits."""
+    import pandas as pd
+
     from fabricbench.analysis import load
 
     models = []
     for path in paths:
-        frame, metadata = load.read_run(path)
+        frame, metadata = load.read_run(path, pairs=False)
         measured = frame[load.comparable(frame) & frame["size_B"].notna()]
-        one_pair = measured["src_host"] == ""
-        tiered = ~one_pair & (measured["tier"].fillna("") != "")
-        usable = measured[one_pair | tiered]
+        pairs = tier_rows(load.read_pairs(path), statistic, seed)
+        usable = pd.concat([measured[measured["src_host"] == ""], pairs], ignore_index=True)
         label = metadata.get("label") or load.path_name(path)
         for (transport, buffer), both in usable.groupby(["transport", "buffer"], sort=False):
             rows = both[both["src_host"] == ""]
