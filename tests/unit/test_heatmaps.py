@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fabricbench.analysis.heatmaps import PIXELS, _cell_text, reduce_group, write_heatmaps
-from fabricbench.measure.topology import parse_slurm
+from fabricbench.measure.topology import parse_slurm, parse_toml
 from fabricbench.measure.verdict import PairGroup
 
 KEY = ("tcp", "pairs-bw", "isolated", 65536)
@@ -62,3 +62,18 @@ def test_every_cell_has_one_form_of_figure():
         "1,490",
         "250,000",
     ]
+
+
+def test_a_slow_global_link_is_its_two_groups_block_in_both_pictures():
+    text = "\n".join(
+        f'[switches.s{k}]\nhosts = "h[{4 * k}-{4 * k + 3}]"\ngroup = "g{k // 2}"' for k in range(8)
+    )  # four groups of two switches of four hosts
+    fabric = parse_toml(text, "t.toml")
+
+    def figure(s: int, d: int) -> float:
+        base = 2000.0 if s // 4 == d // 4 else (1500.0 if s // 8 == d // 8 else 1000.0)
+        return base / 2 if {s // 8, d // 8} == {0, 3} else base * (1 + 0.01 * ((s + 3 * d) % 5))
+
+    drawn = reduce_group("A", _group(32, figure), fabric)
+    assert drawn.blocks == [(0, 8, 24, 32), (24, 32, 0, 8)]
+    assert drawn.switch_blocks == [(0, 2, 6, 8), (6, 8, 0, 2)]

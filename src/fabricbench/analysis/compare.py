@@ -307,13 +307,17 @@ def all_pairs_apart(tidy: pd.DataFrame, out_dir, series: list[Series], paths: li
     if out_dir:
         from fabricbench.analysis.heatmaps import write_gpu_heatmap, write_heatmaps
 
-        def named(path: str, group) -> str:
-            """The series a group's panel is named after: its input's, run's and transport's."""
+        def named(path: str, run, group) -> str:
+            """The series a group's panel is named after: its input's, run's and transport's (an input of pair rows
+            alone has none: its label, and its run where it holds several)."""
             mine = [s for s in series if s.source == path and s.transport == group.key[0]]
             mine = [s for s in mine if s.run_id == group.run_id] or mine
-            return mine[0].name if mine else path_name(path) + (f" run {group.run_id}" if group.run_id else "")
+            if mine:
+                return mine[0].name
+            several = len({key[0] for key in run.table.counts}) > 1
+            return (run.metadata.get("label") or path_name(path)) + (f" run {group.run_id}" if several else "")
 
-        groups = ((named(path, g), g, run.topology) for path, run in runs for g in run.table.groups())
+        groups = ((named(path, run, g), g, run.topology) for path, run in runs for g in run.table.groups())
         written = write_heatmaps(groups, out_dir)
         if gpus.any():
             written.append(write_gpu_heatmap(tidy[gpus], out_dir))

@@ -65,6 +65,7 @@ class Drawn:
     blocks: list[tuple[int, int, int, int]] = field(default_factory=list)  # slow global links' (rows, columns)
     switch_medians: np.ndarray | None = None
     slow_switches: list[int] = field(default_factory=list)
+    switch_blocks: list[tuple[int, int, int, int]] = field(default_factory=list)  # slow global links, by switch
 
 
 def _order(group: PairGroup, fabric: Topology | None) -> np.ndarray:
@@ -130,10 +131,13 @@ def _place_slow(drawn: Drawn, group: PairGroup, order: np.ndarray, fabric: Topol
     drawn.cells = [(place[s], place[d]) for link in found["slow_links"] for s, d in link["directions"]]
     drawn.rows = [place[host["rank"]] for host in found["slow_hosts"]]
     span = {name: (first, end) for name, first, end, _ in drawn.switches}
-    groups: dict[str, tuple[int, int]] = {}
-    for _, first, end, name in drawn.switches:
+    groups: dict[str, tuple[int, int]] = {}  # each group's span of hosts
+    by_switch: dict[str, tuple[int, int]] = {}  # and of switches
+    for number, (_, first, end, name) in enumerate(drawn.switches):
         low, high = groups.get(name, (first, end))
         groups[name] = (min(low, first), max(high, end))
+        low, high = by_switch.get(name, (number, number + 1))
+        by_switch[name] = (min(low, number), max(high, number + 1))
     for uplink in found.get("slow_uplinks", []):
         if "switch" in uplink:
             drawn.bands.append(span[uplink["switch"]])
@@ -141,6 +145,8 @@ def _place_slow(drawn: Drawn, group: PairGroup, order: np.ndarray, fabric: Topol
         else:
             (a, b), (c, d) = (groups[g] for g in uplink["groups"])
             drawn.blocks += [(a, b, c, d), (c, d, a, b)]
+            (a, b), (c, d) = (by_switch[g] for g in uplink["groups"])
+            drawn.switch_blocks += [(a, b, c, d), (c, d, a, b)]
 
 
 def _norm(image: np.ndarray) -> colors.LogNorm | None:
@@ -234,7 +240,7 @@ def _outline(ax, drawn: Drawn) -> None:
     """Red outlines round the slow parts: a cell for a slow pair (a ring where cells are smaller than it), a row
     and a column for a slow host, a switch's band of rows and columns for its slow uplink, a block for a slow
     global link."""
-    count, red = drawn.count, {"fill": False, "edgecolor": "red", "linewidth": 1.6}
+    count = drawn.count
     if count <= NAMED_UP_TO:  # a box round each slow cell: every pair of a slow host or across a slow uplink
         slow = np.zeros((count, count), dtype=bool)
         for src, dst in drawn.cells:
@@ -251,13 +257,18 @@ def _outline(ax, drawn: Drawn) -> None:
         return
     for src, dst in drawn.cells:
         ax.plot(dst, src, "o", markersize=7, markerfacecolor="none", markeredgecolor="red", markeredgewidth=1.6)
-    spans = [(at, at + 1) for at in drawn.rows] + list(drawn.bands)
-    _bands(ax, spans, count)
-    pad = count * MARGIN
-    for a, b, c, d in drawn.blocks:
-        ax.add_patch(Rectangle((c - 0.5 - pad, a - 0.5 - pad), d - c + 2 * pad, b - a + 2 * pad, **red))
+    _bands(ax, [(at, at + 1) for at in drawn.rows] + list(drawn.bands), count)
+    _blocks(ax, drawn.blocks, count)
     ax.set_xlim(-0.5, count - 0.5)
     ax.set_ylim(count - 0.5, -0.5)
+
+
+def _blocks(ax, blocks: list[tuple[int, int, int, int]], count: int) -> None:
+    """Outline each block of rows a:b and columns c:d (a slow global link's pairs), MARGIN off it."""
+    pad = count * MARGIN
+    red = {"fill": False, "edgecolor": "red", "linewidth": 1.2}
+    for a, b, c, d in blocks:
+        ax.add_patch(Rectangle((c - 0.5 - pad, a - 0.5 - pad), d - c + 2 * pad, b - a + 2 * pad, **red))
 
 
 def _bands(ax, spans: list[tuple[int, int]], count: int) -> None:
@@ -287,10 +298,14 @@ def _draw_switches(fig, ax, drawn: Drawn) -> None:
         _numbered(ax, medians, drawn.worse)
     slow = np.zeros(count, dtype=bool)
     slow[drawn.slow_switches] = True
-    if count <= NAMED_UP_TO:  # the cells across a slow uplink: its switch with every other
-        _boxed(ax, slow[:, None] != slow[None, :])
+    if count <= NAMED_UP_TO:  # the cells across a slow uplink (its switch with every other), or a global link
+        cells = slow[:, None] != slow[None, :]
+        for a, b, c, d in drawn.switch_blocks:
+            cells[a:b, c:d] = True
+        _boxed(ax, cells)
         return
     _bands(ax, [(at, at + 1) for at in drawn.slow_switches], count)
+    _blocks(ax, drawn.switch_blocks, count)
     ax.set_xlim(-0.5, count - 0.5)
     ax.set_ylim(count - 0.5, -0.5)
 
