@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabricbench.analysis.heatmaps import PIXELS, _cell_text, reduce_group, write_heatmaps
+from fabricbench.analysis.heatmaps import PIXELS, _cell_text, _norm, _numbered, reduce_group, write_heatmaps
 from fabricbench.measure.topology import parse_slurm, parse_toml
 from fabricbench.measure.verdict import PairGroup
 
@@ -77,3 +77,27 @@ def test_a_slow_global_link_is_its_two_groups_block_in_both_pictures():
     drawn = reduce_group("A", _group(32, figure), fabric)
     assert drawn.blocks == [(0, 8, 24, 32), (24, 32, 0, 8)]
     assert drawn.switch_blocks == [(0, 2, 6, 8), (6, 8, 0, 2)]
+
+
+def test_a_cells_figure_is_white_on_a_dark_cell_and_black_on_a_light_one():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    # Two slow pairs among ten near the top of the scale: those ten are all light, whatever the median says.
+    values = np.array(
+        [
+            [np.nan, 12.0, 2100.0, 3100.0],
+            [2260.0, np.nan, 12.0, 2270.0],
+            [2300.0, 2140.0, np.nan, 2200.0],
+            [2500.0, 2310.0, 2210.0, np.nan],
+        ]
+    )
+    fig, ax = pyplot.subplots()
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", norm=_norm(values))
+    _numbered(ax, image, values)
+    colours = {text.get_text(): text.get_color() for text in ax.texts}
+    pyplot.close(fig)
+    assert colours.pop("12") == "white" and len(colours) == 10
+    assert set(colours.values()) == {"black"}

@@ -38,6 +38,7 @@ LABELS = 32  # the most switch (or rank) names on an axis past NAMED_UP_TO
 SWITCH_LINES_UP_TO = 48  # switches up to which a line parts each from the next; past it only groups are parted
 GROUP_LINES_UP_TO = 16  # groups up to which a line parts each from the next; past it the lines would hide the pairs
 MARGIN = 1 / 150  # past NAMED_UP_TO an outline stands this share of the axis off what it marks, which stays in view
+DARK_BELOW = 0.179  # a cell darker than this relative luminance takes white figures: their contrast is the higher
 PANEL_INCHES = 7.5
 DPI = 110
 COLOURS = {"low": "viridis", "high": "viridis_r"}  # dark where a pair is slow: low bandwidth, high latency
@@ -208,17 +209,19 @@ def _draw_matrix(fig, ax, drawn: Drawn) -> None:
             ax.axhline(start - 0.5, color="white", linewidth=width)
             ax.axvline(start - 0.5, color="white", linewidth=width)
     if count <= NUMBERED_UP_TO:
-        _numbered(ax, drawn.image, drawn.worse)
+        _numbered(ax, image, drawn.image)
     _outline(ax, drawn)
 
 
-def _numbered(ax, values: np.ndarray, worse: str) -> None:
-    """Each measured cell's figure, white on the dark (slow) half of the colours, black on the light."""
-    finite = values[np.isfinite(values)]
-    middle = float(np.median(finite)) if finite.size else 0.0
+def _numbered(ax, image, values: np.ndarray) -> None:
+    """Each measured cell's figure, white on a dark cell and black on a light one, as the cell's own colour in
+    ``image`` (the drawn AxesImage) is: its relative luminance, the contrast measure of WCAG."""
+    shown = np.isfinite(values)
+    cells = np.asarray(image.to_rgba(np.where(shown, values, np.nan)))[..., :3]
+    linear = np.where(cells <= 0.04045, cells / 12.92, ((cells + 0.055) / 1.055) ** 2.4)
+    luminance = linear @ np.array([0.2126, 0.7152, 0.0722])
     for (i, j), value in np.ndenumerate(values):
-        if np.isfinite(value):
-            dark = value < middle if worse == "low" else value > middle
+        if shown[i, j]:
             ax.text(
                 j,
                 i,
@@ -226,7 +229,7 @@ def _numbered(ax, values: np.ndarray, worse: str) -> None:
                 ha="center",
                 va="center",
                 fontsize="x-small",
-                color="white" if dark else "black",
+                color="white" if luminance[i, j] < DARK_BELOW else "black",
             )
 
 
@@ -295,7 +298,7 @@ def _draw_switches(fig, ax, drawn: Drawn) -> None:
     ax.set_xlabel("destination switch")
     ax.set_ylabel("source switch")
     if count <= NUMBERED_UP_TO:
-        _numbered(ax, medians, drawn.worse)
+        _numbered(ax, image, medians)
     slow = np.zeros(count, dtype=bool)
     slow[drawn.slow_switches] = True
     if count <= NAMED_UP_TO:  # the cells across a slow uplink (its switch with every other), or a global link
