@@ -63,3 +63,17 @@ def test_only_the_runs_own_rows_are_judged(tmp_path):
 
     (group,) = PairTable(run_sources(tmp_path), TRANSPORTS, run_id="r1").groups()
     assert int(np.count_nonzero(~np.isnan(group.values))) == RANKS
+
+
+def test_a_columns_numbers_and_codes_are_read_from_its_buffers_nulls_and_slices_included():
+    import pyarrow as pa
+
+    from fabricbench.measure.pair_table import _codes, _numbers
+
+    numbers = pa.array([1, None, 3, 4, None], pa.int64()).slice(1)  # an offset into the validity bitmap
+    np.testing.assert_array_equal(_numbers(numbers), [np.nan, 3.0, 4.0, np.nan])
+    np.testing.assert_array_equal(_numbers(pa.array([2.5, 1.0])), [2.5, 1.0])
+    codes, names = _codes(pa.array(["a", None, "b", "a"]).slice(1))
+    assert [names[c] for c in codes] == ["", "b", "a"]
+    codes, names = _codes(pa.nulls(2))
+    assert [names[c] for c in codes] == ["", ""]

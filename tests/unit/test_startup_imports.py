@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 # What no command line parse needs: a rank loads numpy for its buffers and samples and mpi4py when MPI starts,
 # rank 0 pandas and pyarrow for the table at the end, the plots matplotlib, progress tqdm, the GPU places CuPy,
@@ -64,3 +65,24 @@ def test_the_self_launching_parent_plans_without_a_heavy_library():
         ]
     )
     assert heavy(imported_by(code)) == []
+
+
+def test_rank_0s_verdict_at_the_end_of_an_all_pairs_run_reads_the_table_without_pandas():
+    """Every all-pairs run ends with rank 0 reading its pairs back (measure/pair_table.py) for the verdict: from
+    the CSV on a small run, from Parquet on a large one. pyarrow's to_numpy and fill_null import pandas, 50 MB of
+    rank 0's memory that nothing there uses."""
+    example = Path(__file__).resolve().parents[2] / "results" / "examples" / "pairs-leaf-spine"
+    code = "\n".join(
+        [
+            "from pathlib import Path",
+            "from fabricbench.measure.pair_table import PairTable",
+            "from fabricbench.measure.verdict import verdict",
+            "from fabricbench.transports import TRANSPORTS",
+            "for name in ('results.csv', 'results.parquet'):",
+            f"    groups = list(PairTable([Path('{example}') / name], TRANSPORTS).groups())",
+            "    assert len(groups) == 1 and groups[0].values.shape == (6, 6), groups",
+            "    verdict(groups)",
+        ]
+    )
+    modules = imported_by(code)
+    assert "pyarrow" in modules and heavy(modules, ("pandas",)) == []

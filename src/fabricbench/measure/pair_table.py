@@ -103,16 +103,21 @@ class PairTable:
         """Each batch of the pair rows' columns, checked, as ({src_rank, dst_rank, figure and ``column``: numpy
         arrays; kept, failed: masks; src_host, dst_host, buffer: (codes, names)}, each measured pair row's group as
         an index into the batch's keys (-1: another row), the keys)."""
+        import pyarrow
+
         extra = [c for c in (column, "buffer", "run_id") if c]
         columns = [*PAIR_COLUMNS, *(c for c in extra if c not in PAIR_COLUMNS)]
         for source in self.sources:
             row = 0
             for batch in _batches(source, columns):
                 count = len(batch["kernel"])
-                index, keys, arrays = _groups_of(batch, count, str(source), row, self.transports)
-                arrays |= {c: _codes(batch[c]) for c in ("src_host", "dst_host", "buffer")}
-                if column is not None and column not in arrays:
-                    arrays[column] = _numbers(batch[column])
+                try:
+                    index, keys, arrays = _groups_of(batch, count, str(source), row, self.transports)
+                    arrays |= {c: _codes(batch[c]) for c in ("src_host", "dst_host", "buffer")}
+                    if column is not None and column not in arrays:
+                        arrays[column] = _numbers(batch[column])
+                except pyarrow.ArrowException as exc:  # a column of text where numbers belong: cast refuses it
+                    raise UsageError(f"{str(source)!r}, rows {row + 1}-{row + count}: {first_line(exc)}") from None
                 if self.run_id is not None:  # another run's rows are no group's (-1 looks up the last: True)
                     others = np.array([key[0] != self.run_id for key in keys] + [True])
                     index[others[index]] = -1
@@ -160,18 +165,32 @@ def _codes(array) -> tuple[np.ndarray, list]:
     """A column (text or numbers, plain or dictionary-encoded; all null for one the file lacks) as codes into its
     distinct values; null is ""."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if pa.types.is_null(array.type):
         return np.zeros(len(array), dtype=np.int64), [""]
     encoded = array if pa.types.is_dictionary(array.type) else array.dictionary_encode()
     names = ["" if value is None else value for value in encoded.dictionary.to_pylist()]
-    return pc.fill_null(encoded.indices, len(names)).to_numpy().astype(np.int64), [*names, ""]
+    return _plain(encoded.indices, pa.int64(), len(names)), [*names, ""]
 
 
 def _numbers(array) -> np.ndarray:
     """A numeric column as float64 (NaN for null)."""
-    return array.to_numpy(zero_copy_only=False).astype(np.float64)
+    import pyarrow as pa
+
+    return _plain(array, pa.float64(), math.nan)
+
+
+def _plain(array, kind, null) -> np.ndarray:
+    """A pyarrow array cast to ``kind`` (int64 or float64), as numpy from its buffers, ``null`` where it is null.
+    pyarrow's own to_numpy and fill_null import pandas (some 50 MB, on rank 0 at the end of a run)."""
+    array = array.cast(kind)
+    validity, data = array.buffers()[:2]
+    end = array.offset + len(array)
+    values = np.frombuffer(data, dtype=np.dtype(kind.to_pandas_dtype()), count=end)[array.offset :]
+    if not array.null_count:
+        return values.copy()  # the buffer is pyarrow's, read-only
+    valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=end, bitorder="little")[array.offset :]
+    return np.where(valid.astype(bool), values, null)
 
 
 def _groups_of(batch: dict, count: int, name: str, first_row: int, transports) -> tuple[np.ndarray, list, dict]:
