@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -245,12 +246,63 @@ def test_none_gives_one_line_and_exit_2(cluster):
     _advice(result, f"srun started 2 tasks but MPI formed 1-rank worlds (--mpi=none): {ADVICE_PMI2}")
 
 
+def _pmix_step_fails(cluster) -> str | None:
+    """srun's own first line where a one-task step with --mpi=pmix cannot start on this host's Slurm (Debian's
+    mpi_pmix plugin dlopens libpmix.so, which libpmix-dev holds: without it, "can not load PMIx library"); else
+    None."""
+    found = cluster.command("srun", "--mpi=pmix", "-N", "1", "-n", "1", "--job-name", "fabricbench-test", "true")
+    if found.returncode == 0:
+        return None
+    lines = [line.strip() for line in found.stderr.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line), lines[0] if lines else f"exit {found.returncode}")
+
+
 def test_pmix_refused_before_mpi_init(cluster):
     if "pmix" not in cluster.plugins():
         pytest.skip(f"this Slurm has no pmix plugin (srun --mpi=list: {', '.join(cluster.plugins())})")
+    failed = _pmix_step_fails(cluster)
+    if failed:  # srun's own failure (exit 1) would hide the line this test is about
+        pytest.skip(f"this Slurm cannot start a --mpi=pmix step ({failed})")
     result = cluster.srun("pmix", 2, "run", "-k", "latency", "-m", "8", "-i", "10", "--format", "none")
     _advice(result, f"srun started 2 tasks with --mpi=pmix, but {ADVICE_PMI2}")
     assert "unsupported PMI version" not in result.stderr  # MPICH's own abort in MPI_Init never came
+
+
+def _pmix_library_folder(plugin_dir: Path) -> str | None:
+    """The folder this Slurm's mpi_pmix plugin dlopens libpmix.so from, as built into it (Debian's:
+    /usr/lib/x86_64-linux-gnu/pmix2/lib); None where no plugin or no such path is found."""
+    for plugin in sorted(plugin_dir.glob("mpi_pmix*.so")):
+        found = re.search(rb"\0(/[\w./+-]*pmix[\w./+-]*/lib)\0", plugin.read_bytes())
+        if found and Path(found.group(1).decode()).is_dir():
+            return found.group(1).decode()
+    return None
+
+
+def test_a_slurm_that_cannot_load_pmix_skips_the_pmix_test_saying_why(cluster, tmp_path):
+    """Where this host's Slurm cannot load the PMIx library, srun --mpi=pmix fails on its own before any task
+    starts (exit 1, "can not load PMIx library"): test_pmix_refused_before_mpi_init skips, naming srun's line, and
+    does not fail. Such a host is made here: pytest runs that test in a mount namespace of its own, where the folder
+    the plugin loads libpmix.so from is an empty tmpfs, for the cluster it starts in there too."""
+    if "pmix" not in cluster.plugins():
+        pytest.skip(f"this Slurm has no pmix plugin (srun --mpi=list: {', '.join(cluster.plugins())})")
+    config = cluster.command("scontrol", "show", "config").stdout
+    plugin_dir = re.search(r"^PluginDir\s*=\s*(\S+)", config, re.MULTILINE)
+    folder = _pmix_library_folder(Path(plugin_dir.group(1))) if plugin_dir else None
+    if folder is None or not shutil.which("unshare"):
+        pytest.skip("no PMIx library folder found in this Slurm's mpi_pmix plugin, or no unshare to hide it")
+    test = f"{Path(__file__).resolve()}::test_pmix_refused_before_mpi_init"
+    hide = 'mount -t tmpfs fabricbench-no-pmix "$0" && exec "$@"'
+    pytest_args = [PYTHON, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t")]
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, folder, *pytest_args, test],
+        capture_output=True,
+        text=True,
+        timeout=2 * STEP_S,
+        env=clean_env(),
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0 and "1 skipped" in result.stdout, result.stdout + result.stderr
+    assert "cannot start a --mpi=pmix step" in result.stdout, result.stdout
 
 
 def test_self_launch_inside_a_pmix_allocation_starts_local_ranks_without_srun(tmp_path):
