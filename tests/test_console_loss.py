@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from support import PYTHON, clean_env, read_rows
+from support import PYTHON, REPO, clean_env, read_rows
 
 SWEEP = ["run", "-k", "latency", "-m", "1:8", "-i", "20", "-x", "2", "--format", "table"]
 
@@ -78,3 +78,44 @@ def test_a_failing_job_with_only_the_launchers_lines_says_so_in_one(capfd):
         "fabricbench: error: the job ended with exit 255: [mpiexec@vm] HYDU_sock_write (sock.c:250): "
         "write error (No space left on device)\n"
     )
+
+
+@pytest.mark.parametrize("console", ["table", "none"])
+def test_a_closed_stderr_loses_no_run(console, out):
+    """``2>&-``: Python starts with sys.stderr None; the run goes on, its lines go nowhere, and every row is kept."""
+    command = shlex.join([PYTHON, "-m", "fabricbench", *SWEEP[:-1], console, "--out", str(out)])
+    result = subprocess.run(
+        ["bash", "-c", f"{command} 2>&-"], capture_output=True, text=True, timeout=120, env=clean_env()
+    )
+    assert result.returncode == 0, result.stdout
+    table, meta = read_rows(out)
+    assert len(table) == 4 and meta["complete"] is True
+
+
+EXAMPLE = REPO / "results" / "examples" / "default-sweep"
+THRESHOLDS = '[[threshold]]\ntransport = "mpi"\nkernel = "latency"\nmax_lat_p50_us = 1000000\n'
+# A report's command, with FOLDER for its --out, and the files it must write there whatever stdout does.
+REPORTS = {
+    "compare": (["compare", str(EXAMPLE), "--out", "FOLDER"], ["comparison.csv"]),
+    "model": (["model", str(EXAMPLE), "--out", "FOLDER"], ["model.csv", "projection.csv"]),
+    "check": (["check", "THRESHOLDS", str(EXAMPLE)], []),
+    "doctor": (["doctor"], []),
+}
+
+
+@pytest.mark.parametrize("command", REPORTS)
+def test_a_report_to_a_full_stdout_writes_its_files_and_says_so_in_one_line(command, tmp_path):
+    args, files = REPORTS[command]
+    folder, thresholds = tmp_path / "out", tmp_path / "thresholds.toml"
+    thresholds.write_text(THRESHOLDS)
+    args = [str(folder) if a == "FOLDER" else str(thresholds) if a == "THRESHOLDS" else a for a in args]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [PYTHON, "-m", "fabricbench", *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()  # besides compare's "# wrote FILES in DIR/", the one error line
+    assert "Traceback" not in result.stderr and [line for line in lines if not line.startswith("# wrote")] == [
+        "fabricbench: error: cannot write to stdout: No space left on device"
+    ], result.stderr
+    assert all((folder / name).is_file() for name in files), sorted(p.name for p in tmp_path.rglob("*"))

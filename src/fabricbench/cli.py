@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import io
 import os
 import sys
 
@@ -28,7 +31,7 @@ from fabricbench.argtypes import (
     secrets_given,
     whole_number,
 )
-from fabricbench.errors import FabricbenchError, UsageError
+from fabricbench.errors import ConsoleFailed, FabricbenchError, UsageError
 from fabricbench.measure.kernels import KERNELS
 from fabricbench.measure.plan import (
     MAX_REPEAT,
@@ -145,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="output_format",
         choices=OUTPUT_FORMATS,
         default=Plan.output_format,
-        help="console output: readable table, OSU's text layout, or nothing",
+        help="console output: readable table, OSU's text layout, nccl-tests' text layout (collectives), or nothing",
     )
     osu_columns = run.add_argument_group("OSU's optional columns (--format osu; as OSU's -f, -z, -T; -c is -c)")
     osu_columns.add_argument(
@@ -494,9 +497,42 @@ def cmd_osu_shims(args, argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from fabricbench.launch.launcher import env_rank, say_interrupted, watch_rank
+def _report_after(command, args, argv: list[str]) -> int:
+    """``command`` with its stdout held until it returns: a report's files are written before a line of it is
+    printed, and a stdout that cannot take it (``> /dev/full``, ``>&-``) is one line and exit 1, not a traceback.
+    What it printed before an error is still printed, before the error's own line."""
+    from fabricbench.launch.launcher import write_all
 
+    def put(text: str) -> None:
+        if text and sys.stdout is None:  # started with fd 1 closed: a file opened since may hold its number
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        if text:  # straight to the descriptor: no text is left in a buffer to fail again at exit
+            sys.stdout.flush()
+            write_all(sys.stdout.fileno(), text.encode(sys.stdout.encoding or "utf-8", "backslashreplace"))
+
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(held):
+            code = command(args, argv)
+    except BaseException:
+        with contextlib.suppress(OSError, ValueError):
+            put(held.getvalue())
+        raise
+    try:
+        put(held.getvalue())
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise ConsoleFailed(f"cannot write to stdout: {exc.strerror or exc}") from None
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fabricbench.launch.launcher import env_rank, hold_fd, say_interrupted, watch_rank
+
+    if sys.stderr is None:  # started with 2>&- (fd 2 closed): a run goes on, and what it would say goes nowhere
+        hold_fd(2)
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - fd 2 for the rest of the process
     argv = sys.argv[1:] if argv is None else argv
     secrets_given(argv)  # before any option is parsed: an earlier option's refusal may quote a --token's value
     rank_watch = watch_rank()
@@ -513,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
             args.runs += extra  # `compare A --out DIR B`: runs on both sides of an option
         elif extra:
             parser.refuse_unrecognized(args, extra)
+        if args.func in (cmd_compare, cmd_model, cmd_check, cmd_doctor, cmd_osu_shims):
+            return _report_after(args.func, args, argv)
         return args.func(args, argv)
     except FabricbenchError as exc:
         if env_rank() == 0 and str(exc):  # every rank sees the same bad input; one says so, never quoting the token

@@ -284,8 +284,8 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
             # Only when needed: oversubscribed Open MPI yields when idle, which costs latency.
             command.append("--oversubscribe")
     command += ["-n", str(ranks), sys.executable, "-m", "fabricbench", *argv]
-    stdout_closed = _hold_fd(1)
-    _hold_fd(2)
+    stdout_closed = hold_fd(1)
+    hold_fd(2)
     job = _Job(command, env)
     code = job.wait()
     if job.received:
@@ -299,7 +299,7 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     return code
 
 
-def _hold_fd(fd: int) -> bool:
+def hold_fd(fd: int) -> bool:
     """/dev/null on ``fd`` where it is closed (``>&-``), so that no file this process opens takes its number and
     the job gets a descriptor to write to; True when it was closed."""
     try:
@@ -348,7 +348,7 @@ class _Relay:
         while chunk := os.read(pipe.fileno(), 65536):
             if not self.stdout_errno:
                 try:
-                    _write_all(1, chunk)
+                    write_all(1, chunk)
                 except OSError as exc:
                     self.stdout_errno = exc.errno or errno.EIO
 
@@ -374,7 +374,7 @@ class _Relay:
             self._held.append(text.strip("\n"))
             return
         with contextlib.suppress(OSError):
-            _write_all(2, piece)
+            write_all(2, piece)
 
     def finish(self, code: int, stdout_errno: int) -> int:
         """After the job: what was held back, said in one line at most; the run's exit code.
@@ -400,7 +400,7 @@ class _Relay:
         return 141 if code == 0 and stdout_errno == errno.EPIPE else code
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     rest = memoryview(data)
     while rest:
         rest = rest[os.write(fd, rest) :]
