@@ -13,6 +13,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 from fabricbench.argtypes import MASK, TOKEN_VAR
 from support import Server, fabricbench, one_error_line, read_rows
 
@@ -89,3 +91,26 @@ def test_no_spelling_of_the_token_reaches_a_file_or_the_console(tmp_path):
     assert len(list(root.iterdir())) == len(spellings)  # only the accepted runs wrote anything
     assert not _leaks(root, *results)
     assert not [line for line in server.lines if SECRET in line]
+
+
+# A token, and the refused command line that quoted it back before it was masked: (the command, what the one
+# line still says). The address is a word no resolver knows, given as the token too.
+TOKENS = {"plain": SECRET, "a backslash": f"s3\\cret-{uuid.uuid4().hex}", "a tab": f"s3\tcret-{uuid.uuid4().hex}"}
+REFUSALS = {
+    "serve --address T": (["serve", "--address", "TOKEN", "--port", "1"], "cannot listen on "),
+    "a stray word equal to T": (["serve", "--token", "TOKEN", "TOKEN"], "unrecognized arguments: "),
+    "run -m T": (["run", "-m", "TOKEN", "--peer", "127.0.0.1:1"], "bad message size "),
+}
+
+
+@pytest.mark.parametrize("token", TOKENS)
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_a_refusal_never_quotes_the_token_in_any_spelling(token, refusal):
+    value = TOKENS[token]
+    args, said = REFUSALS[refusal]
+    result = fabricbench(*[value if a == "TOKEN" else a for a in args], "--token", value, timeout=60)
+    assert result.returncode == 2
+    one_error_line(result.stderr, said)
+    spellings = {value, repr(value)[1:-1], value.encode("unicode_escape").decode()}
+    assert not [s for s in spellings if s in result.stderr], result.stderr
+    assert MASK in result.stderr, result.stderr

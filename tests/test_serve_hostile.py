@@ -446,6 +446,21 @@ def test_serve_listens_on_ipv6_and_a_peer_run_reaches_it(tmp_path):
         both.stop()
 
 
+def test_serve_takes_an_ipv6_address_in_brackets_as_peer_does():
+    """``--address [::1]`` was refused as "cannot listen on [[::1]]:PORT"."""
+    port = free_port()
+    if not _ipv6_loopback():
+        refused = fabricbench("serve", "--address", "[::1]", "--port", str(port), timeout=30)
+        one_error_line(refused.stderr, f"cannot listen on [::1]:{port}: IPv6 is unavailable")
+        return
+    server = Server("--address", "[::1]")
+    try:
+        assert f"listening on [::1]:{server.port} (" in server.lines[0]
+        socket.create_connection(("::1", server.port), timeout=10).close()
+    finally:
+        server.stop()
+
+
 @pytest.mark.skipif(_ipv6_loopback(), reason="IPv6 on loopback here (a real run over ::1 is tested instead)")
 def test_serve_on_ipv6_without_it_says_so():
     refused = fabricbench("serve", "--address", "::1", "--port", str(free_port()), timeout=30)

@@ -14,6 +14,7 @@ import reprlib
 import unicodedata
 
 from fabricbench.errors import UsageError
+from fabricbench.terminal import printable
 
 MAX_COUNT = 10**9  # iterations or warm-up: a count above this is a typo, and its samples alone need 8 GB
 MAX_SECONDS = 86400.0  # one day: the longest --timeout or --max-time, and what a timer can take
@@ -249,7 +250,8 @@ def masked_text(text: str) -> str:
     """An error line with every known secret masked where the line quotes what was given (``{text!r}``, as
     every refusal here quotes input): fabricbench's own words stay whole when a secret is one of them
     ("wrong", "error")."""
-    values = known_secrets()
+    # A quote shows a value as repr or printable() does (a tab as \t, a backslash doubled): each spelling is masked.
+    values = sorted({shown for v in known_secrets() for shown in _spellings(v)}, key=len, reverse=True)
     if not values:
         return text
 
@@ -260,6 +262,11 @@ def masked_text(text: str) -> str:
         return words
 
     return _QUOTED.sub(mask, text)
+
+
+def _spellings(value: str) -> set[str]:
+    """``value`` as given, as repr quotes it and as the terminal shows it (terminal.printable)."""
+    return {value, repr(value)[1:-1], printable(value, len(value) * 10 + 10)}
 
 
 def masked_command_line(argv: list[str]) -> list[str]:

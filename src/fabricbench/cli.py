@@ -22,6 +22,7 @@ from fabricbench.argtypes import (
     bounded_decimal,
     byte_size,
     host_and_port,
+    masked_command_line,
     masked_text,
     names,
     nonempty,
@@ -46,6 +47,7 @@ from fabricbench.terminal import LINE, printable
 from fabricbench.transports import TRANSPORTS
 
 DEFAULT_SERVE_PORT = 18600
+DEFAULT_NP = 2  # local ranks a run outside a launcher starts without --np
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,7 +78,7 @@ class _Parser(argparse.ArgumentParser):
         known = [option for option in command._option_string_actions if option.startswith("--")]
         options = [word.partition("=")[0] for word in extra if word.startswith("-") and word != "-"]
         words = []
-        for name in options or extra:
+        for name in options or masked_command_line(extra):  # a stray word may be the token's value
             meant = sorted(option for option in known if name.startswith("--") and option.startswith(name))
             words.append(f"{name} (options are not abbreviated: {' or '.join(meant)})" if meant else name)
         raise UsageError(f"unrecognized arguments{where}: {' '.join(words)}")
@@ -192,8 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-n",
         "--np",
         type=whole_number("--np", 1),
-        default=2,
-        help="local ranks to start when run outside a launcher (default 2; at most 8 a core, and what the "
+        help=f"local ranks to start when run outside a launcher (default {DEFAULT_NP}; at most 8 a core, and what the "
         "descriptor and task limits allow)",
     )
     run.add_argument(
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--address",
         default="127.0.0.1",
+        type=_unbracketed,
         help="address to listen on: 127.0.0.1 (default: this host only, IPv4), ::1 (this host, IPv6), an "
         "interface's address, 0.0.0.0 (every IPv4 interface) or :: (every interface, IPv4 and IPv6 alike)",
     )
@@ -375,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unbracketed(address: str) -> str:
+    """serve --address: an IPv6 address in brackets, as --peer takes it ([::1]), is the address without them."""
+    return address[1:-1] if address.startswith("[") and address.endswith("]") else address
+
+
 def _percentiles(text: str) -> tuple[float, ...]:
     from fabricbench.report.osu import parse_percentiles
 
@@ -412,10 +419,12 @@ def cmd_run(args, argv: list[str]) -> int:
         raise UsageError("--token is for --peer runs (and serve)")
     who = launch.launcher()
     if who is None:
-        launch.check_ranks(args.np, launch.host_limits(), args.oversubscribe)  # first: the plan is sized by --np
+        ranks = DEFAULT_NP if args.np is None else args.np
+        # First: the plan is sized by --np.
+        launch.check_ranks(ranks, launch.host_limits(), args.oversubscribe, given=args.np is not None)
         progress = sys.stderr.isatty() and args.progress is not False
-        plan = build_plan(args, args.np)
-        return orchestrate.self_launch(plan, argv, args.np, bool(args.out), progress, args.append)
+        plan = build_plan(args, ranks)
+        return orchestrate.self_launch(plan, argv, ranks, bool(args.out), progress, args.append)
     launch.check_launched()
     make_plan = launch.explain_world_of_one(lambda ranks: build_plan(args, ranks))
     # A kernel that calls MPI from several threads (latency-mt) needs MPI_THREAD_MULTIPLE from MPI_Init on.

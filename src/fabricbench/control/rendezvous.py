@@ -313,6 +313,8 @@ def listen(address: str, port: int, backlog: int = 16) -> socket.socket:
             reason = "address already in use"
         elif family == socket.AF_INET6 and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
             reason = "no interface here has that IPv6 address (is IPv6 enabled on it?)"
+        elif isinstance(exc, socket.gaierror):  # a name no resolver knows: quoted, as every refusal quotes input
+            raise UsageError(f"cannot listen on {address!r}: {(exc.strerror or str(exc)).lower()}") from None
         else:
             reason = (exc.strerror or str(exc)).lower()
         raise UsageError(f"cannot listen on {host_port(address, port)}: {reason}") from None

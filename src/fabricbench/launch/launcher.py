@@ -110,12 +110,13 @@ def most_ranks(limits: HostLimits, oversubscribe: bool) -> tuple[int, str]:
     return min(bounds, default=(sys.maxsize, ""))
 
 
-def check_ranks(ranks: int, limits: HostLimits, oversubscribe: bool) -> None:
-    """Refuse, in one line, more local ranks than ``limits`` allow: mpiexec would fail with a line a rank or hang."""
+def check_ranks(ranks: int, limits: HostLimits, oversubscribe: bool, given: bool = True) -> None:
+    """Refuse, in one line, more local ranks than ``limits`` allow: mpiexec would fail with a line a rank or hang.
+    ``given``: whether --np was (its default is not named as if it had been)."""
     most, why = most_ranks(limits, oversubscribe)
     if ranks > most:
         if most < 2:
-            raise UsageError(f"--np {ranks}: this host cannot start local ranks ({why})")
+            raise UsageError(f"{f'--np {ranks}: ' if given else ''}this host cannot start local ranks ({why})")
         raise UsageError(f"--np {ranks} is more local ranks than this host can start: at most {most} ({why})")
 
 

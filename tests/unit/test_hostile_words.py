@@ -1,0 +1,42 @@
+"""The words of a refusal: a token masked in every spelling a quote gives it, serve's address as --peer writes it,
+and the descriptor refusal naming --np only where it was given. No process."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabricbench import argtypes, cli
+from fabricbench.argtypes import MASK, TOKEN_VAR, masked_text
+from fabricbench.errors import UsageError
+from fabricbench.launch.launcher import HostLimits, check_ranks
+
+
+def test_a_token_is_masked_as_repr_and_the_terminal_show_it(monkeypatch):
+    monkeypatch.setattr(argtypes, "_secrets", set())
+    monkeypatch.setenv(TOKEN_VAR, "t\\ok\ten\x1b")
+    shown = repr("t\\ok\ten\x1b")  # 't\\ok\ten\x1b': the backslash doubled, the tab and ESC escaped
+    assert masked_text(f"bad message size {shown}: expected a byte count") == (
+        f"bad message size '{MASK}': expected a byte count"
+    )
+    assert masked_text("got 't\\ok\ten\x1b'") == f"got '{MASK}'"  # and as given
+
+
+def test_a_stray_word_equal_to_the_token_is_masked(monkeypatch, capsys):
+    monkeypatch.setattr(argtypes, "_secrets", set())
+    monkeypatch.delenv(TOKEN_VAR, raising=False)
+    assert cli.main(["serve", "--token", "s3cret", "s3cret"]) == 2
+    assert capsys.readouterr().err == f"fabricbench: error: unrecognized arguments: {MASK}\n"
+
+
+def test_serve_takes_an_ipv6_address_in_brackets():
+    parser = cli.build_parser()
+    assert parser.parse_args(["serve", "--address", "[::1]"]).address == "::1"
+    assert parser.parse_args(["serve", "--address", "::"]).address == "::"
+
+
+def test_the_descriptor_refusal_names_np_only_where_it_was_given():
+    limits = HostLimits(cores=2, files=12, tasks=None)
+    with pytest.raises(UsageError, match=r"^--np 2: this host cannot start local ranks \(ulimit -n is 12 "):
+        check_ranks(2, limits, False)
+    with pytest.raises(UsageError, match=r"^this host cannot start local ranks \(ulimit -n is 12 "):
+        check_ranks(2, limits, False, given=False)
