@@ -6,6 +6,7 @@ import datetime
 import os
 import re
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -479,3 +480,20 @@ def test_cas_refuses_osus_float_before_any_rank_starts_and_fop_takes_it():
         parse("osu_cas_latency", ["-T", "mpi_float"])
     assert parse("osu_fop_latency", ["-T", "mpi_float"]).values["T"] == "MPI_FLOAT"
     assert osu_datatype(BENCHMARKS["osu_cas_latency"], {}) == "MPI_CHAR"  # OSU's default
+
+
+def test_the_osu_report_asks_each_transport_what_its_options_make_of_the_layout(monkeypatch):
+    # report/osu.py names no transport: each declares (Transport.osu_nonblocking) whether its options make it time
+    # the collectives' non-blocking forms (OSU's osu_i* layout), and the report asks them all.
+    from fabricbench.report import osu
+    from fabricbench.transports import transport_class
+
+    def overlapped(cls, transport_options: dict) -> bool:
+        return transport_options.get("tcp", {}).get("overlap", False)
+
+    monkeypatch.setattr(transport_class("tcp"), "osu_nonblocking", classmethod(overlapped))
+    assert osu.Columns(transport_options={"tcp": {"overlap": True}}).nonblocking
+    assert not osu.Columns(transport_options={"tcp": {}}).nonblocking
+    assert osu.Columns(transport_options={"mpi": {"method": "nonblocking"}}).nonblocking
+    assert not osu.Columns(transport_options={"mpi": {"method": "persistent"}}).nonblocking
+    assert '"mpi"' not in Path(osu.__file__).read_text(encoding="utf-8")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from fabricbench import __version__
 from fabricbench.argtypes import decimal
@@ -65,11 +66,11 @@ class Columns:
     # ("MPI-CUDA") and buffer lines.
     transport_options: dict = field(default_factory=dict)
 
-    @property
+    @cached_property
     def nonblocking(self) -> bool:
-        """Whether the run times the collectives' non-blocking forms (mpi's --method nonblocking): OSU's osu_i*
-        layout."""
-        return self.transport_options.get("mpi", {}).get("method") == "nonblocking"
+        """Whether the run times the collectives' non-blocking forms, as a transport declares its options make it
+        (Transport.osu_nonblocking): OSU's osu_i* layout."""
+        return any(transport_class(name).osu_nonblocking(self.transport_options) for name in TRANSPORTS)
 
     @classmethod
     def from_plan(cls, plan) -> Columns:

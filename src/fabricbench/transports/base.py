@@ -128,6 +128,13 @@ class Transport:
         """OSU's title words for this kernel run with these Plan.transport_options, ``{lib}`` for the library."""
         return kernel.osu_title
 
+    @classmethod
+    def osu_nonblocking(cls, transport_options: dict) -> bool:
+        """Whether these Plan.transport_options make this transport time its collectives' non-blocking forms beside
+        a dummy compute, so that the OSU text is that of OSU's osu_i* programs (the "# Overall" line, the overlap
+        columns)."""
+        return False
+
     def unsupported(self, kernel: Kernel) -> str | None:
         """Why this transport cannot run the kernel, or None when it can."""
         if kernel.name not in self.kernels:

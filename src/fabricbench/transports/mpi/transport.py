@@ -882,16 +882,20 @@ class MPITransport(Transport):
         osu_bw_persistent and osu_bibw_persistent "... Persistent Test"; a persistent collective (MPI_*_init)
         "Persistent" before "Latency Test" (``Allgather Persistent Latency Test``); --method nonblocking, as OSU's
         osu_i* programs (``Non-blocking Allreduce Latency Test``)."""
-        method = MPI_OPTIONS.of(transport_options).get("method")
-        if method == "nonblocking" and kernel.collective:
+        if cls.osu_nonblocking(transport_options) and kernel.collective:
             return nonblocking_figures.TITLES[kernel.name]
-        persistent = method == "persistent"
+        persistent = MPI_OPTIONS.of(transport_options).get("method") == "persistent"
         if persistent and kernel.pairing is Pairing.ONE:
             return f"{kernel.osu_title.removesuffix(' Test')} Persistent Test"
         if persistent and kernel.collective:
             head, latency, tail = kernel.osu_title.rpartition(" Latency Test")
             return f"{head} Persistent{latency}{tail}" if latency else f"{kernel.osu_title} (Persistent)"
         return kernel.osu_title
+
+    @classmethod
+    def osu_nonblocking(cls, transport_options: dict) -> bool:
+        """--method nonblocking: the collectives' non-blocking forms, OSU's osu_i*."""
+        return MPI_OPTIONS.of(transport_options).get("method") == "nonblocking"
 
     @classmethod
     def preflight(cls, settings: dict, ranks: int) -> None:
