@@ -94,20 +94,28 @@ def check_reuse(path: str, append: bool, transports: Collection[str]) -> None:
 
 
 def _refuse_links(out: Path) -> None:
-    """Refuse an --append folder whose table, Parquet copy or metadata is a symlink or not a regular file: a run
-    would write through the link into a file outside the folder (the writers open with O_NOFOLLOW as well)."""
+    """Refuse an --append folder whose table, Parquet copy or metadata is a symlink or not a regular file, or whose
+    table has another name (a hard link): a run would write through the link into a file outside the folder (the
+    writers open with O_NOFOLLOW as well, and TableWriter looks again). The Parquet copy and the metadata are
+    replaced by a rename, which never writes into a file another name holds."""
     for name in (CSV_NAME, PARQUET_NAME, META_NAME):
         path = out / name
         try:
-            mode = path.lstat().st_mode
+            found = path.lstat()
         except FileNotFoundError:
             continue
         except OSError as exc:
             raise UsageError(f"--append: cannot read {path}: {exc.strerror or exc}") from None
-        if stat.S_ISLNK(mode):
+        if stat.S_ISLNK(found.st_mode):
             raise UsageError(f"--append: {path} is a symlink; a run writes its table only into regular files")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(found.st_mode):
             raise UsageError(f"--append: {path} is not a regular file")
+        if name == CSV_NAME and found.st_nlink > 1:
+            raise UsageError(_hard_link(path, found.st_nlink))
+
+
+def _hard_link(path: Path, links: int) -> str:
+    return f"--append: {path} has {links} links (a hard link); a run appends only to a table no other name holds"
 
 
 def _create(path: Path):
@@ -312,6 +320,9 @@ def _cell(value: object) -> object:
     return value
 
 
+READ_PART = 1 << 20  # bytes of the table read at a time where its rows are counted
+
+
 class TableWriter:
     """Appends rows to ``results.csv`` as they are measured, each row whole or not at all.
 
@@ -330,7 +341,14 @@ class TableWriter:
             self._fd = os.open(self.csv_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:
             raise _results_error(exc, self.csv_path) from None
-        self._length = os.fstat(self._fd).st_size
+        opened = os.fstat(self._fd)
+        if opened.st_nlink > 1:  # a hard link made since check_reuse looked: rows would land in the other name too
+            os.close(self._fd)
+            raise ResultsError(_hard_link(self.csv_path, opened.st_nlink))
+        self._length = opened.st_size
+        # The rows already in the table (--append): its lines less the header, read a part at a time.
+        lines = sum(os.pread(self._fd, READ_PART, at).count(b"\n") for at in range(0, self._length, READ_PART))
+        self.earlier_rows = max(lines - 1, 0)
         if self._length == 0:
             try:
                 self._write(HEADER)

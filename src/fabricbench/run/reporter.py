@@ -242,4 +242,7 @@ class Reporter:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
         if self.plan.output_format != "none":
             files = ", ".join(p.name for p in (self.writer.csv_path, parquet) if p)
-            print(f"# {self.written:,} rows in {self.out_dir}/ ({files}, metadata.json)", file=sys.stderr)
+            earlier = self.writer.earlier_rows  # --append: the table holds them too
+            added = f"{self.written:,} added; " if earlier else ""
+            rows = earlier + self.written
+            print(f"# {rows:,} rows in {self.out_dir}/ ({added}{files}, metadata.json)", file=sys.stderr)
