@@ -225,7 +225,7 @@ def _table(out) -> list[dict]:
 @needs_gpu
 def test_nccl_one_rank_every_collective_validates(tmp_path):
     kernels = "allreduce,allgather,reduce_scatter,alltoall,bcast,reduce"
-    for extra in ([], ["--cuda-graph"], ["--gpu-timing", "iteration", "--in-place"]):
+    for extra in ([], ["--cuda-graph"], ["--gpu-timing", "iteration", "--placement", "both"]):
         out = tmp_path / ("o" + "".join(extra).replace("-", ""))
         result = fabricbench(
             "run", "-t", "nccl", "-k", kernels, "--np", "1", "-m", "8:1M", "-i", "20", "-x", "5", "-c",
@@ -235,7 +235,7 @@ def test_nccl_one_rank_every_collective_validates(tmp_path):
         rows = _table(out)
         assert rows and all(r["status"] == "ok" or r["status"].startswith("unsupported") for r in rows)
         assert all(r["validation"] == "pass" for r in rows if r["status"] == "ok"), rows
-        assert all("#wrong 0" in r["note"] for r in rows if r["status"] == "ok")
+        assert all(r["wrong_elements"] == "0" for r in rows if r["status"] == "ok")
 
 
 @needs_gpu

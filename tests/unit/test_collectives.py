@@ -305,3 +305,120 @@ def test_persistent_collectives_have_the_title_of_osus_persistent_programs(name,
     blocking = Columns(transport_options={"mpi": {"method": "blocking"}})
     assert header("mpi", name, 64, 1, blocking).splitlines()[1] == f"# OSU MPI {words} Latency Test v7.4"
     assert header("mpi", "latency", 64, 1, persistent).splitlines()[1] == "# OSU MPI Latency Persistent Test v7.4"
+
+
+# --- the in-place forms (MPI_IN_PLACE), nccl-tests' #wrong, --placement ------------------------------------------
+
+
+def _mpi_in_place(name: str, bufs: list, ranks: int) -> None:
+    """What MPI's in-place form of each call writes into every rank's one buffer, from every rank's input."""
+    spec = COLLECTIVES[name]
+    dtype = spec.element.dtype
+    vectors = [b.send.view(dtype).copy() for b in bufs]
+    count = bufs[0].count
+    if name == "allreduce":
+        for b in bufs:
+            b.recv.view(dtype)[:] = sum(vectors[1:], vectors[0].copy())
+    elif name == "reduce":
+        bufs[ROOT].recv.view(dtype)[:] = sum(vectors[1:], vectors[0].copy())
+    elif name in ("reduce_scatter", "reduce_scatter_block"):
+        total = sum((v[: count * ranks] for v in vectors[1:]), vectors[0][: count * ranks].copy())
+        for r, b in enumerate(bufs):
+            b.recv.view(dtype)[:count] = total[r * count : (r + 1) * count]
+    elif name in ("allgather", "allgatherv"):
+        for b in bufs:
+            for r in range(ranks):
+                b.recv[r * count : (r + 1) * count] = vectors[r][r * count : (r + 1) * count]
+    elif name in ("alltoall", "alltoallv", "alltoallw"):
+        for d, b in enumerate(bufs):
+            for s in range(ranks):
+                b.recv[s * count : (s + 1) * count] = vectors[s][d * count : (d + 1) * count]
+    elif name in ("gather", "gatherv"):
+        for r in range(ranks):
+            if r != ROOT:
+                bufs[ROOT].recv[r * count : (r + 1) * count] = vectors[r]
+    elif name in ("scatter", "scatterv"):
+        for r, b in enumerate(bufs):
+            if r != ROOT:
+                b.recv[:] = vectors[ROOT][r * count : (r + 1) * count]
+
+
+IN_PLACE = sorted(name for name, spec in COLLECTIVES.items() if spec.in_place_buffers)
+
+
+@pytest.mark.parametrize("name", IN_PLACE)
+@pytest.mark.parametrize("ranks", RANKS)
+def test_in_place_buffers_hold_the_input_and_check_what_mpi_in_place_leaves(name, ranks):
+    spec = COLLECTIVES[name].placed()
+    assert spec.in_place and spec.placement == "in-place" and COLLECTIVES[name].placement == "out-of-place"
+    size = 64 * spec.elem_bytes
+    bufs = [spec.buffers(size, ranks, rank) for rank in range(ranks)]
+    for rank, b in enumerate(bufs):
+        if spec.in_place_argument(rank):  # this rank passes MPI_IN_PLACE: one buffer, written before the call
+            assert b.send is b.recv and b.refill is not None
+            assert not np.array_equal(b.received, b.expected()) or name in ("scatter", "scatterv")
+    _mpi_in_place(name, bufs, ranks)
+    for b in bufs:
+        assert np.array_equal(b.received, b.expected().view(np.uint8))
+        if b.refill:  # validation puts the input back where an out-of-place check poisons the result
+            b.refill()
+    assert [np.array_equal(b.send, spec.buffers(size, ranks, r).send) for r, b in enumerate(bufs)] == [True] * ranks
+
+
+def test_in_place_argument_is_every_ranks_send_or_the_roots():
+    assert COLLECTIVES["allreduce"].in_place_argument(1) == "send"
+    assert [COLLECTIVES["reduce"].in_place_argument(r) for r in (ROOT, 1)] == ["send", ""]
+    assert [COLLECTIVES["scatter"].in_place_argument(r) for r in (ROOT, 1)] == ["recv", ""]
+
+
+@pytest.mark.parametrize("name", ["bcast", "barrier", "neighbor_allgather"])
+def test_a_collective_with_no_in_place_form_is_unsupported_before_any_buffer(name):
+    from fabricbench.errors import Unsupported
+
+    with pytest.raises(Unsupported, match="IN_PLACE|no data"):
+        EVERY_COLLECTIVE[name].placed().buffers(64, 3, 0)
+
+
+def test_wrong_elements_counts_elements_not_bytes():
+    from fabricbench.collectives.spec import wrong_elements
+
+    want = np.arange(8, dtype=np.float32)
+    got = want.copy()
+    assert wrong_elements(got.view(np.uint8), want.view(np.uint8), 4) == 0
+    got.view(np.uint8)[[1, 2, 9]] ^= 0xFF  # two bytes of element 0, one of element 2
+    assert wrong_elements(got.view(np.uint8), want.view(np.uint8), 4) == 2
+    assert wrong_elements(np.zeros(3, np.uint8), np.zeros(5, np.uint8), 4) == 5  # lengths differ: all wrong
+
+
+def test_placement_is_out_of_place_unless_asked_and_both_for_nccl_text():
+    from types import SimpleNamespace as Args
+
+    from fabricbench.collectives.placement import PLACEMENT, in_place_flags, placed_kernels
+
+    def flags(placement, output_format="table"):
+        options = {"placement": PLACEMENT.parse(Args(placement=placement, output_format=output_format), "run")}
+        return in_place_flags(options)
+
+    assert flags(None) == (False,)
+    assert flags(None, "nccl") == (False, True)
+    assert flags("in-place", "nccl") == (True,)
+    assert flags("both") == (False, True)
+    kernels = placed_kernels(get_kernel("allreduce"), {"placement": {"placement": "both"}})
+    assert [k.collective_spec.in_place for k in kernels] == [False, True]
+    assert placed_kernels(get_kernel("latency"), {"placement": {"placement": "both"}}) == [get_kernel("latency")]
+
+
+def test_a_collective_row_says_its_placement_and_its_ranks_wrong_elements():
+    kernel = get_kernel("allreduce")
+    plan = SimpleNamespace(run_id="r", label="", validate=True)
+    samples = np.full(4, 1000, dtype=np.int64)
+    gathered = np.array([[1, 4, 4000, 0, 3], [1, 4, 4000, 1, 0]], dtype=float)
+    case = SimpleNamespace(method="c loop", pairs=1, window=0)
+    row = measured_row(plan, "mpi", kernel, 64, case, 1, samples, gathered)
+    assert (row["placement"], row["validation"], row["wrong_elements"]) == ("out-of-place", "fail", 3)
+    from dataclasses import replace
+
+    placed = replace(kernel, collective_spec=kernel.collective_spec.placed())
+    gathered[:, 3:] = [[-1, -1], [-1, -1]]  # not checked: no count
+    row = measured_row(plan, "mpi", placed, 64, case, 1, samples, gathered)
+    assert row["placement"] == "in-place" and "wrong_elements" not in row

@@ -27,7 +27,7 @@ def test_each_group_name_is_declared_by_one_object():
         by_name.setdefault(group.name, set()).add(id(group))
     assert all(len(objects) == 1 for objects in by_name.values()), by_name
     # --help's order of their argparse groups
-    assert list(option_groups()) == ["mpi", "rma", "tcp", "verbs", "ofi", "ucx", "gpu"]
+    assert list(option_groups()) == ["mpi", "placement", "rma", "tcp", "verbs", "ofi", "ucx", "gpu"]
 
 
 @pytest.mark.parametrize("name", list(TRANSPORTS))
@@ -39,10 +39,11 @@ def test_every_transports_groups_resolve_to_registered_ones(name):
 
 def test_the_transports_that_share_options_share_a_group():
     groups = {name: [g.name for g in transport_groups(transport_class(name))] for name in TRANSPORTS}
-    assert groups["mpi"] == ["mpi", "gpu"]  # the GPU map of its cuda buffer places
+    assert groups["mpi"] == ["mpi", "placement", "gpu"]  # the GPU map of its cuda buffer places
     assert groups["mpi-rma"] == ["mpi", "rma"]  # and its own: OSU's -w and -s
     assert groups["verbs"] == groups["verbs-send"] == groups["perftest"] == groups["perftest-send"] == ["verbs"]
-    assert groups["nccl"] == groups["cuda-copy"] == ["gpu"]
+    assert groups["nccl"] == ["gpu", "placement"]  # the collectives' in-place form, as mpi's
+    assert groups["cuda-copy"] == ["gpu"]
     assert groups["ofi"] == ["ofi"]
     assert groups["ucx"] == groups["ucx-perftest"] == ["ucx"]
     assert groups["tcp"] == ["tcp"]

@@ -20,6 +20,7 @@ from fabricbench.measure.stats import across_ranks, bandwidth_MBps, latency_stat
 PLAN = Plan(steps=[], run_id="run-1", label="fabric-a")
 NO_SAMPLES = np.zeros(0, dtype=np.int64)
 RATES = ("bw_MBps", "bw_peak_MBps", "msgrate_per_s", "algbw_GBps", "busbw_GBps")
+TAILS = ("bw_win_p50_MBps", "bw_win_p90_MBps", "bw_win_p99_MBps")
 
 
 def ns(*values) -> np.ndarray:
@@ -47,9 +48,9 @@ def nan_except(row: dict, *measured: str) -> None:
 
 def test_rank_summary_carries_the_total_only_from_an_initiator():
     samples = ns(100, 200, 300)
-    assert rank_summary(True, 3, samples, 1).tolist() == [1.0, 3.0, 600.0, 1.0]
-    assert rank_summary(False, 3, NO_SAMPLES, -1).tolist() == [0.0, 3.0, 0.0, -1.0]
-    assert rank_summary(False, 3, samples, 0).tolist() == [0.0, 3.0, 0.0, 0.0]
+    assert rank_summary(True, 3, samples, 1).tolist() == [1.0, 3.0, 600.0, 1.0, -1.0]  # no wrong elements counted
+    assert rank_summary(False, 3, NO_SAMPLES, -1).tolist() == [0.0, 3.0, 0.0, -1.0, -1.0]
+    assert rank_summary(False, 3, samples, 0).tolist() == [0.0, 3.0, 0.0, 0.0, -1.0]
     assert rank_summary(True, 3, samples, 1).dtype == np.float64
 
 
@@ -65,6 +66,7 @@ def test_unsupported_row_says_why_and_holds_no_number():
         "size_B": 8,
         "ranks": 2,
         "sample": "op",
+        "placement": "out-of-place",
         "status": "unsupported: tcp has no alltoall kernel",
         "validation": "off",
     }
@@ -215,11 +217,14 @@ def test_bibw_may_carry_both_directions_of_the_link():
     assert kept["note"] == "" and kept["bw_MBps"] == pytest.approx(2 * 64 * 65536 / 5e-3 / 1e6)
     refused = bw_row("bibw", windows, link_MBps=800.0, link_label="eth2, 6400 Mb/s")
     assert math.isnan(refused["bw_MBps"]) and math.isnan(refused["msgrate_per_s"]) and refused["lat_p50_us"] == 5000
-    assert refused["note"] == (
-        "bw_peak_MBps 1678 refused: above the 1600 MB/s of 2 directions at the 800 MB/s the link reports "
-        "(eth2, 6400 Mb/s); a window sample shorter than its bytes allow; "
-        "bw_MBps 1678 (msgrate_per_s with it) refused: above the 1600 MB/s of 2 directions at the 800 MB/s the "
-        "link reports (eth2, 6400 Mb/s); windows timed shorter than their bytes allow"
+    above = "above the 1600 MB/s of 2 directions at the 800 MB/s the link reports (eth2, 6400 Mb/s)"
+    tails = [f"{column} 1678 refused: {above}; a window sample shorter than its bytes allow" for column in TAILS]
+    assert refused["note"] == "; ".join(
+        [
+            f"bw_peak_MBps 1678 refused: {above}; a window sample shorter than its bytes allow",
+            *tails,  # OSU's tail bandwidths of both directions (rows.tail_window_bytes), held as the peak is
+            f"bw_MBps 1678 (msgrate_per_s with it) refused: {above}; windows timed shorter than their bytes allow",
+        ]
     )
 
 

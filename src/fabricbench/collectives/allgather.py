@@ -6,12 +6,9 @@ from functools import partial
 
 from fabricbench.buffers import filled, pattern, poisoned
 from fabricbench.collectives.spec import (
-    BYTE,
-    OSU_MAX_SIZE,
     CollectiveBuffers,
-    CollectiveSpec,
-    all_blocks_bytes,
-    ring_factor,
+    blocks_spec,
+    in_place_result,
     with_result,
 )
 from fabricbench.lazy import np
@@ -25,6 +22,13 @@ def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
     return with_result(filled(size, rank), poisoned(size * ranks), size, partial(expected, size, ranks, rank))
 
 
-SPEC = CollectiveSpec(
-    "allgather", "{lib} Allgather Latency Test", BYTE, 1, OSU_MAX_SIZE, buffers, all_blocks_bytes, ring_factor
+def in_place_buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
+    """MPI_IN_PLACE: this rank's block already at r·S of the one buffer, the rest poisoned until it arrives."""
+    data = poisoned(size * ranks)
+    data[rank * size : (rank + 1) * size] = pattern(size, rank)
+    return in_place_result(data, size, partial(expected, size, ranks, rank))
+
+
+SPEC = blocks_spec(
+    "allgather", "{lib} Allgather Latency Test", buffers, in_place_buffers=in_place_buffers, in_place_side="send"
 )

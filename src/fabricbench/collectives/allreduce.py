@@ -13,6 +13,7 @@ from fabricbench.collectives.spec import (
     Element,
     block_bytes,
     filled_values,
+    in_place_result,
     value_result,
     value_sum,
 )
@@ -27,6 +28,12 @@ def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> Col
     count = size // element.size
     check = partial(expected, size, ranks, rank, element)
     return value_result(filled_values(count, rank, element), count, check, element)
+
+
+def in_place_buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
+    """MPI_IN_PLACE: this rank's vector in the one buffer, the sum over it."""
+    count = size // element.size
+    return in_place_result(filled_values(count, rank, element), count, partial(expected, size, ranks, rank, element))
 
 
 def bus_factor(ranks: int) -> float:
@@ -44,4 +51,6 @@ SPEC = CollectiveSpec(
     block_bytes,
     bus_factor,
     REDUCIBLE,
+    in_place_buffers=in_place_buffers,
+    in_place_side="send",
 )

@@ -6,12 +6,9 @@ from functools import partial
 
 from fabricbench.buffers import aligned, pattern, poisoned
 from fabricbench.collectives.spec import (
-    BYTE,
-    OSU_MAX_SIZE,
     CollectiveBuffers,
-    CollectiveSpec,
-    all_blocks_bytes,
-    ring_factor,
+    blocks_spec,
+    in_place_result,
     with_result,
 )
 from fabricbench.lazy import np
@@ -33,13 +30,16 @@ def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
     return with_result(send, poisoned(size * ranks), size, partial(expected, size, ranks, rank))
 
 
-SPEC = CollectiveSpec(
+def in_place_buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
+    """MPI_IN_PLACE: block d for rank d in the one buffer, replaced by block r from rank d."""
+    out_of_place = buffers(size, ranks, rank)
+    return in_place_result(out_of_place.send, size, out_of_place.expected)
+
+
+SPEC = blocks_spec(
     "alltoall",
     "{lib} All-to-All Personalized Exchange Latency Test",
-    BYTE,
-    1,
-    OSU_MAX_SIZE,
     buffers,
-    all_blocks_bytes,
-    ring_factor,
+    in_place_buffers=in_place_buffers,
+    in_place_side="send",
 )

@@ -10,4 +10,6 @@ def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
     return CollectiveBuffers(nothing(), nothing(), 0, nothing(), nothing)
 
 
-SPEC = CollectiveSpec("barrier", "{lib} Barrier Latency Test", None, 0, 0, buffers, None, None)
+SPEC = CollectiveSpec(
+    "barrier", "{lib} Barrier Latency Test", None, 0, 0, buffers, None, None, no_in_place="barrier moves no data"
+)

@@ -29,4 +29,16 @@ def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
     return CollectiveBuffers(buf, buf, size, received, partial(expected, size, ranks, rank))
 
 
-SPEC = CollectiveSpec("bcast", "{lib} Broadcast Latency Test", BYTE, 1, OSU_MAX_SIZE, buffers, block_bytes, unit_factor)
+# MPI_Bcast has one buffer already (nccl's broadcast has two, and an in-place form: transports/gpu/nccl.py).
+SPEC = CollectiveSpec(
+    "bcast",
+    "{lib} Broadcast Latency Test",
+    BYTE,
+    1,
+    OSU_MAX_SIZE,
+    buffers,
+    block_bytes,
+    unit_factor,
+    no_in_place="MPI_Bcast has no MPI_IN_PLACE: its one buffer is sent at the root and received elsewhere",
+    root=ROOT,
+)

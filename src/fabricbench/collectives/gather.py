@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from functools import partial
 
-from fabricbench.buffers import filled, nothing, poisoned
+from fabricbench.buffers import filled, nothing, pattern, poisoned
 from fabricbench.collectives.spec import (
-    BYTE,
-    OSU_MAX_SIZE,
     ROOT,
     CollectiveBuffers,
-    CollectiveSpec,
-    all_blocks_bytes,
     blocks_in_rank_order,
-    ring_factor,
+    blocks_spec,
+    in_place_result,
     with_result,
 )
 from fabricbench.lazy import np
@@ -30,7 +27,22 @@ def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
     return CollectiveBuffers(send, nothing(), size, nothing(), check)  # MPI_Gather reads no receive buffer here
 
 
+def in_place_buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
+    """MPI_IN_PLACE at the root: its block already at root·S of the one buffer, the rest poisoned until it
+    arrives; the other ranks as out of place."""
+    if rank != ROOT:
+        return buffers(size, ranks, rank)
+    data = poisoned(size * ranks)
+    data[rank * size : (rank + 1) * size] = pattern(size, rank)
+    return in_place_result(data, size, partial(expected, size, ranks, rank))
+
+
 # nccl-tests' gather: algbw over the S·n bytes the root ends with, busbw (n-1)/n of it (its own block stays).
-SPEC = CollectiveSpec(
-    "gather", "{lib} Gather Latency Test", BYTE, 1, OSU_MAX_SIZE, buffers, all_blocks_bytes, ring_factor
+SPEC = blocks_spec(
+    "gather",
+    "{lib} Gather Latency Test",
+    buffers,
+    in_place_buffers=in_place_buffers,
+    in_place_side="root send",
+    root=ROOT,
 )

@@ -82,7 +82,15 @@ def unit_factor(ranks: int) -> float:
 
 def _spec(name: str, title: str, buffers) -> CollectiveSpec:
     return CollectiveSpec(
-        name, f"{{lib}} {title} Latency Test", BYTE, 1, OSU_MAX_SIZE, buffers, neighbour_bytes, unit_factor
+        name,
+        f"{{lib}} {title} Latency Test",
+        BYTE,
+        1,
+        OSU_MAX_SIZE,
+        buffers,
+        neighbour_bytes,
+        unit_factor,
+        no_in_place="MPI's neighbourhood collectives take no MPI_IN_PLACE",
     )
 
 

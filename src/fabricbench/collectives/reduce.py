@@ -17,6 +17,7 @@ from fabricbench.collectives.spec import (
     Element,
     block_bytes,
     filled_values,
+    in_place_result,
     unit_factor,
     value_result,
 )
@@ -35,6 +36,25 @@ def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> Col
     return CollectiveBuffers(send, nothing(), count, nothing(), check)  # MPI_Reduce takes no receive buffer here
 
 
+def in_place_buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
+    """MPI_IN_PLACE at the root: its vector in the one buffer, the sum over it; the other ranks as out of place."""
+    if rank != ROOT:
+        return buffers(size, ranks, rank, element)
+    count = size // element.size
+    return in_place_result(filled_values(count, rank, element), count, partial(expected, size, ranks, rank, element))
+
+
 SPEC = CollectiveSpec(
-    "reduce", "{lib} Reduce Latency Test", FLOAT32, 4, OSU_MAX_SIZE, buffers, block_bytes, unit_factor, REDUCIBLE
+    "reduce",
+    "{lib} Reduce Latency Test",
+    FLOAT32,
+    4,
+    OSU_MAX_SIZE,
+    buffers,
+    block_bytes,
+    unit_factor,
+    REDUCIBLE,
+    in_place_buffers=in_place_buffers,
+    in_place_side="root send",
+    root=ROOT,
 )

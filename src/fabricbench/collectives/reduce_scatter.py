@@ -14,6 +14,7 @@ from fabricbench.collectives.spec import (
     Element,
     all_blocks_bytes,
     filled_values,
+    in_place_result,
     ring_factor,
     value_result,
     value_sum,
@@ -32,6 +33,13 @@ def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> Col
     return value_result(filled_values(count * ranks, rank, element), count, check, element)
 
 
+def in_place_buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
+    """MPI_IN_PLACE: this rank's n blocks in the one buffer; its block of the sum lands at its start."""
+    count = size // element.size
+    check = partial(expected, size, ranks, rank, element)
+    return in_place_result(filled_values(count * ranks, rank, element), count, check, slice(0, count))
+
+
 SPEC = CollectiveSpec(
     "reduce_scatter",
     "{lib} Reduce_scatter Latency Test",
@@ -42,4 +50,6 @@ SPEC = CollectiveSpec(
     all_blocks_bytes,
     ring_factor,
     REDUCIBLE,
+    in_place_buffers=in_place_buffers,
+    in_place_side="send",
 )

@@ -16,6 +16,7 @@ from fabricbench.collectives.spec import (
     CollectiveSpec,
     Element,
     filled_values,
+    in_place_result,
     ring_factor,
     value_result,
     value_sum,
@@ -44,6 +45,13 @@ def buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> Col
     return value_result(send, block_count(size, ranks, element), check, element)
 
 
+def in_place_buffers(size: int, ranks: int, rank: int, element: Element = FLOAT32) -> CollectiveBuffers:
+    """MPI_IN_PLACE: the whole vector in the one buffer; this rank's block of the sum lands at its start."""
+    count = block_count(size, ranks, element)
+    check = partial(expected, size, ranks, rank, element)
+    return in_place_result(filled_values(size // element.size, rank, element), count, check, slice(0, count))
+
+
 SPEC = CollectiveSpec(
     "reduce_scatter_block",
     "{lib} Reduce_scatter_block Latency Test",
@@ -55,4 +63,6 @@ SPEC = CollectiveSpec(
     ring_factor,
     REDUCIBLE,
     algbw_by_element=True,
+    in_place_buffers=in_place_buffers,
+    in_place_side="send",
 )

@@ -7,14 +7,11 @@ from functools import partial
 
 from fabricbench.buffers import aligned, nothing, pattern, poisoned
 from fabricbench.collectives.spec import (
-    BYTE,
-    OSU_MAX_SIZE,
     ROOT,
     CollectiveBuffers,
-    CollectiveSpec,
-    all_blocks_bytes,
     blocks_in_rank_order,
-    ring_factor,
+    blocks_spec,
+    in_place_result,
     with_result,
 )
 from fabricbench.lazy import np
@@ -33,7 +30,21 @@ def buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
     return with_result(send, poisoned(size), size, partial(expected, size, ranks, rank))
 
 
+def in_place_buffers(size: int, ranks: int, rank: int) -> CollectiveBuffers:
+    """MPI_IN_PLACE at the root (its receive buffer): its own block stays at root·S of the one buffer it sends
+    from, which validation checks; the other ranks as out of place."""
+    if rank != ROOT:
+        return buffers(size, ranks, rank)
+    check = partial(expected, size, ranks, rank)
+    return in_place_result(blocks_in_rank_order(size, ranks), size, check, slice(rank * size, (rank + 1) * size))
+
+
 # nccl-tests' scatter: algbw over the S·n bytes the root starts with, busbw (n-1)/n of it (its own block stays).
-SPEC = CollectiveSpec(
-    "scatter", "{lib} Scatter Latency Test", BYTE, 1, OSU_MAX_SIZE, buffers, all_blocks_bytes, ring_factor
+SPEC = blocks_spec(
+    "scatter",
+    "{lib} Scatter Latency Test",
+    buffers,
+    in_place_buffers=in_place_buffers,
+    in_place_side="root recv",
+    root=ROOT,
 )

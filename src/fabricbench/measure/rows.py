@@ -6,18 +6,19 @@ import math
 from dataclasses import dataclass, field
 
 from fabricbench.lazy import np
-from fabricbench.measure.kernels import SAMPLE_LABELS, Kernel, Pairing
+from fabricbench.measure.kernels import SAMPLE_LABELS, Kernel
 from fabricbench.measure.schema import MEASURED
 from fabricbench.measure.stats import WINDOW_PERCENTILES, across_ranks, latency_stats, stability_note, window_bandwidths
 
 WINDOW_COLUMNS = tuple(WINDOW_PERCENTILES.values())
 
 
-def rank_summary(initiator: bool, iterations: int, samples_ns: np.ndarray, valid: int) -> np.ndarray:
+def rank_summary(initiator: bool, iterations: int, samples_ns: np.ndarray, valid: int, wrong: int = -1) -> np.ndarray:
     """What every rank sends rank 0 after a size it timed alike (rows.measured_row): whether it speaks for the
-    row, its iterations, its samples' total and its validation (1 pass, 0 fail, -1 off)."""
+    row, its iterations, its samples' total, its validation (1 pass, 0 fail, -1 off) and its wrong elements (-1:
+    not checked)."""
     total = float(samples_ns.sum()) if initiator else 0.0
-    return np.array([float(initiator), float(iterations), total, float(valid)])
+    return np.array([float(initiator), float(iterations), total, float(valid), float(wrong)])
 
 
 def base_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int, buffer: str = "host") -> dict:
@@ -31,6 +32,7 @@ def base_row(plan, transport: str, kernel: Kernel, size: int | None, ranks: int,
         "size_B": size,
         "ranks": ranks,
         "sample": SAMPLE_LABELS[kernel.sample],
+        **({"placement": kernel.collective_spec.placement} if kernel.collective else {}),
     }
 
 
@@ -54,6 +56,7 @@ class Timing:
     shortest_ns: float
     valid: np.ndarray
     note: str = ""
+    wrong: np.ndarray | None = None  # every rank's wrong elements (-1: not checked); None: a pattern that counts none
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,9 @@ def timed_row(
     )
     valid = timing.valid
     row["validation"] = "off" if (valid == -1).all() else ("fail" if (valid == 0).any() else "pass")
+    checked = timing.wrong[timing.wrong >= 0] if timing.wrong is not None else ()
+    if kernel.collective and len(checked):  # nccl-tests' #wrong: summed over the ranks
+        row["wrong_elements"] = int(checked.sum())
     row.update(kernel.bandwidth(size, ranks, loop.window, timing.iterations, timing.total_ns, timing.shortest_ns))
     row.update(loop.row_fields)
     if kernel.windowed:
@@ -118,8 +124,9 @@ def measured_row(
     stats = latency_stats(samples_ns, divisor)
     stats.update(across_ranks(initiators[:, 2] / initiators[:, 1] / 1000.0 / divisor))
     holds_transit = len(samples_ns) > 0 and getattr(case, "window_holds_transit", True)
-    if has_window_bandwidths(kernel) and holds_transit:  # one pair's windows, each holding its bytes' transit
-        stats.update(window_bandwidths(samples_ns, kernel.message_bytes(size, len(gathered), case.window)))
+    if kernel.windowed and (holds_transit or kernel.directions > 1):  # OSU's -z tail bandwidths
+        window_bytes = tail_window_bytes(kernel, size, len(gathered), case.window, len(initiators))
+        stats.update(window_bandwidths(samples_ns, window_bytes))
     timing = Timing(
         stats,
         initiators[:, 1],
@@ -127,15 +134,18 @@ def measured_row(
         float(samples_ns.min()) if holds_transit else math.nan,
         gathered[:, 3],
         stability_note(samples_ns),
+        gathered[:, 4] if gathered.shape[1] > 4 else None,
     )
     return timed_row(plan, transport, kernel, size, len(gathered), buffer, Loop.of(case), warmup, timing)
 
 
-def has_window_bandwidths(kernel: Kernel) -> bool:
-    """Whether its rows may carry per-window bandwidths (bw_win_p*_MBps): windows of one pair, one way. Rank 0's
-    window of a bidirectional kernel does not hold its bytes' transit, and a window of one of many pairs is not
-    what they move together."""
-    return kernel.windowed and kernel.pairing is Pairing.ONE and kernel.directions == 1
+def tail_window_bytes(kernel: Kernel, size: int, ranks: int, window: int, initiators: int) -> int:
+    """The bytes OSU 7.4's -z tail bandwidths (bw_win_p*_MBps) divide each of rank 0's window times by: rank 0's
+    window's bytes (both directions' on a bi-directional test: osu_bibw, osu_put_bibw; every child host's on a
+    fan) times the initiators timing windows at once (osu_mbw_mr's pairs, osu_bw_fan_in's parents), as OSU
+    scales rank 0's window as if every initiator's were as fast. Rank 0's windows are taken where they hold their
+    bytes' transit, or where the peer's window overlaps rank 0's without beginning with it (both ways)."""
+    return kernel.message_bytes(size, ranks, window) * initiators
 
 
 def _mbps(value: float) -> str:
@@ -153,7 +163,9 @@ def refuse_impossible(row: dict, directions: int, pairs: int, link_MBps: float |
     """
     link = link_MBps if link_MBps is not None and link_MBps > 0 else None
     clauses = []
-    one_window = [(column, directions, "a window sample shorter than its bytes allow") for column in WINDOW_COLUMNS]
+    # A tail bandwidth scales rank 0's window by the initiators (tail_window_bytes), each at most on a link of its own.
+    short = "a window sample shorter than its bytes allow"
+    one_window = [(column, directions * pairs, short) for column in WINDOW_COLUMNS]
     for column, factor, why in (
         ("bw_peak_MBps", directions, "a window sample shorter than its bytes allow"),
         *one_window,

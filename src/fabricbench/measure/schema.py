@@ -14,6 +14,7 @@ COLUMNS = [
     "kernel",
     "method",
     "buffer",
+    "placement",
     "size_B",
     "ranks",
     "pairs",
@@ -72,6 +73,7 @@ COLUMNS = [
     "overlap_pct",
     "topology_us",
     "validation",
+    "wrong_elements",
     "status",
     "note",
 ]
@@ -82,6 +84,7 @@ RATIOS = {"cif_mean", "cif_p99", "rank_spread"}
 NUMERIC = {c for c in COLUMNS if c.endswith(UNIT_SUFFIXES)} | RATIOS
 INTEGER = {"size_B", "ranks", "pairs", "window", "iterations", "warmup", "repeat"}
 INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "congestors", "tier_pairs"}
+INTEGER |= {"wrong_elements"}
 # The table's and its metadata's layout; compare migrates older ones (analysis/load.py).
 # 1: every table written before schema_version existed; 2: metadata says os_release, not kernel;
 # 3: rows carry their repeat index (run --repeat) and, for a pair of an all-pairs kernel, its schedule, ranks and hosts;
@@ -99,7 +102,9 @@ INTEGER |= {"src_rank", "dst_rank", "hops", "src_gpu", "dst_gpu", "canaries", "c
 #    the pure communication (its mean, least and most over ranks) and the overlap in %.
 # 10: a neighbourhood collective's row carries the time MPI_Dist_graph_create_adjacent took to make its graph
 #    communicator (the ranks' mean: OSU's "Time took to create topology graph").
-SCHEMA_VERSION = 10
+# 11: a collective's row says whether it was measured out of place or in place (placement; --placement) and, where
+#    it was checked, how many elements were wrong over every rank (wrong_elements, nccl-tests' #wrong).
+SCHEMA_VERSION = 11
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 # Where a run spools the rows kept in Parquet only (measure.results.CSV_SIZE_ROWS) as it measures them: whole Parquet
@@ -139,6 +144,8 @@ OPTIONAL = {
     "canaries": "",
     "congestors": "",
     "tier_pairs": "",
+    "placement": "",  # schema 10 and before: not recorded (out of place, but nccl's --in-place, said in method)
+    "wrong_elements": "",
 }
 # Measured columns an older table may lack (schema 4 and before: the congestion figures; schema 6 and before: the
 # bisection figures; schema 7 and before: the window bandwidth percentiles): NaN in its rows.

@@ -31,6 +31,8 @@ def _layout(kernel_name: str, columns: Iterable[str] = ()) -> list[tuple[str, st
             ("p50 win us", "lat_p50_us", 11),
         ]
     elif kernel.collective:
+        lead.append(("placement", "placement", 13))  # out-of-place or in-place (--placement)
+        tail.append(("#wrong", "wrong_elements", 7))  # nccl-tests' #wrong: elements wrong over every rank
         body = [
             ("avg us", "lat_rank_avg_us", 10),
             ("min us", "lat_rank_min_us", 10),
@@ -62,8 +64,8 @@ def header(transport: str, kernel_name: str, ranks: int, title: str, row_columns
 
 def line(row: dict) -> str:
     if not is_measured(row.get("status", "")):
-        size = row.get("size_B")
-        where = f"{size} B: " if size is not None else ""
+        size, placement = row.get("size_B"), row.get("placement", "")
+        where = f"{size} B{f' {placement}' if placement else ''}: " if size is not None else ""
         return f"# {where}{row['status']}"
     out = []
     ends = [column for column in ROW_ENDS if given(row.get(column))]
@@ -73,6 +75,10 @@ def line(row: dict) -> str:
             out.append(f"{value:>{width}d}")
         elif column == "validation":
             out.append(f"{value:>{width}}")
+        elif column == "placement":  # blank in a table written before it was recorded
+            out.append(f"{value if given(value) else '-':>{width}}")
+        elif column == "wrong_elements":
+            out.append(f"{int(value):>{width}d}" if given(value) else " " * (width - 1) + "-")
         elif column == "msgrate_per_s":
             out.append(_num(value, width, 0))
         else:

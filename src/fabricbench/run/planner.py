@@ -37,6 +37,10 @@ def _topology(args: argparse.Namespace, local: bool) -> dict | None:
 def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     """Everything that can be checked before a byte moves; raises UsageError."""
     steps = _steps(args)
+    if args.output_format == "nccl":  # nccl-tests' layout has lines for the collectives only
+        from fabricbench.report.nccl import check_kernels
+
+        check_kernels([step.kernel_def for step in steps])
     default_suite = not args.transport and not args.kernel
     for step in steps:
         if _runs(step):

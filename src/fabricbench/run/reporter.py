@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from fabricbench.collectives.placement import in_place_flags
 from fabricbench.errors import ConsoleClosed, ConsoleFailed, FabricbenchError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.results import (
@@ -22,7 +23,7 @@ from fabricbench.measure.results import (
 )
 from fabricbench.measure.rows import RowBatch
 from fabricbench.measure.schema import CSV_NAME, PARQUET_NAME, PARQUET_ONLY_ROWS, PREVIOUS_RUNS
-from fabricbench.report import osu
+from fabricbench.report import nccl, osu
 from fabricbench.run.patterns import METADATA, every_pattern, pattern_of, row_pattern
 
 CONSOLE_SIZE_ROWS = 1024  # more rows than this in a size (all pairs of 33 ranks up): one line, not one a row
@@ -55,6 +56,7 @@ class Reporter:
         self._osu_columns = osu.Columns.from_plan(plan)
         self._osu_pending_header = ""  # a neighbourhood collective's OSU header, said with its first row
         self._osu_step: tuple | None = None  # the OSU step under way: (kernel, ranks, its rows' validations)
+        self._nccl_step: nccl.Step | None = None  # --format nccl's step under way: its lines as its rows arrive
         try:
             write_metadata(out_dir, metadata | {"complete": False})
         except ResultsError:
@@ -124,7 +126,13 @@ class Reporter:
         """A step's header; ``repeat`` (0-based) is named when the plan repeats, ``ranks`` when a subset runs it."""
         ranks = ranks or self.ranks
         self._osu_step_ends()
-        if self.plan.output_format == "osu":
+        self._nccl_step_ends()
+        if self.plan.output_format == "nccl":
+            placements = len(in_place_flags(self.plan.transport_options))  # a size's rows: its placements
+            args = (self.metadata, self.plan, step.sizes, ranks, placements)
+            lines, self._nccl_step = nccl.start(step.kernel_def, step.transport, *args)
+            self.say("\n".join(lines))
+        elif self.plan.output_format == "osu":
             self._osu_step = (step.kernel, ranks, [])
             pairs = pattern_of(step.kernel_def).pairs(step.kernel_def, ranks)
             text = osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns)
@@ -159,6 +167,10 @@ class Reporter:
             self._osu_pending_header = ""
         if self._osu_step:
             self._osu_step[2].append(row.get("validation", ""))
+        if self.plan.output_format == "nccl":
+            for text in self._nccl_step.row(row) if self._nccl_step else []:
+                self.say(text)
+            return
         self.say(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else pattern.line(row))
 
     def batch(self, batch: RowBatch) -> None:
@@ -201,6 +213,12 @@ class Reporter:
             if footer:
                 self.say(footer)
 
+    def _nccl_step_ends(self) -> None:
+        """nccl-tests' footer after a collective's lines (a size cut short first)."""
+        if self._nccl_step:
+            step, self._nccl_step = self._nccl_step, None
+            self.say("\n".join(step.finish()))
+
     def advance(self, sizes: int) -> None:
         if self._progress:
             self._progress.update(sizes)
@@ -212,6 +230,7 @@ class Reporter:
             self._progress = None
         if not self.failure:
             self._osu_step_ends()
+            self._nccl_step_ends()
             try:
                 self.spool.flush()  # what is waiting reaches a part, even when the run was cut
             except ResultsError as exc:

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
+from fabricbench.collectives.placement import in_place_refusal, placed_kernels
+from fabricbench.collectives.spec import wrong_elements
 from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.measure.kernels import SLOW_BYTES_PER_S, Kernel
 from fabricbench.measure.plan import Plan
@@ -210,7 +212,8 @@ def _stamp(folder: str, rank: int, started_ns: int) -> None:
 
 
 def validate(ctrl, case, kernel: Kernel) -> int:
-    """One untimed iteration into poisoned buffers, then compare: 1 pass, 0 fail."""
+    """One untimed iteration into poisoned buffers, then compare: 1 pass, 0 fail. ``case.wrong`` keeps how many
+    elements were wrong (nccl-tests' #wrong), or what a case that checks on its device counted, if more."""
     case.poison()
     ctrl.barrier()
     case.run(1, memoryview(np.zeros(1, dtype=np.int64)))
@@ -218,7 +221,9 @@ def validate(ctrl, case, kernel: Kernel) -> int:
     received = case.received
     if os.environ.get(CORRUPT_HOOK) == kernel.name and received.size:
         received.view(np.uint8)[received.size // 2] ^= 0xFF
-    return int(np.array_equal(received.view(np.uint8), case.expected().view(np.uint8)))
+    counted = wrong_elements(received, case.expected(), kernel.elem_bytes)
+    case.wrong = max(counted, getattr(case, "wrong", 0))
+    return int(case.wrong == 0)
 
 
 def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog: Watchdog) -> None:
@@ -242,23 +247,28 @@ def run_sizes(plan: Plan, ctrl, transport, step, repeat: int, reporter, watchdog
             unsupported_row(plan, step.transport, kernel, None, ctrl.size, reason, transport.buffer), len(step.sizes)
         )
         return
+    placed = placed_kernels(kernel, plan.transport_options)  # a collective out of place and/or in place
     for size in step.sizes:
-        if size % kernel.elem_bytes:
-            why = f"size is not a multiple of the {kernel.elem_bytes}-byte element"
-            rows = [unsupported_row(plan, step.transport, kernel, size, ctrl.size, why, transport.buffer)]
-        else:
+        rows = []
+        for kernel in placed:  # nccl-tests' order: a size's in-place row right after its out-of-place one
+            why = in_place_refusal(kernel, type(transport))
+            if size % kernel.elem_bytes:
+                why = f"size is not a multiple of the {kernel.elem_bytes}-byte element"
+            if why:
+                rows.append(unsupported_row(plan, step.transport, kernel, size, ctrl.size, why, transport.buffer))
+                continue
             try:
                 if isinstance(transport, SelfTimed):
                     stop_if_failed(ctrl, reporter.failure if reporter else None)
                     watchdog.arm(2 * plan.timeout, f"{transport.name} {kernel.name} at {size} B")
                     row = transport.reference_row(kernel, size)
                     watchdog.disarm()
-                    rows = [row] if row is not None else []
+                    rows += [row] if row is not None else []
                 else:
-                    rows = measure(ctrl, transport, kernel, size, plan, watchdog, reporter, emit)
+                    rows += measure(ctrl, transport, kernel, size, plan, watchdog, reporter, emit)
             except Unsupported as exc:  # raised on every rank alike, before any traffic
                 watchdog.disarm()
-                rows = [unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc), transport.buffer)]
+                rows.append(unsupported_row(plan, step.transport, kernel, size, ctrl.size, str(exc), transport.buffer))
         for row in rows[:-1]:
             hand_on(row, 0)
         hand_on(rows[-1] if rows else None)

@@ -165,7 +165,8 @@ class Pattern:
         return self.ctrl.allreduce_max(estimate_ns)
 
     def summary(self, timed: Timed) -> np.ndarray:
-        return rank_summary(timed.case.initiator, timed.iterations, timed.samples, timed.valid)
+        wrong = getattr(timed.case, "wrong", -1) if timed.valid != -1 else -1  # runner.validate counts them
+        return rank_summary(timed.case.initiator, timed.iterations, timed.samples, timed.valid, wrong)
 
     def row(self, timed: Timed, warmup: int) -> dict:
         name, buffer = self.transport.name, self.transport.buffer

@@ -388,7 +388,7 @@ class Binding:
 
 class GPUOptions(OptionGroup):
     """The GPU options: which GPU each rank takes and how GPU time is taken (nccl, cuda-copy and GPU buffers),
-    and nccl's element type, reduction and in-place collectives."""
+    and nccl's element type and reduction (its in-place collectives: --placement, collectives.placement)."""
 
     name = "gpu"
 
@@ -412,9 +412,6 @@ class GPUOptions(OptionGroup):
         group.add_argument(
             "--cuda-graph", action="store_true", help="capture the timed launches (and the warm-up's) in a CUDA graph"
         )
-        group.add_argument(
-            "--in-place", action="store_true", help="nccl: collectives in place (nccl-tests' second block)"
-        )
 
     def parse(self, args, role: str) -> dict:
         if role != "run":
@@ -425,7 +422,6 @@ class GPUOptions(OptionGroup):
             "op": args.op,
             "timing": args.gpu_timing,
             "graph": args.cuda_graph or None,
-            "in_place": args.in_place or None,
         }
         return {key: value for key, value in found.items() if value is not None}
 

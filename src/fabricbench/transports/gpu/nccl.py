@@ -9,13 +9,16 @@
 - Sizes are fabricbench's S (the per-rank block, OSU's convention); algbw and
   busbw use nccl-tests' formulas through the collective specs.
 - Timing is CUDA events on the rank's stream (``cuda_timing``); ``-c``
-  compares on the device and the row's note carries nccl-tests' ``#wrong``.
+  compares on the device and counts nccl-tests' ``#wrong`` (the row's wrong_elements).
+- ``--placement`` (``collectives.placement``) measures a collective in place too, in one buffer as nccl-tests
+  places it (``in_place_offsets``); its rows' placement column says which.
 """
 
 from __future__ import annotations
 
 import json
 
+from fabricbench.collectives.placement import PLACEMENT
 from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
@@ -106,7 +109,7 @@ class NcclCase(Case):
         self.dtype = np.dtype(transport.dtype)
         if size % self.dtype.itemsize:
             raise Unsupported(f"size is not a multiple of the {self.dtype.itemsize}-byte {transport.dtype}")
-        self.in_place = transport.in_place and kernel.collective  # --op, too, applies to the reducing ones only
+        self.in_place = kernel.collective and kernel.collective_spec.in_place  # --placement's in-place form
         if self.in_place and kernel.name == "alltoall":
             raise Unsupported("alltoall in place: grouped send/recv would read blocks already overwritten")
         self.nccl_type = getattr(nccl, f"NCCL_{transport.dtype.upper()}")
@@ -129,9 +132,8 @@ class NcclCase(Case):
             self._allocate()
         launch = self._launcher() if self.active else (lambda: None)
         self.timer = EventTimer(cupy, self.stream, launch, transport.timing, transport.graph)
-        place = "in-place" if self.in_place else "out-of-place"
-        self.method = ", ".join(
-            ["events" + (", cuda graph" if transport.graph else ""), place if kernel.collective else "send/recv"]
+        self.method = (
+            "events" + (", cuda graph" if transport.graph else "") + ("" if kernel.collective else ", send/recv")
         )
         self.row_fields = {"sample": sample_name(kernel.sample, transport.timing)}
         if kernel.collective and kernel.name in REDUCING:
@@ -277,7 +279,7 @@ class NcclCase(Case):
     @property
     def received(self):
         """The device comparison as one byte (1: every element right), so the runner's check stays one compare;
-        the count of wrong elements goes to the row's note, as nccl-tests' #wrong."""
+        ``wrong`` keeps the count of wrong elements, nccl-tests' #wrong, which the runner takes for the row."""
         if not hasattr(self, "recv"):
             return np.empty(0, dtype=np.uint8)
         self.wrong = 0
@@ -296,11 +298,7 @@ class NcclCase(Case):
         pass
 
     def expected(self) -> np.ndarray:
-        """Every rank's #wrong summed on rank 0, for the note (each rank calls this after ``received``)."""
-        gathered = self.ctrl.gather(np.array([float(self.wrong)]))
-        if gathered is not None:
-            total = int(gathered.sum())
-            self.row_fields["note"] = ", ".join(filter(None, [self.row_fields.get("note", ""), f"#wrong {total}"]))
+        """The verdict byte ``received`` is compared with: every element right."""
         return np.array([1], dtype=np.uint8)
 
     def close(self) -> None:
@@ -314,7 +312,7 @@ class NCCLTransport(Transport):
     default_kernels = ()  # a GPU transport runs when asked (-t nccl), never in a CPU host's default sweep
     needs_launcher = True
     osu_name = "NCCL"
-    option_groups = (gpu.GPU_OPTIONS,)
+    option_groups = (gpu.GPU_OPTIONS, PLACEMENT)  # PLACEMENT: nccl-tests' in-place block too
     one_rank_collectives = True
 
     @classmethod
@@ -335,7 +333,6 @@ class NCCLTransport(Transport):
         self.op = options.get("op", "sum")
         self.timing = options.get("timing", "loop")
         self.graph = bool(options.get("graph"))
-        self.in_place = bool(options.get("in_place"))
         self.binding = gpu.Binding(ctrl, options.get("gpu_map"))
         self.cupy = self.binding.cupy
         shared = shared_gpus(self.binding.ranks)
@@ -358,7 +355,6 @@ class NCCLTransport(Transport):
             "op": self.op,
             "timing": self.timing,
             "cuda_graph": self.graph,
-            "in_place": self.in_place,
         }
 
     def close(self) -> None:

@@ -18,6 +18,10 @@
 #define OP_ALLTOALLV 25
 #define OP_ALLTOALLW 26
 #define OP_REDUCE_SCATTER_BLOCK 27
+/* fb_collective's mode bits: a persistent request, and which buffer this rank passes as MPI_IN_PLACE. */
+#define COLL_PERSISTENT 1
+#define COLL_SEND_IN_PLACE 2
+#define COLL_RECV_IN_PLACE 4
 /* fb_rma_sync's one-sided operations (mpi/rma.py's kernels) and OSU's synchronisations (-s), read by mpi/cloop.py. */
 #define RMA_OP_PUT 0
 #define RMA_OP_GET 1

@@ -327,10 +327,17 @@ static int collective_init(MPI_Comm comm, int op, MPI_Datatype type, void *send_
 }
 #endif
 
-int fb_collective(MPI_Fint comm_handle, int op, int persistent, int datatype, void *send_buf, void *recv_buf,
+/* `mode`: COLL_PERSISTENT, and COLL_SEND_IN_PLACE or COLL_RECV_IN_PLACE where this rank passes MPI_IN_PLACE for
+ * that buffer (the collective's in-place form; mpi/transport.py says which, by the collective and the rank). */
+int fb_collective(MPI_Fint comm_handle, int op, int mode, int datatype, void *send_buf, void *recv_buf,
                   long long count, int root, long long iterations, int64_t *times)
 {
     MPI_Comm comm = MPI_Comm_f2c(comm_handle);
+    int persistent = mode & COLL_PERSISTENT;
+    if (mode & COLL_SEND_IN_PLACE)
+        send_buf = MPI_IN_PLACE;
+    if (mode & COLL_RECV_IN_PLACE)
+        recv_buf = MPI_IN_PLACE;
     MPI_Request request = MPI_REQUEST_NULL;
     Layout v = {NULL, NULL, NULL, NULL}; /* the v-variants' counts and displacements, built before timing */
     MPI_Datatype type = datatype == FLOATS ? MPI_FLOAT

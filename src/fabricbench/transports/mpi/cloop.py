@@ -24,6 +24,7 @@ from fabricbench.transports.cbuild import CLoopUnavailable  # also the mpi trans
 SOURCE = Path(__file__).with_name("_mpiloop.c")
 CODES = Path(__file__).with_name("_mpicodes.h")
 C_OPS = cbuild.read_codes(CODES, "OP_")  # fb_collective's code of each collective kernel, as the C loop numbers them
+COLL_MODES = cbuild.read_codes(CODES, "COLL_")  # fb_collective's mode bits: "persistent", "send_in_place", ...
 RMA_OPS = cbuild.read_codes(CODES, "RMA_OP_")  # fb_rma_sync's one-sided operations ("put", "get_acc", "fop", ...)
 RMA_SYNCS = cbuild.read_codes(CODES, "RMA_SYNC_")  # fb_rma_sync's synchronisations, OSU's -s names ("flush_local")
 NO_WRAPPER = "no MPI compiler wrapper found (set MPICC, or install the MPI's development package)"

@@ -38,6 +38,7 @@ from types import SimpleNamespace
 from fabricbench.buffers import filled, nothing, pattern, poisoned, times_address
 from fabricbench.collectives import neighbor
 from fabricbench.collectives import nonblocking as nonblocking_figures
+from fabricbench.collectives.placement import PLACEMENT
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element, uniform_layout
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
@@ -45,7 +46,15 @@ from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, Pairing, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
-from fabricbench.transports.mpi.cloop import C_OPS, CLoop, CLoopUnavailable, load, require_success, wrapper_identity
+from fabricbench.transports.mpi.cloop import (
+    C_OPS,
+    COLL_MODES,
+    CLoop,
+    CLoopUnavailable,
+    load,
+    require_success,
+    wrapper_identity,
+)
 from fabricbench.transports.options import LOOP, OptionGroup
 
 TAG = 11
@@ -478,10 +487,14 @@ class Collective(Case):
         datatype, code = mpi_datatype(spec.element)
         name, args = MPI_CALLS[kernel.name](comm, bufs, datatype)
         self.request = self.operation = None
+        side = spec.in_place_argument(comm.Get_rank()) if spec.in_place else ""  # "send", "recv" or ""
+        if side:  # the in-place form: MPI_IN_PLACE for that buffer, as MPI's in-place form of the call has it
+            args = tuple(MPI.IN_PLACE if i == ("send", "recv").index(side) else a for i, a in enumerate(args))
         if cloop:
             receives = kernel.name not in ROOT_RESULT or comm.Get_rank() == ROOT  # the other ranks pass no buffer
             recv = bufs.recv.ctypes.data if receives else None
-            self.c_args = (comm.py2f(), C_OPS[kernel.name], int(persistent), code, bufs.send.ctypes.data, recv)
+            mode = (COLL_MODES["persistent"] if persistent else 0) | (COLL_MODES[f"{side}_in_place"] if side else 0)
+            self.c_args = (comm.py2f(), C_OPS[kernel.name], mode, code, bufs.send.ctypes.data, recv)
             self.c_args += (bufs.count, ROOT)
         elif persistent:
             self.request = getattr(comm, f"{name}_init")(*args)
@@ -490,6 +503,13 @@ class Collective(Case):
 
     def expected(self):
         return self.bufs.expected()
+
+    def poison(self) -> None:
+        """In place, the input back in the one buffer (the result overwrote it); out of place, the result poisoned."""
+        if self.bufs.refill:
+            self.bufs.refill()
+        else:
+            super().poison()
 
     def run(self, iterations: int, times: memoryview) -> None:
         if self.cloop:
@@ -853,7 +873,7 @@ class MPITransport(Transport):
     sub_communicators = True  # it Dups the control plane's communicator, whichever ranks that holds
     osu_name = "MPI"
     osu_sums_any_type = True
-    option_groups = (MPI_OPTIONS,)
+    option_groups = (MPI_OPTIONS, PLACEMENT)  # PLACEMENT: the collectives' MPI_IN_PLACE form too
     buffer_places = (HOST, CUDA, CUDA_STAGED)
 
     @classmethod
@@ -948,6 +968,9 @@ class MPITransport(Transport):
             if self.cuda is not None:
                 raise Unsupported("latency-mt runs host buffers")
             return ThreadedPingPong(self.comm, kernel, size, self.threads, self.cloop)
+        in_place = kernel.collective and kernel.collective_spec.in_place
+        if in_place and (self.method == "nonblocking" or self.cuda is not None):
+            raise Unsupported("MPI_IN_PLACE is measured on host buffers, blocking and persistent, here")
         if self.method == "nonblocking" or kernel.name in neighbor.NAMES:
             return self._c_only_case(kernel, size)
         if self.cuda is not None:
