@@ -199,9 +199,10 @@ class Layout:
     values: tuple[tuple, ...]  # the value columns
     size: bool = True  # OSU's show_size: "%-10d" first, and "# Size" heading it
     full: tuple[tuple, ...] | None = None  # the value columns with -f (None: -f does not change them)
-    tails: str = "Lat"  # -z: "Tail Lat(us)" of lat_p* or "Tail BW(MB/s)" of bw_win_p*
+    tails: str = "Lat"  # -z: "Tail Lat(us)" of lat_p*, "Tail BW(MB/s)" of bw_win_p*, or "" (-z read, no columns)
     passed: str = "Pass"  # -c's word for a pass ("passed" in the atomic one-sided tests)
     first_width: int = 17  # without a size column: the first value's "%*.*f" width ("# " heads its name)
+    graph: bool = False  # a neighbourhood program's grid and graph lines, then print_preamble's empty line, first
 
 
 DATATYPE = "# Datatype: {T}."
@@ -232,6 +233,7 @@ NBC_FULL = (
 )
 OSU_LAYOUTS = {
     "pt2pt-latency": Layout((DATATYPE,), (("Avg Latency(us)", "lat_mean_us"),)),
+    "pt2pt-latency-no-tails": Layout((DATATYPE,), (("Avg Latency(us)", "lat_mean_us"),), tails=""),  # osu_multi_lat
     "pt2pt-bandwidth": Layout((DATATYPE,), (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
     "mbw-mr": Layout(
         ("# [ pairs: {pairs} ] [ window size: {W} ]", DATATYPE),
@@ -243,7 +245,10 @@ OSU_LAYOUTS = {
     "one-sided-latency": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),)),
     "one-sided-bandwidth": Layout(ONE_SIDED, (("Bandwidth (MB/s)", "bw_MBps"),), tails="BW"),
     "one-sided-atomic": Layout(ONE_SIDED, (("Latency (us)", "lat_mean_us"),), passed="passed"),
-    "one-sided-no-datatype": Layout(ONE_SIDED[:2], (("Latency (us)", "lat_mean_us"),)),  # osu_get_acc_latency's own
+    # osu_get_acc_latency's own: MPI_Win_create by default, and no datatype line
+    "one-sided-no-datatype": Layout(
+        ("# Window creation: MPI_Win_create", "# Synchronization: MPI_Win_flush"), (("Latency (us)", "lat_mean_us"),)
+    ),
     "one-sided-bibw": Layout(
         ("# Window creation: MPI_Win_allocate", "# Synchronization: MPI_Win_post/start/complete/wait", DATATYPE),
         (("Bandwidth (MB/s)", "bw_MBps"),),
@@ -253,6 +258,9 @@ OSU_LAYOUTS = {
     "nonblocking": Layout((*NBC_PREAMBLE, DATATYPE), NBC_VALUES, full=NBC_FULL),
     "nonblocking-no-size": Layout(NBC_PREAMBLE, NBC_VALUES, size=False, full=NBC_FULL, first_width=13),
 }
+# The neighbourhood programs: Dimensions and the graph's creation time, an empty line, then the title.
+OSU_LAYOUTS["graph"] = replace(OSU_LAYOUTS["collective"], graph=True)
+OSU_LAYOUTS["nonblocking-graph"] = replace(OSU_LAYOUTS["nonblocking"], graph=True)
 # Programs whose text is not a title, lines and a table (osu_init, osu_hello) or puts lines above the title
 # (osu_latency_mt's threads, osu_latency_mp's processes): each has its own test, named here, under mpiexec below.
 OWN_LAYOUTS = {
@@ -264,7 +272,7 @@ OWN_LAYOUTS = {
 # Each program's layout and its BENCHMARK string (the title, "%s" standing for "-CUDA" and the like).
 LAYOUT_OF = {
     "osu_latency": ("pt2pt-latency", "OSU MPI%s Latency Test"),
-    "osu_multi_lat": ("pt2pt-latency", "OSU MPI%s Multi Latency Test"),
+    "osu_multi_lat": ("pt2pt-latency-no-tails", "OSU MPI%s Multi Latency Test"),
     "osu_bw": ("pt2pt-bandwidth", "OSU MPI%s Bandwidth Test"),
     "osu_bibw": ("pt2pt-bandwidth", "OSU MPI%s Bi-Directional Bandwidth Test"),
     "osu_mbw_mr": ("mbw-mr", "OSU MPI%s Multiple Bandwidth / Message Rate Test"),
@@ -300,7 +308,7 @@ LAYOUT_OF = {
     "osu_scatter_persistent": ("collective", "OSU MPI%s Scatter Persistent Latency Test"),
     "osu_scatterv_persistent": ("collective", "OSU MPI%s Scatterv Persistent Latency Test"),
     "osu_put_latency": ("one-sided-latency", "OSU MPI_Put%s Latency Test"),
-    "osu_get_latency": ("one-sided-latency", "OSU MPI_Get%s Latency Test"),
+    "osu_get_latency": ("one-sided-latency", "OSU MPI_Get%s latency Test"),
     "osu_put_bw": ("one-sided-bandwidth", "OSU MPI_Put%s Bandwidth Test"),
     "osu_get_bw": ("one-sided-bandwidth", "OSU MPI_Get%s Bandwidth Test"),
     "osu_acc_latency": ("one-sided-atomic", "OSU MPI_Accumulate%s latency Test"),
@@ -311,15 +319,15 @@ LAYOUT_OF = {
     "osu_latency_persistent": ("pt2pt-latency", "OSU MPI%s Latency Persistent Test"),
     "osu_bw_persistent": ("pt2pt-bandwidth", "OSU MPI%s Bandwidth Persistent Test"),
     "osu_bibw_persistent": ("pt2pt-bandwidth", "OSU MPI%s Bi-Directional Bandwidth Persistent Test"),
-    "osu_neighbor_allgather": ("collective", "OSU MPI%s Neighborhood Allgather Latency Test"),
-    "osu_neighbor_allgatherv": ("collective", "OSU MPI%s Neighborhood Allgatherv Latency Test"),
-    "osu_neighbor_alltoall": ("collective", "OSU MPI%s Neighborhood All-to-All Latency Test"),
-    "osu_neighbor_alltoallv": ("collective", "OSU MPI%s Neighborhood All-to-Allv Latency Test"),
-    "osu_neighbor_alltoallw": ("collective", "OSU MPI%s Neighborhood All-to-Allw Latency Test"),
+    "osu_neighbor_allgather": ("graph", "OSU MPI%s Neighborhood Allgather Latency Test"),
+    "osu_neighbor_allgatherv": ("graph", "OSU MPI%s Neighborhood Allgatherv Latency Test"),
+    "osu_neighbor_alltoall": ("graph", "OSU MPI%s Neighborhood All-to-All Latency Test"),
+    "osu_neighbor_alltoallv": ("graph", "OSU MPI%s Neighborhood All-to-Allv Latency Test"),
+    "osu_neighbor_alltoallw": ("graph", "OSU MPI%s Neighborhood All-to-Allw Latency Test"),
     "osu_iallreduce": ("nonblocking", "OSU MPI%s Non-blocking Allreduce Latency Test"),
     "osu_iallgather": ("nonblocking", "OSU MPI%s Non-blocking Allgather Latency Test"),
-    "osu_ialltoall": ("nonblocking", "OSU MPI%s Non-blocking All-to-All Personalized Exchange Latency Test"),
-    "osu_ibcast": ("nonblocking", "OSU MPI%s Non-blocking Broadcast Latency Test"),
+    "osu_ialltoall": ("nonblocking", "OSU MPI%s Non-blocking All-to-All Latency Test"),
+    "osu_ibcast": ("nonblocking", "OSU MPI%s Non-Blocking Broadcast Latency Test"),
     "osu_ireduce": ("nonblocking", "OSU MPI%s Non-blocking Reduce Latency Test"),
     "osu_ireduce_scatter": ("nonblocking", "OSU MPI%s Non-blocking Reduce_scatter Latency Test"),
     "osu_ibarrier": ("nonblocking-no-size", "OSU MPI%s Non-blocking Barrier Latency Test"),
@@ -331,27 +339,32 @@ LAYOUT_OF = {
     "osu_ialltoallv": ("nonblocking", "OSU MPI%s Non-blocking All-to-Allv Personalized Exchange Latency Test"),
     "osu_ialltoallw": ("nonblocking", "OSU MPI%s Non-blocking All-to-Allw Personalized Exchange Latency Test"),
     "osu_ireduce_scatter_block": ("nonblocking", "OSU MPI%s Non-blocking Reduce_scatter_block Latency Test"),
-    "osu_ineighbor_allgather": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood Allgather Latency Test"),
-    "osu_ineighbor_allgatherv": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood Allgatherv Latency Test"),
-    "osu_ineighbor_alltoall": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-All Latency Test"),
-    "osu_ineighbor_alltoallv": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-Allv Latency Test"),
-    "osu_ineighbor_alltoallw": ("nonblocking", "OSU MPI%s Non-blocking Neighborhood All-to-Allw Latency Test"),
+    "osu_ineighbor_allgather": ("nonblocking-graph", "OSU MPI%s Non-blocking Neighborhood Allgather Latency Test"),
+    "osu_ineighbor_allgatherv": ("nonblocking-graph", "OSU MPI%s Non-blocking Neighborhood Allgatherv Latency Test"),
+    "osu_ineighbor_alltoall": ("nonblocking-graph", "OSU MPI%s Non-blocking Neighborhood All-to-All Latency Test"),
+    "osu_ineighbor_alltoallv": ("nonblocking-graph", "OSU MPI%s Non-blocking Neighborhood All-to-Allv Latency Test"),
+    "osu_ineighbor_alltoallw": ("nonblocking-graph", "OSU MPI%s Non-blocking Neighborhood All-to-Allw Latency Test"),
 }
 TABLED = sorted(set(osu_shims.BENCHMARKS) - set(OWN_LAYOUTS))  # the programs the layout table describes
+# The command lines OSU 7.4's own binaries were run under beside the shims, every program with each (the barriers,
+# which have no sizes, with COMPARED_NO_SIZES): each must be among the layout cases below, none refused.
+COMPARED = ("-m 1:64 -x 2 -i 5", "-z 50,99")
+COMPARED_NO_SIZES = ("-x 2 -i 5", "-f")
 # The command lines each shim's layout is checked under: those its program takes and fabricbench honours.
 OPTION_SETS = ("", "-c", "-f", "-z", "-z50,99", "-z 50,99", "-f -c -z", "-T mpi_int", "-T mpi_float -c -z90", "-m 8")
-OPTION_SETS += ("-R 0", "-R 0 -c")
+OPTION_SETS += ("-R 0", "-R 0 -c", *COMPARED, *COMPARED_NO_SIZES)
 # One figure per column the table may hold, each its own, so that a column printed from another figure shows.
 FIGURES = {"lat_mean_us": 1.25, "lat_rank_avg_us": 2.5, "lat_rank_min_us": 2.25, "lat_rank_max_us": 2.75}
 FIGURES |= {"bw_MBps": 1234.5, "msgrate_per_s": 98765.25, "lat_p50_us": 3.5, "lat_p90_us": 4.5, "lat_p99_us": 5.5}
 FIGURES |= {"bw_win_p50_MBps": 1100.25, "bw_win_p90_MBps": 1200.25, "bw_win_p99_MBps": 1300.25, "iterations": 1000}
 FIGURES |= {"compute_us": 1.75, "pure_comm_us": 2.125, "pure_comm_min_us": 2.0, "pure_comm_max_us": 2.375}
-FIGURES |= {"init_us": 0.25, "test_us": 0.125, "wait_us": 0.625, "overlap_pct": 37.5}
+FIGURES |= {"init_us": 0.25, "test_us": 0.125, "wait_us": 0.625, "overlap_pct": 37.5, "topology_us": 3.75}
+GRAPH_RANKS = 4  # the ranks of the neighbourhood programs' "Dimensions size" line
 
 
 def _method_options(bench) -> dict:
-    """The plan's transport_options a shim's run has: mpi's --method where it names one (osu_i*: nonblocking)."""
-    return {"mpi": {"method": bench.method}} if bench.method else {}
+    """The plan's transport_options a shim's run has: its --method where it names one (osu_i*: nonblocking)."""
+    return osu_shims.run_options(bench)
 
 
 def _layout_cases() -> list[tuple[str, str]]:
@@ -377,9 +390,33 @@ def test_every_shim_has_its_osu_layout_described(name):
     assert any(case[0] == name for case in _layout_cases())  # at least its plain command line is checked
 
 
-def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[str], str]:
-    """OSU's lines after the title and one data line of FIGURES, from its printf formats, for this command line."""
+def test_every_program_is_checked_under_the_command_lines_osus_binaries_ran():
+    # The 77 programs less OWN_LAYOUTS' four (each under mpiexec in its own test below), none left out or refused.
+    cases = set(_layout_cases())
+    checked = []
+    for name in TABLED:
+        sizes = get_kernel(osu_shims.BENCHMARKS[name].kernel).moves_data
+        checked += [(name, line) for line in (COMPARED if sizes else COMPARED_NO_SIZES)]
+    assert [case for case in checked if case not in cases] == []
+    assert len(TABLED) + len(OWN_LAYOUTS) == 77
+
+
+def _osu_tails(values: dict) -> list[int]:
+    """The percentiles OSU 7.4 reads from -z as its getopt left it: its default without a list, else each part's
+    leading digits (atoi)."""
+    if "z" not in values:
+        return []
+    return [int(re.match(r"\d*", part)[0] or 0) for part in values["z"].split(",") if part] or [50, 90, 99]
+
+
+def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[str], list[str], str]:
+    """OSU's lines before its title (a neighbourhood program's grid and graph, print_preamble's empty line), its
+    lines after the title, and one data line of FIGURES, from its printf formats, for this command line."""
     layout = OSU_LAYOUTS[LAYOUT_OF[name][0]]
+    above = []
+    if layout.graph:
+        above += [printf("Dimensions size = %d ", GRAPH_RANKS)]
+        above += [printf("Time took to create topology graph:%.2f us.", FIGURES["topology_us"]), ""]
     head = printf("%-*s", 10, "# Size") if layout.size else ""
     line = printf("%-*d", 10, 64) if layout.size else ""
     shown = layout.full if "f" in values and layout.full else layout.values
@@ -395,16 +432,16 @@ def _osu_prints(name: str, values: dict, columns, datatype: str) -> tuple[list[s
         else:
             head += printf("%*s", width, heading)
             line += printf("%*.*f", width, FLOAT_PRECISION, FIGURES[figure])
-    if columns.validate:
+    if "c" in values:
         head += printf("%*s", FIELD_WIDTH, "Validation")
         line += printf("%*s", FIELD_WIDTH, layout.passed)
-    for percent in columns.percentiles:
+    for percent in _osu_tails(values) if layout.tails else []:
         unit = "Tail BW(MB/s)" if layout.tails == "BW" else "Tail Lat(us)"
         head += printf("%*sP%d " + unit, FIELD_WIDTH - len("Px " + unit) - (percent > 9), "", percent)
         figure = f"bw_win_p{percent:g}_MBps" if layout.tails == "BW" else f"lat_p{percent:g}_us"
         line += printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, FIGURES[figure])
     before = [text.format(T=datatype, pairs=1, W=64) for text in layout.before]
-    return [*before, head], line
+    return above, [*before, head], line
 
 
 @pytest.mark.parametrize(("name", "line"), _layout_cases())
@@ -417,17 +454,18 @@ def test_every_shims_layout_is_osus_printf_layout(name, line):
 
     percentiles = tuple(float(p) for p in after("--osu-percentiles").split(",") if p)
     columns = osu_text.Columns("-c" in argv, "--osu-full" in argv, percentiles, after("--osu-datatype"))
-    options = {"mpi": {"method": after("--method")}} if "--method" in argv else {}  # the persistent programs'
-    columns = replace(columns, rate="--osu-no-rate" not in argv, transport_options=options)
+    columns = replace(columns, rate="--osu-no-rate" not in argv, transport_options=osu_shims.run_options(bench))
     kernel = get_kernel(bench.kernel).with_datatype(columns.datatype)
     osu_text.check_columns(kernel, columns, bench.transport)  # what the run's plan checks: nothing refused
-    lines = osu_text.header(bench.transport, bench.kernel, 64, 1, columns).splitlines()
-    expected_head, expected_line = _osu_prints(name, request.values, columns, kernel.osu_datatype)
-    assert lines[0].startswith("# fabricbench ")  # the one line that names fabricbench
-    assert lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
-    assert lines[2:] == expected_head
-    row = {"kernel": bench.kernel, "status": "ok", "size_B": 64 if kernel.moves_data else 0}
+    row = {"kernel": bench.kernel, "status": "ok", "size_B": 64 if kernel.moves_data else 0, "ranks": GRAPH_RANKS}
     row |= FIGURES | {"validation": "pass"}
+    text = osu_text.header(bench.transport, bench.kernel, 64, 1, columns)
+    if osu_text.prints_topology(bench.kernel):  # what the reporter prints once the first row holds the graph's time
+        text = osu_text.with_topology(text, row)
+    lines = text.splitlines()
+    expected_above, expected_head, expected_line = _osu_prints(name, request.values, columns, kernel.osu_datatype)
+    assert lines[0].startswith("# fabricbench ")  # the one line that names fabricbench, before all of OSU's
+    assert lines[1:] == [*expected_above, "# " + LAYOUT_OF[name][1] % "" + " v7.4", *expected_head]
     assert osu_text.line(row, columns) == expected_line
 
 
@@ -628,7 +666,6 @@ def test_shim_results_go_under_the_per_user_data_directory_and_stderr_says_where
             "-T mpi_double: OSU 7.4 knows mpi_char, mpi_int, mpi_float and all",
         ),
         ("osu_latency", ["-m", "8", "-T", "mpi_double"], "-T mpi_double: OSU 7.4 knows mpi_char"),
-        ("osu_bibw", ["-m", "8", "-z"], "osu_bibw: -z: tail bandwidths: rank 0's window of both directions"),
         ("osu_latency", ["-m", "8", "-G", "tty"], "osu_latency: -G: graphs of per-iteration values"),
         ("osu_latency", ["-m", "8", "-f"], "osu_latency: invalid option -f"),
     ],
@@ -664,6 +701,31 @@ def test_shim_bw_tail_bandwidths_are_its_windows_rates(shims, tmp_path):
         assert row.bw_win_p50_MBps <= row.bw_win_p90_MBps <= row.bw_win_p99_MBps <= row.bw_peak_MBps * 1.000001
     for line in _data_lines(run.stdout):
         assert masked(line) == masked(as_osu_prints_it(line, 1, tails=3))
+
+
+@pytest.mark.parametrize(("name", "ranks"), [("osu_bibw", 2), ("osu_put_bibw", 2), ("osu_mbw_mr", 4)])
+def test_shim_tail_bandwidths_of_both_directions_and_of_every_pair_are_osus(shims, tmp_path, name, ranks):
+    # OSU 7.4's -z here: P50/P90/P99 of rank 0's windows' rates, both directions' bytes on a bi-directional test,
+    # rank 0's rate times the pairs on osu_mbw_mr: the table's bw_win_p* columns, after the figures. "-z 50,99" is
+    # -z with OSU's default list, parsing stopping at 50,99, as OSU's getopt does.
+    args = ["-m", "4096:8192", "-x", "1", "-i", "20", "-W", "8", "-z", "50,99"]
+    run, folder = osu(shims, tmp_path, name, *args, ranks=ranks)
+    assert run.returncode == 0, run.stderr
+    values = ["MB/s", "Messages/s"] if name == "osu_mbw_mr" else ["Bandwidth (MB/s)"]
+    head = printf("%-*s", 10, "# Size") + "".join(printf("%*s", FIELD_WIDTH, value) for value in values)
+    for percent in (50, 90, 99):
+        head += printf("%*sP%d Tail BW(MB/s)", FIELD_WIDTH - len("Px Tail BW(MB/s)") - 1, "", percent)
+    assert [line for line in run.stdout.splitlines() if line.startswith("# Size")] == [head]
+    table = read_rows(folder)[0].set_index("size_B")
+    assert [int(d[0]) for d in _data(run.stdout)] == [4096, 8192]
+    for line in _data_lines(run.stdout):
+        fields = line.split()
+        row = table.loc[int(fields[0])]
+        tails = fields[1 + len(values) :]
+        assert line == as_osu_prints_it(line, len(values), tails=3) and _printed(fields[1], row.bw_MBps)
+        for printed, column in zip(tails, ("bw_win_p50_MBps", "bw_win_p90_MBps", "bw_win_p99_MBps"), strict=True):
+            assert _printed(printed, row[column]), (column, printed, row[column])
+        assert 0 < row.bw_win_p50_MBps <= row.bw_win_p90_MBps <= row.bw_win_p99_MBps
 
 
 @pytest.mark.parametrize("full", [False, True])
@@ -721,15 +783,16 @@ def test_every_shim_runs_under_mpiexec_and_prints_osus_layout(shims, tmp_path, n
     columns = osu_text.Columns(
         datatype=osu_shims.osu_datatype(bench, {}) or "", transport_options=_method_options(bench)
     )
-    expected_head, _ = _osu_prints(name, {}, columns, kernel.with_datatype(columns.datatype).osu_datatype)
+    above, expected_head, _ = _osu_prints(name, {}, columns, kernel.with_datatype(columns.datatype).osu_datatype)
     expected_head = [line.replace("pairs: 1 ]", f"pairs: {ranks // 2} ]") for line in expected_head]
     lines = run.stdout.splitlines()
     table = read_rows(folder)[0]
-    if kernel.name in neighbor.NAMES:  # OSU's grid and graph lines, before the title
+    assert (kernel.name in neighbor.NAMES) == bool(above)
+    if above:  # OSU's grid and graph lines and print_preamble's empty line, before the title
         took = re.fullmatch(r"Time took to create topology graph:(\d+\.\d\d) us\.", lines[2])
-        assert lines[1] == f"Dimensions size = {ranks} " and took, lines[1:3]
+        assert lines[1] == f"Dimensions size = {ranks} " and took and lines[3] == "", lines[1:4]
         assert float(took[1]) == pytest.approx(table.topology_us[0], abs=0.01) and (table.topology_us > 0).all()
-        lines = [lines[0], *lines[3:]]
+        lines = [lines[0], *lines[1 + len(above) :]]
     assert lines[0].startswith("# fabricbench ") and lines[1] == "# " + LAYOUT_OF[name][1] % "" + " v7.4"
     assert lines[2 : 2 + len(expected_head)] == expected_head
     data = _data_lines("\n".join(lines))
@@ -796,9 +859,10 @@ def test_shim_latency_mt_prints_its_threads_then_osus_table(shims, tmp_path):
     run, folder = osu(shims, tmp_path, "osu_latency_mt", "-m", "16", "-x", "2", "-i", "30", "-t", "2:2", "-c")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[1:6] == [
+    assert lines[1:7] == [
         "# Number of Sender threads: 2 ",
         "# Number of Receiver threads: 2",
+        "",  # print_preamble's empty line, before the title
         "# OSU MPI Multi-threaded Latency Test v7.4",
         osu_column_header(["Latency (us)"], validate=True),
         "# Datatype: MPI_CHAR.",
@@ -816,9 +880,10 @@ def test_shim_latency_mp_prints_its_processes_then_osus_table(shims, tmp_path, c
     run, folder = osu(shims, tmp_path, "osu_latency_mp", "-m", "4", "-x", "2", "-i", "30", *(["-c"] if check else []))
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[1:6] == [
+    assert lines[1:7] == [
         "# Number of forked processes in sender: 0",
         "# Number of forked processes in receiver: 2",
+        "",  # print_preamble's empty line, before the title
         "# OSU MPI Multi-process Latency Test v7.4",
         osu_column_header(["Latency (us)"], validate=check),
         "# Datatype: MPI_CHAR.",

@@ -67,7 +67,7 @@ def test_get_acc_prints_no_datatype_line_and_the_atomics_say_passed():
     lines = osu.header("mpi-rma", "get-acc", 64, 1).splitlines()
     assert lines[1:] == [
         "# OSU MPI_Get_accumulate latency Test v7.4",
-        "# Window creation: MPI_Win_allocate",
+        "# Window creation: MPI_Win_create",  # osu_get_acc_latency's own default
         "# Synchronization: MPI_Win_flush",
         "# Size          Latency (us)",
     ]
@@ -118,6 +118,7 @@ def test_osu_latency_mt_prints_its_thread_counts_before_its_title():
     assert lines[1:] == [
         "# Number of Sender threads: 2 ",
         "# Number of Receiver threads: 3",
+        "",  # OSU's print_preamble: an empty line, then the title
         "# OSU MPI Multi-threaded Latency Test v7.4",
         "# Size          Latency (us)",
         "# Datatype: MPI_CHAR.",
@@ -137,6 +138,7 @@ def test_osu_latency_mp_counts_forked_processes_and_prints_10_wide_without_minus
     assert lines[1:] == [
         "# Number of forked processes in sender: 1",
         "# Number of forked processes in receiver: 3",
+        "",  # OSU's print_preamble: an empty line, then the title
         "# OSU MPI Multi-process Latency Test v7.4",
         "# Size          Latency (us)",
         "# Datatype: MPI_CHAR.",
@@ -151,8 +153,9 @@ def test_a_neighbourhood_header_names_the_grid_and_the_graphs_creation_time_befo
     made, title = header.splitlines()[:2]
     assert osu.prints_topology("neighbor_alltoallw") and not osu.prints_topology("allgather")
     shown = osu.with_topology(header, {"ranks": 6, "topology_us": 12.345}).splitlines()
-    assert shown[:4] == [made, "Dimensions size = 6 ", "Time took to create topology graph:12.35 us.", title]
-    assert shown[4:] == header.splitlines()[2:]
+    graph = ["Dimensions size = 6 ", "Time took to create topology graph:12.35 us.", ""]  # and print_preamble's line
+    assert shown[:5] == [made, *graph, title]
+    assert shown[5:] == header.splitlines()[2:]
     assert osu.with_topology(header, {"ranks": 2, "topology_us": float("nan")}) == header  # no graph: unsupported
 
 

@@ -72,6 +72,14 @@ def test_reframes_collective_line():
         ("osu_alltoall", "-z 50,99 -c -f", ["--osu-percentiles", "50,90,99"]),  # -c and -f left unread, as OSU
         ("osu_bw", "-z50", ["--osu-percentiles", "50"]),  # its windows' bandwidths
         ("osu_put_bw", "-z", ["--osu-percentiles", "50,90,99"]),
+        # OSU's tail bandwidths of both directions, of every pair, of every parent (rows.tail_window_bytes)
+        ("osu_bibw", "-z", ["--osu-percentiles", "50,90,99"]),
+        ("osu_bibw_persistent", "-z50,99", ["--osu-percentiles", "50,99", "--method", "persistent"]),
+        ("osu_put_bibw", "-z", ["--osu-percentiles", "50,90,99"]),
+        ("osu_mbw_mr", "-z", ["--osu-percentiles", "50,90,99"]),
+        ("osu_bw_fan_in", "-z", ["--osu-percentiles", "50,90,99"]),
+        ("osu_multi_lat", "-z", []),  # OSU 7.4 reads -z there and prints the latency alone
+        ("osu_multi_lat", "-z75", []),  # and so keeps no percentile of its own to refuse
         ("osu_alltoall", "--tail-lat=99.9", ["--osu-percentiles", "99"]),  # OSU's atoi: P99
         ("osu_alltoall", "--tail=90", ["--osu-percentiles", "90"]),  # getopt_long: an unambiguous prefix
         ("osu_allreduce", "", ["--osu-datatype", "MPI_CHAR"]),  # OSU 7.4's default: a reduction sums MPI_CHAR
@@ -227,9 +235,6 @@ def test_without_minus_T_every_shim_moves_osus_mpi_char(name):
         ("osu_bw", "-b multiple", "-b multiple: fabricbench's loops reuse one buffer"),
         ("osu_reduce", "-k rotate", "-k rotate: fabricbench's root is rank 0"),
         ("osu_reduce", "-k fixed:1", "-k fixed:1: fabricbench's root is rank 0"),
-        ("osu_bibw", "-z", "-z: tail bandwidths: rank 0's window of both directions"),
-        ("osu_mbw_mr", "-z", "-z: tail bandwidths: OSU multiplies rank 0's window rate by the pairs"),
-        ("osu_bw_fan_in", "-z", "-z: tail bandwidths: a fan window's rate is one parent's of many"),
         ("osu_latency", "-z75", "-z75: fabricbench's table keeps the P50, P90, P99 columns only"),
         ("osu_latency", "-z101", "-z101: OSU's percentiles are 0 to 100"),
         ("osu_latency", "-T all", "OSU runs each in turn; fabricbench runs one datatype per run"),
@@ -482,6 +487,7 @@ def test_cas_refuses_osus_float_before_any_rank_starts_and_fop_takes_it():
     assert osu_datatype(BENCHMARKS["osu_cas_latency"], {}) == "MPI_CHAR"  # OSU's default
 
 
+
 def test_the_osu_report_asks_each_transport_what_its_options_make_of_the_layout(monkeypatch):
     # report/osu.py names no transport: each declares (Transport.osu_nonblocking) whether its options make it time
     # the collectives' non-blocking forms (OSU's osu_i* layout), and the report asks them all.
@@ -497,3 +503,39 @@ def test_the_osu_report_asks_each_transport_what_its_options_make_of_the_layout(
     assert osu.Columns(transport_options={"mpi": {"method": "nonblocking"}}).nonblocking
     assert not osu.Columns(transport_options={"mpi": {"method": "persistent"}}).nonblocking
     assert '"mpi"' not in Path(osu.__file__).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("kernel", "children", "ranks", "initiators", "window_bytes"),
+    [
+        ("bw", 0, 2, 1, 64 * 1000),  # osu_bw: rank 0's window, one way
+        ("bibw", 0, 2, 1, 2 * 64 * 1000),  # osu_bibw: both directions' messages over rank 0's window
+        ("put-bibw", 0, 2, 1, 2 * 64 * 1000),  # osu_put_bibw likewise
+        ("msgrate", 0, 4, 2, 2 * 64 * 1000),  # osu_mbw_mr: rank 0's window times the pairs
+        # osu_bw_fan_in on 3 hosts of 2 ranks (patterns.fan: a window with each of 2 child hosts), times the parents
+        ("bw-fan-in", 2, 6, 2, 2 * 64 * 1000 * 2),
+    ],
+)
+def test_tail_bandwidths_are_rank_0s_windows_as_osu_counts_them(kernel, children, ranks, initiators, window_bytes):
+    # OSU 7.4's -z on a bandwidth test: each of rank 0's windows' bytes over its time, smallest first, by the
+    # nearest rank. Rank 0 times windows of 1 to 10 ms here; the peer's window need not begin with rank 0's.
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fabricbench.measure.plan import Plan
+    from fabricbench.measure.rows import measured_row, rank_summary
+
+    windows = np.arange(1, 11, dtype=np.int64) * 1_000_000
+    summaries = [rank_summary(rank < initiators, 10, windows, -1) for rank in range(ranks)]
+    spec = get_kernel(kernel)
+    one_way = spec.directions == 1  # as mpi's window cases say: a two-way window holds no transit
+    spec = replace(spec, directions=children) if children else spec
+    case = SimpleNamespace(method="c loop", pairs=initiators, window=64, window_holds_transit=one_way)
+    plan = Plan(steps=[], run_id="run", label="osu")
+    row = measured_row(plan, "mpi", spec, 1000, case, 1, windows, np.stack(summaries))
+    rates = sorted(window_bytes / (windows / 1e9) / 1e6)  # MB/s, 10^6 B
+    assert (row["bw_win_p50_MBps"], row["bw_win_p90_MBps"], row["bw_win_p99_MBps"]) == pytest.approx(
+        (rates[4], rates[8], rates[9])
+    )

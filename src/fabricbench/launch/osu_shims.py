@@ -86,7 +86,9 @@ TREATMENTS = {
     "f": Treatment(HONOURED, "Min and Max latency across the ranks, and Iterations columns"),
     "c": Treatment(HONOURED, "the Validation column: received data checked outside the timed loop (-clog:DIR refused)"),
     "z": Treatment(
-        HONOURED, "[LIST]: tail columns, P50, P90 and P99 of the iterations' latencies or windows' bandwidths"
+        HONOURED,
+        "[LIST]: tail columns, P50, P90 and P99 of the iterations' latencies or of rank 0's windows' bandwidths, "
+        "as OSU: both directions' bytes on a bi-directional test, times the senders where several send at once",
     ),
     "T": Treatment(
         HONOURED, "mpi_char, mpi_int or mpi_float: a reduction sums it, the others move its bytes (all refused)"
@@ -115,17 +117,7 @@ TREATMENTS = {
     "N": Treatment(REFUSED, "neighbourhood topologies: this program has no neighbourhood kernel here"),
     "r": Treatment(REFUSED, "a GPU compute target: OSU's CUDA-kernel build only"),
 }
-# OSU's tail bandwidths where fabricbench has no honest per-window figure (report.osu.check_columns says the same).
-_TAIL_BIBW = Treatment(
-    REFUSED, "tail bandwidths: rank 0's window of both directions does not hold its bytes' transit (no peak either)"
-)
-_TAIL_MBW = Treatment(
-    REFUSED, "tail bandwidths: OSU multiplies rank 0's window rate by the pairs; fabricbench times no window of all"
-)
-_TAIL_FAN = Treatment(
-    REFUSED, "tail bandwidths: a fan window's rate is one parent's of many; fabricbench times no window of all"
-)
-_FAN_OWN = (("z", _TAIL_FAN),)
+_NO_TAILS = Treatment(NO_EFFECT, "OSU 7.4 reads -z here and prints the latency alone, without tail columns")
 _NO_SIZES = Treatment(NO_EFFECT, "there are no sizes to sweep; OSU 7.4 reads -m here and ignores it")
 
 
@@ -221,9 +213,10 @@ BENCHMARKS = {
         # point-to-point
         _pt2pt("osu_latency", "latency", min_size=0),
         _pt2pt("osu_bw", "bw"),
-        _pt2pt("osu_bibw", "bibw", own=(("z", _TAIL_BIBW),)),
-        _pt2pt("osu_mbw_mr", "msgrate", own=(("z", _TAIL_MBW),)),
-        _pt2pt("osu_multi_lat", "multi-latency", min_size=0, skips_empty=False),  # sends its 0-byte size
+        _pt2pt("osu_bibw", "bibw"),
+        _pt2pt("osu_mbw_mr", "msgrate"),
+        # sends its 0-byte size; prints no tails
+        _pt2pt("osu_multi_lat", "multi-latency", min_size=0, skips_empty=False, own=(("z", _NO_TAILS),)),
         # blocking collectives
         _collective("osu_allreduce", "allreduce"),
         _collective("osu_allgather", "allgather"),
@@ -273,18 +266,18 @@ BENCHMARKS = {
         _one_sided("osu_get_acc_latency", "get-acc"),
         _one_sided("osu_fop_latency", "fop", own=(("m", _ONE_ELEMENT), ("T", _ATOMIC_TYPE))),
         _one_sided("osu_cas_latency", "cas", own=(("m", _ONE_ELEMENT), ("T", _ATOMIC_TYPE))),
-        _one_sided("osu_put_bibw", "put-bibw", syncs=ACTIVE_SYNCS, own=(("s", _ACTIVE_SYNC), ("z", _TAIL_BIBW))),
+        _one_sided("osu_put_bibw", "put-bibw", syncs=ACTIVE_SYNCS, own=(("s", _ACTIVE_SYNC),)),
         # point-to-point from several threads (MPI_THREAD_MULTIPLE) or beside forked processes
         _pt2pt("osu_latency_mt", "latency-mt", min_size=0, own=(("t", _THREADS),), counts_flag="--mpi-threads"),
         _pt2pt("osu_latency_mp", "latency-mp", min_size=0, own=(("t", _PROCESSES),), counts_flag="--mpi-processes"),
         # persistent point-to-point: osu_latency's, osu_bw's and osu_bibw's calls with requests built once
         _pt2pt("osu_latency_persistent", "latency", min_size=0, method="persistent"),
         _pt2pt("osu_bw_persistent", "bw", method="persistent"),
-        _pt2pt("osu_bibw_persistent", "bibw", method="persistent", own=(("z", _TAIL_BIBW),)),
+        _pt2pt("osu_bibw_persistent", "bibw", method="persistent"),
         # congestion: the parent host's ranks exchanging windows with every other host's (OSU 7.4's CPU build
         # takes no -c here: the shims run unchecked, as OSU does)
-        Benchmark("osu_bw_fan_in", "mpi", "bw-fan-in", own=_FAN_OWN),
-        Benchmark("osu_bw_fan_out", "mpi", "bw-fan-out", own=_FAN_OWN),
+        Benchmark("osu_bw_fan_in", "mpi", "bw-fan-in"),
+        Benchmark("osu_bw_fan_out", "mpi", "bw-fan-out"),
         # start-up: each rank's MPI_Init, min/max/avg across ranks, and osu_hello's line over the same figures
         Benchmark("osu_init", "mpi", "init"),
         Benchmark("osu_hello", "mpi", "hello"),
@@ -395,8 +388,9 @@ def parse(name: str, argv: list[str]) -> Request:
         if letter == "d" and value:
             value = value.lower()  # OSU compares the kinds' names without case
         _check_value(bench, letter, value)
-        if letter == "z":
-            percentiles = _percentiles(bench, value)
+        if letter == "z":  # read and checked as OSU reads it; columns only where they are printed
+            chosen = _percentiles(bench, value, kept=treatment.kind == HONOURED)
+            percentiles = chosen if treatment.kind == HONOURED else ()
         elif letter == "T":
             datatypes += _datatypes(bench, value)
         values[letter] = value or ""
@@ -497,8 +491,9 @@ def _check_counts(bench: Benchmark, value: str) -> None:
         raise UsageError(f"{bench.name}: -t {exc}") from None
 
 
-def _percentiles(bench: Benchmark, value: str | None) -> tuple[int, ...]:
-    """-z's list as OSU reads it (atoi of each comma-separated part, 0 to 100), each one fabricbench keeps."""
+def _percentiles(bench: Benchmark, value: str | None, kept: bool = True) -> tuple[int, ...]:
+    """-z's list as OSU reads it (atoi of each comma-separated part, 0 to 100), each one fabricbench keeps
+    (``kept``: where they become columns)."""
     if value is None:
         return DEFAULT_PERCENTILES
     parts = [part for part in value.split(",") if part]
@@ -506,7 +501,7 @@ def _percentiles(bench: Benchmark, value: str | None) -> tuple[int, ...]:
     for percent in chosen:
         if not 0 <= percent <= 100:
             raise UsageError(f"{bench.name}: -z{value}: OSU's percentiles are 0 to 100")
-        if percent not in KEPT_PERCENTILES:
+        if kept and percent not in KEPT_PERCENTILES:
             kept = ", ".join(f"{p}" for p in KEPT_PERCENTILES)
             raise UsageError(
                 f"{bench.name}: -z{value}: fabricbench's table keeps the P{kept.replace(', ', ', P')} columns only"

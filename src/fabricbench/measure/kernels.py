@@ -355,7 +355,7 @@ _ALL = [
     ),
     *(_collective(spec) for spec in COLLECTIVES.values()),
     Kernel("put", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Put Latency Test", pairing=Pairing.ONE),
-    Kernel("get", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Get Latency Test", pairing=Pairing.ONE),
+    Kernel("get", "latency", "one-pair", "op", 1, 4 * MiB, "{lib}_Get latency Test", pairing=Pairing.ONE),
     # 8-byte remote atomics (verbs: IBV_WR_ATOMIC_FETCH_AND_ADD / _CMP_AND_SWP; OSU's osu_fop_latency and
     # osu_cas_latency, perftest's ib_atomic_lat and ib_atomic_bw): one operation and its fetched value, a full
     # round trip; or a window of them, a message rate.

@@ -13,7 +13,7 @@ latency and Iterations for a collective with ``-f`` (``Columns.full``), the
 Pass/Fail validation column with ``-c`` (``Columns.validate``), then tail
 latencies with ``-z`` (``Columns.percentiles``), as OSU's print_stats_validate
 and its point-to-point tests print them; a bandwidth test's tails are its
-windows' bandwidths (``bw_win_p*_MBps``, one pair one way only). ``-T`` names the datatype line
+windows' bandwidths (``bw_win_p*_MBps``, as rows.tail_window_bytes counts them). ``-T`` names the datatype line
 (``Columns.datatype``); the kernel's own type otherwise. A reduction run with
 ``-T`` sums that type (``Kernel.with_datatype``), on mpi only; the other kernels
 move its bytes, on any transport. A kernel with no sizes (barrier) prints no
@@ -40,7 +40,6 @@ from fabricbench.measure.kernels import (
     Pairing,
     get_kernel,
 )
-from fabricbench.measure.rows import has_window_bandwidths
 from fabricbench.measure.schema import is_measured
 from fabricbench.measure.stats import PERCENTILES, WINDOW_PERCENTILES
 from fabricbench.transports import TRANSPORTS, transport_class
@@ -101,13 +100,6 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 def check_columns(kernel: Kernel, columns: Columns, transport: str) -> None:
     """Refuse, in one line, a column this kernel's rows cannot fill on ``transport`` (never print something else
     under its name). ``kernel`` is the one the run moves: ``with_datatype`` of -T's type where it can move it."""
-    if columns.percentiles and kernel.windowed and not has_window_bandwidths(kernel):
-        why = (
-            "rank 0's window of both directions does not hold its bytes' transit"
-            if kernel.directions > 1
-            else "OSU multiplies rank 0's window rate by the pairs; fabricbench keeps no window of every pair at once"
-        )
-        raise UsageError(f"tail bandwidths (-z) for {kernel.name}: {why}")
     untabled = [p for p in columns.percentiles if kernel.windowed and p not in WINDOW_PERCENTILES]
     if untabled:
         kept = ", ".join(f"P{p:g}" for p in WINDOW_PERCENTILES)
@@ -159,7 +151,8 @@ def header(transport: str, kernel_name: str, window: int, pairs: int, columns: C
     if kernel.osu_layout in ("threads", "processes"):  # osu_latency_mt/_mp: counts, title, columns, datatype
         extra = cls.osu_header_lines(kernel, columns.transport_options)
         datatype = f"# Datatype: {(columns.datatype or kernel.osu_datatype).upper()}."
-        return "\n".join([made, *extra, named, column_header(kernel_name, columns), datatype])
+        # OSU's print_preamble starts with an empty line: after the counts, it stands between them and the title.
+        return "\n".join([made, *extra, "", named, column_header(kernel_name, columns), datatype])
     if kernel.osu_layout != "table":  # osu_init and osu_hello print their title, then their one line
         return f"{made}\n{named}"
     nonblocking = columns.nonblocking and kernel.collective  # osu_i*: "# Overall = ..." under the title
@@ -187,12 +180,13 @@ def with_topology(header_text: str, row: dict) -> str:
     """A neighbourhood collective's header as OSU prints it once its graph exists: the Cartesian grid's dimensions
     (MPI_Dims_create over the ranks in OSU's one dimension, each followed by a space) and the mean time the ranks took
     to create the graph communicator, before the title; fabricbench's own first line stays first. A row that made
-    no graph (too few ranks: unsupported) leaves the header as it is."""
+    no graph (too few ranks: unsupported) leaves the header as it is. OSU's print_preamble starts with an empty
+    line, which falls between the graph's lines and the title."""
     made, _, rest = header_text.partition("\n")
     took = row.get("topology_us")
     if took is None or (isinstance(took, float) and math.isnan(took)):
         return header_text
-    lines = [f"Dimensions size = {row['ranks']} ", f"Time took to create topology graph:{took:.2f} us."]
+    lines = [f"Dimensions size = {row['ranks']} ", f"Time took to create topology graph:{took:.2f} us.", ""]
     return "\n".join([made, *lines, rest])
 
 

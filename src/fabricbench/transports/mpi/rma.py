@@ -2,7 +2,8 @@
 Get_accumulate, Fetch_and_op and Compare_and_swap.
 
 The window and the synchronisation are OSU's -w and -s (``--rma-window``,
-``--rma-sync``), with OSU's defaults: ``MPI_Win_allocate`` and passive-target
+``--rma-sync``), with OSU's defaults: ``MPI_Win_allocate`` (``MPI_Win_create``
+for get-acc, as osu_get_acc_latency's own default) and passive-target
 lock/flush, except osu_put_bibw's post/start/complete/wait (it synchronises
 actively only, pscw or fence). Rank 0 is the origin and rank N/2 the target;
 under a passive synchronisation the target does nothing while it is timed,
@@ -70,6 +71,11 @@ def rma_op(kernel: Kernel) -> str:
     return kernel.name.removesuffix("-bibw").removesuffix("-bw").replace("-", "_")
 
 
+def default_window(kernel: Kernel) -> str:
+    """OSU's -w default: MPI_Win_allocate, but MPI_Win_create for osu_get_acc_latency, whose own default it is."""
+    return "create" if kernel.name == "get-acc" else DEFAULT_WINDOW
+
+
 def default_sync(kernel: Kernel) -> str:
     """OSU's -s default: flush, or pscw for osu_put_bibw, which synchronises actively only."""
     return "pscw" if kernel.directions == 2 else "flush"
@@ -96,8 +102,8 @@ class RMAOptions(OptionGroup):
         group.add_argument(
             "--rma-window",
             choices=list(WINDOWS),
-            help="how each window is made, OSU's -w: MPI_Win_create over a buffer, MPI_Win_allocate (default) or "
-            "MPI_Win_create_dynamic with the buffer attached",
+            help="how each window is made, OSU's -w: MPI_Win_create over a buffer, MPI_Win_allocate or "
+            "MPI_Win_create_dynamic with the buffer attached (default: allocate, and create for get-acc, as OSU)",
         )
         group.add_argument(
             "--rma-sync",
@@ -345,7 +351,7 @@ class MPIRMATransport(Transport):
         if kernel.name not in cls.kernels:
             return []
         rma = RMA_OPTIONS.of(transport_options or {})
-        window = WINDOWS[rma.get("window", DEFAULT_WINDOW)]
+        window = WINDOWS[rma.get("window") or default_window(kernel)]
         sync = SYNCS[rma.get("sync", default_sync(kernel))]
         return [f"# Window creation: {window}", f"# Synchronization: {sync}"]
 
@@ -355,7 +361,7 @@ class MPIRMATransport(Transport):
         self.window = plan.window
         options = MPI_OPTIONS.of(plan.transport_options)
         rma = RMA_OPTIONS.of(plan.transport_options)
-        self.window_kind, self.sync = rma.get("window", DEFAULT_WINDOW), rma.get("sync")
+        self.window_kind, self.sync = rma.get("window"), rma.get("sync")  # None: OSU's default for the kernel
         self.buffer_reason = buffer_unsupported(options)
         self.buffer = options.get("buffer", "host")  # the rows say what was asked for, beside why it was not run
         try:
@@ -367,12 +373,15 @@ class MPIRMATransport(Transport):
     def _sync(self, kernel: Kernel) -> str:
         return self.sync or default_sync(kernel)
 
+    def _window(self, kernel: Kernel) -> str:
+        return self.window_kind or default_window(kernel)
+
     def unsupported(self, kernel: Kernel) -> str | None:
         found = super().unsupported(kernel) or self.buffer_reason
         found = found or sync_reason(kernel, self._sync(kernel), self.comm.Get_size())
         if found or self.cloop:
             return found
-        python_loop = self._sync(kernel) == "flush" and self.window_kind != "dynamic"
+        python_loop = self._sync(kernel) == "flush" and self._window(kernel) != "dynamic"
         if kernel.name.removesuffix("-bw") not in ("put", "get") or not python_loop:
             return (
                 f"the python loop times put and get (and their -bw) with lock/flush on an allocated or created "
@@ -381,11 +390,13 @@ class MPIRMATransport(Transport):
         return None
 
     def case(self, kernel: Kernel, size: int) -> Case:
-        return OneSided(self.comm, kernel, size, self.window, self.cloop, self.window_kind, self._sync(kernel))
+        return OneSided(self.comm, kernel, size, self.window, self.cloop, self._window(kernel), self._sync(kernel))
 
     def metadata(self) -> dict:
         sync = {"rma_sync": SYNCS[self.sync]} if self.sync else {"rma_sync": "OSU's default per kernel"}
-        return {"rma_window": WINDOWS[self.window_kind]} | sync | loop_metadata(self.cloop)
+        default = f"{WINDOWS[DEFAULT_WINDOW]} (get-acc: {WINDOWS['create']}, as OSU)"  # default_window's
+        window = WINDOWS[self.window_kind] if self.window_kind else default
+        return {"rma_window": window} | sync | loop_metadata(self.cloop)
 
     def close(self) -> None:
         self.comm.Free()
