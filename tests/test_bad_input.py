@@ -254,3 +254,25 @@ def _table(tmp_path: Path, name: str, metadata: str | None = None, size_B: str |
 def test_compare_refuses_a_bad_table_in_one_line(tmp_path, name, change, expected):
     bad = _table(tmp_path, "bad", **change)
     refused_cleanly("compare", str(EXAMPLE), bad, expected=expected, timeout=120)
+
+
+# A launcher's variables inherited by a shell, with no launcher: (what they are, the words the one line must hold).
+INHERITED = {
+    "PMIX_RANK of a PMIx launcher": ({"PMIX_RANK": "0"}, "PMIX_RANK='0' is set, a PMIx launcher's"),
+    "Open MPI's OMPI_COMM_WORLD_*": (
+        {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
+        "OMPI_COMM_WORLD_RANK='0', OMPI_COMM_WORLD_SIZE='1' are set, Open MPI's mpirun's",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", INHERITED)
+def test_an_inherited_launcher_variable_this_mpi_cannot_be_started_by_is_named_in_one_line(name, out):
+    """PMIX_RANK=0 ended in MPICH's 'launcher not compatible with PMI1 client' (6 lines, exit 15); Open MPI's
+    variables added mpi4py's 4-line 'suspicious MPI execution environment' warning."""
+    variables, said = INHERITED[name]
+    result = fabricbench("run", "-k", "latency", "-i", "5", "--out", str(out), env=variables, timeout=60)
+    assert result.returncode == 2, result.stderr
+    _one_clean_line(result.stderr, said)
+    assert f"`unset {' '.join(variables)}`" in result.stderr and "suspicious" not in result.stderr
+    assert not out.exists()

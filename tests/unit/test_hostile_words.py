@@ -7,7 +7,9 @@ import pytest
 
 from fabricbench import argtypes, cli
 from fabricbench.argtypes import MASK, TOKEN_VAR, masked_text
+from fabricbench.control.mpi import foreign_launch
 from fabricbench.errors import UsageError
+from fabricbench.launch import slurm
 from fabricbench.launch.launcher import HostLimits, check_ranks
 
 
@@ -40,3 +42,20 @@ def test_the_descriptor_refusal_names_np_only_where_it_was_given():
         check_ranks(2, limits, False)
     with pytest.raises(UsageError, match=r"^this host cannot start local ranks \(ulimit -n is 12 "):
         check_ranks(2, limits, False, given=False)
+
+
+MPICH = slurm.Speaks("this MPICH", "PMI-2", "pmi2")
+OPEN_MPI = slurm.Speaks("this Open MPI", "PMIx", "pmix")
+
+
+def test_a_launchers_variables_this_mpi_cannot_be_started_by_are_named():
+    said = foreign_launch({"PMIX_RANK": "0"}, MPICH)
+    assert said.startswith("PMIX_RANK='0' is set, a PMIx launcher's, but this MPICH speaks PMI-2") and (
+        "`unset PMIX_RANK`" in said
+    )
+    ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}
+    assert "`unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE`" in foreign_launch(ompi, MPICH)
+    # What each MPI's own launcher sets is left alone: hydra's PMI_RANK, Open MPI's mpirun under Open MPI.
+    assert foreign_launch({"PMI_RANK": "0", "PMIX_RANK": "0"}, MPICH) is None
+    assert foreign_launch({**ompi, "PMIX_RANK": "0", "PMIX_NAMESPACE": "prterun-1"}, OPEN_MPI) is None
+    assert foreign_launch({"PMIX_RANK": "0"}, slurm.Speaks("this MPI (X)", "", "")) is None  # unknown: left to try
