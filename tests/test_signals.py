@@ -167,3 +167,24 @@ def test_ctrl_c_while_fabricbench_loads_is_one_line_not_a_traceback(rank_env, co
         run.kill()
     assert run.returncode == code
     assert stderr == said
+
+
+@pytest.mark.parametrize(("rank", "signum"), [(1, signal.SIGKILL), (0, signal.SIGKILL), (1, signal.SIGSEGV)])
+def test_a_rank_killed_by_a_signal_is_named_in_one_line_and_the_rows_are_kept(out, rank, signum):
+    """A rank killed as the OOM killer kills (SIGKILL) ended the run with exit 9, not a word on stderr, and
+    hydra's 11-line banner on stdout, inside the console table."""
+    run = run_until_first_row("-n", "2", "--out", str(out))
+    pid = json.loads((out / "metadata.json").read_text())["ranks"][rank]["pid"]
+    os.kill(pid, signum)
+    stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 128 + signum, stderr
+    name = signal.Signals(signum).name
+    assert _our_lines(stderr) == [
+        f"fabricbench: error: rank {rank} (pid {pid}) was killed by signal {signum} ({name}"
+        + (", as the kernel's OOM killer and kill -9 end a process" if signum == signal.SIGKILL else "")
+        + f"); the rows measured before it are kept in {out}/, marked incomplete"
+    ], stderr
+    assert "BAD TERMINATION" not in stdout and "EXIT STRING" not in stdout, stdout
+    _assert_nothing_left(out)
+    rows, meta = read_rows(out)
+    assert len(rows) >= 1 and meta["complete"] is False

@@ -3,6 +3,8 @@ and the descriptor refusal naming --np only where it was given. No process."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fabricbench import argtypes, cli
@@ -10,7 +12,7 @@ from fabricbench.argtypes import MASK, TOKEN_VAR, masked_text
 from fabricbench.control.mpi import foreign_launch
 from fabricbench.errors import UsageError
 from fabricbench.launch import slurm
-from fabricbench.launch.launcher import HostLimits, check_ranks
+from fabricbench.launch.launcher import HostLimits, check_ranks, killed_line, killed_rank
 
 
 def test_a_token_is_masked_as_repr_and_the_terminal_show_it(monkeypatch):
@@ -59,3 +61,27 @@ def test_a_launchers_variables_this_mpi_cannot_be_started_by_are_named():
     assert foreign_launch({"PMI_RANK": "0", "PMIX_RANK": "0"}, MPICH) is None
     assert foreign_launch({**ompi, "PMIX_RANK": "0", "PMIX_NAMESPACE": "prterun-1"}, OPEN_MPI) is None
     assert foreign_launch({"PMIX_RANK": "0"}, slurm.Speaks("this MPI (X)", "", "")) is None  # unknown: left to try
+
+
+HYDRA_BANNER = [
+    "=" * 83,
+    "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+    "=   PID 4360 RUNNING AT vm",
+    "=   EXIT CODE: 9",
+    "=" * 83,
+    "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)",
+]
+
+
+def test_a_rank_killed_by_a_signal_is_named_from_hydras_banner_and_the_runs_metadata(tmp_path):
+    assert killed_rank(HYDRA_BANNER) == (4360, 9)
+    assert killed_rank(HYDRA_BANNER[:-1]) is None  # an exit code, not a signal: the rank said why itself
+    (tmp_path / "metadata.json").write_text(json.dumps({"ranks": [{"pid": 4359}, {"pid": 4360}]}))
+    assert killed_line(4360, 9, str(tmp_path)) == (
+        "fabricbench: error: rank 1 (pid 4360) was killed by signal 9 (SIGKILL, as the kernel's OOM killer and "
+        f"kill -9 end a process); the rows measured before it are kept in {tmp_path}/, marked incomplete"
+    )
+    (tmp_path / "metadata.json").write_text("{")  # cut short: the pid alone
+    assert killed_line(4360, 11, str(tmp_path)).startswith(
+        "fabricbench: error: a rank (pid 4360) was killed by signal 11 (SIGSEGV)"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import resource
@@ -265,10 +266,12 @@ def _is_open_mpi(mpiexec: str) -> bool:
     return "Open MPI" in out or "OpenRTE" in out or "PRRTE" in out
 
 
-def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
+def relaunch(argv: list[str], ranks: int, progress: bool, out_dir: str = "") -> int:
     """Run ``fabricbench argv`` on ``ranks`` local ranks; return the launcher's exit code.
 
-    A SIGINT, SIGTERM or SIGHUP sent here ends the job and returns 130, 143 or 129 with one line.
+    A SIGINT, SIGTERM or SIGHUP sent here ends the job and returns 130, 143 or 129 with one line; a rank killed
+    by a signal N (SIGKILL from the OOM killer) returns 128 + N with one line naming it (``out_dir``: the run's
+    folder, whose metadata says which rank had its pid).
     """
     mpiexec = find_mpiexec()
     _files_for(ranks)
@@ -294,7 +297,7 @@ def relaunch(argv: list[str], ranks: int, progress: bool) -> int:
     elif code == _PASSED_ON[signal.SIGINT][1]:  # a rank was sent SIGINT of its own, and ended the job
         word = _PASSED_ON[signal.SIGINT][2]
     else:
-        return job.relay.finish(code, errno.EBADF if stdout_closed else job.relay.stdout_errno)
+        return job.relay.finish(code, errno.EBADF if stdout_closed else job.relay.stdout_errno, out_dir)
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
         print(f"fabricbench: {word}", file=sys.stderr, flush=True)
     return code
@@ -317,7 +320,11 @@ def hold_fd(fd: int) -> bool:
 # Lines of the launcher's own on a rank's failure (hydra's, MPICH's MPI_Abort, Open MPI's banners): held back,
 # and said in one line only when no rank said why.
 _LAUNCHER_LINES = ("[mpiexec@", "[proxy:", "Abort(", "=", "-----", "mpirun ", "prterun ", "\n")
-_SUMMARY = re.compile(r"# \d+ rows in ")  # rank 0's last line on stderr, folded into the line for a lost console
+_SUMMARY = re.compile(r"# [\d,]+ rows in ")  # rank 0's last line on stderr, folded into the line for a lost console
+# hydra's banner when a rank ends badly, which it writes to stdout, inside the console table: held back too.
+_BANNER_LINES = ("=", "YOUR APPLICATION TERMINATED WITH", "This typically refers to a problem", "Please see the FAQ")
+_BANNER_PID = re.compile(r"=\s+PID (\d+) RUNNING AT")
+_BANNER_SIGNAL = re.compile(r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*\(signal (\d+)\)")
 RELAY_JOIN_S = 10.0  # how long after mpiexec ends its output may take to drain (a rank that outlived it holds it)
 
 
@@ -328,6 +335,8 @@ class _Relay:
     process's stdout fails (a reader gone, a full disk, a closed descriptor)
     the job is kept from knowing: what it writes is read and dropped, so that
     hydra and rank 0 run on and finish the table, Parquet and metadata.
+    hydra's banner for a rank that ended badly, which it writes there, is
+    held back with the launcher's lines on stderr.
     stderr: passed on as it comes (a progress bar's ``\\r`` too), but of the
     ``fabricbench: error:`` lines every rank of a failing job may write, only
     the first; and the launcher's own lines are held back (_LAUNCHER_LINES).
@@ -346,12 +355,27 @@ class _Relay:
             thread.start()
 
     def _pass_out(self, pipe) -> None:
+        pending = b""
         while chunk := os.read(pipe.fileno(), 65536):
-            if not self.stdout_errno:
-                try:
-                    write_all(1, chunk)
-                except OSError as exc:
-                    self.stdout_errno = exc.errno or errno.EIO
+            *whole, pending = (pending + chunk).split(b"\n")
+            self._out(b"".join(line + b"\n" for line in whole if not self._banner(line)))
+        if not self._banner(pending):
+            self._out(pending)
+
+    def _banner(self, line: bytes) -> bool:
+        """Whether ``line`` is hydra's banner's, held back if so."""
+        text = line.decode(errors="replace")
+        if text.startswith(_BANNER_LINES):
+            self._held.append(text)
+            return True
+        return False
+
+    def _out(self, data: bytes) -> None:
+        if data and not self.stdout_errno:
+            try:
+                write_all(1, data)
+            except OSError as exc:
+                self.stdout_errno = exc.errno or errno.EIO
 
     def _pass_err(self, pipe) -> None:
         pending = b""
@@ -377,14 +401,19 @@ class _Relay:
         with contextlib.suppress(OSError):
             write_all(2, piece)
 
-    def finish(self, code: int, stdout_errno: int) -> int:
+    def finish(self, code: int, stdout_errno: int, out_dir: str = "") -> int:
         """After the job: what was held back, said in one line at most; the run's exit code.
 
         A console lost (``stdout_errno``) under a run that wrote its table: a reader gone (EPIPE) ends as a Unix
         tool's 141, saying nothing more than the usual summary; any other failure says so in one line, exit 1.
+        A rank killed by signal N, where no rank said why: one line naming it, exit 128 + N, as a shell's.
         """
         for thread in self._threads:
             thread.join(RELAY_JOIN_S)
+        killed = killed_rank(self._held) if code and not self._said else None
+        if killed:
+            _say(killed_line(*killed, out_dir))
+            return 128 + killed[1]
         if code == 0 and stdout_errno and stdout_errno != errno.EPIPE:
             say = f"fabricbench: error: cannot write to stdout: {os.strerror(stdout_errno)}; the run finished"
             say += f": {self._summary.removeprefix('# ')}" if self._summary else ""
@@ -399,6 +428,30 @@ class _Relay:
             for line in held:
                 _say(line)
         return 141 if code == 0 and stdout_errno == errno.EPIPE else code
+
+
+def killed_rank(held: list[str]) -> tuple[int, int] | None:
+    """(pid, signal) of the rank hydra's banner says a signal killed, or None."""
+    pids = [int(found.group(1)) for line in held if (found := _BANNER_PID.match(line))]
+    signals = [int(found.group(1)) for line in held if (found := _BANNER_SIGNAL.match(line))]
+    return (pids[0], signals[0]) if pids and signals else None
+
+
+def killed_line(pid: int, signum: int, out_dir: str) -> str:
+    """The one line for a rank a signal killed: which rank (its pid in the run's metadata), which signal, and
+    where the rows measured before it are."""
+    rank = "a rank"
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
+        ranks = json.loads((Path(out_dir) / "metadata.json").read_text())["ranks"]
+        rank = f"rank {[each['pid'] for each in ranks].index(pid)}"
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = "an unnamed signal"
+    why = ", as the kernel's OOM killer and kill -9 end a process" if signum == signal.SIGKILL else ""
+    where = f"kept in {out_dir}/, marked incomplete" if out_dir else "kept, marked incomplete"
+    killed = f"{rank} (pid {pid}) was killed by signal {signum} ({name}{why})"
+    return f"fabricbench: error: {killed}; the rows measured before it are {where}"
 
 
 def write_all(fd: int, data: bytes) -> None:

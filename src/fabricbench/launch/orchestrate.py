@@ -31,7 +31,7 @@ def self_launch(plan: Plan, argv: list[str], ranks: int, out_given: bool, progre
     prepare_out_dir(plan.out_dir)
     os.environ[RUN_ID_VAR] = plan.run_id
     child_argv = list(argv) if out_given else [*argv, "--out", plan.out_dir]
-    return launch.relaunch(child_argv, ranks, progress=progress)
+    return launch.relaunch(child_argv, ranks, progress=progress, out_dir=plan.out_dir)
 
 
 def run_ranks(
