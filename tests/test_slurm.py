@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from fabricbench.hostinfo import usable_cpus
+from fabricbench.launch.launcher import YIELD_SETTINGS
 from support import PYTHON, clean_env, executable_stub, fabricbench, free_port, one_error_line, read_rows
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -162,9 +164,13 @@ class Cluster:
         except subprocess.TimeoutExpired as exc:
             return subprocess.CompletedProcess(list(args), 124, "", f"timed out after {exc.timeout} s")
 
-    def srun(self, mpi: str, ranks: int, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        """``srun --mpi=MPI -n RANKS python -m fabricbench ARGS``; a step that overruns STEP_S is cancelled."""
+    def srun(
+        self, mpi: str, ranks: int, *args: str, env: dict | None = None, overcommit: bool = False
+    ) -> subprocess.CompletedProcess:
+        """``srun --mpi=MPI -n RANKS python -m fabricbench ARGS`` (``--overcommit``: more tasks than the node has
+        CPUs); a step that overruns STEP_S is cancelled."""
         command = ["srun", f"--mpi={mpi}", "-N", "1", "-n", str(ranks), "--job-name", "fabricbench-test"]
+        command += ["--overcommit"] if overcommit else []
         command += [PYTHON, "-m", "fabricbench", *args]
         try:
             return subprocess.run(
@@ -239,6 +245,21 @@ def test_pmi2_one_world_of_two_ranks_labelled_srun(cluster, tmp_path):
     assert slurm["mpi_plugin"] == "pmi2" and slurm["tasks"] == 2, slurm
     assert slurm["job_id"].isdigit() and slurm["step_id"].isdigit(), slurm
     assert json.loads((out / "metadata.json").read_text())["slurm"] == slurm
+
+
+def test_more_tasks_than_cpus_read_from_the_step_are_said_and_recorded(cluster, tmp_path):
+    """srun with one task more than the node's CPUs (tasks not bound: task/none): each task reads its node's count
+    from SLURM_STEP_TASKS_PER_NODE before MPI_Init; the suite's yield settings are in the step's environment
+    (conftest.py), so they stay as set and are recorded so."""
+    out, tasks = tmp_path / "run", usable_cpus() + 1
+    run = ["run", "-k", "barrier", "-i", "10", "-x", "2", "--format", "none", "--out", str(out)]
+    result = cluster.srun("pmi2", tasks, *run, overcommit=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    crowded = read_rows(out)[1]["oversubscribed"]
+    assert list(crowded.values()) == [
+        {"ranks": tasks, "cpus": tasks - 1, "yield_applied": {}, "yield_kept": YIELD_SETTINGS["this MPICH"]}
+    ], crowded
+    assert result.stderr.count("fabricbench: warning: oversubscribed") == 1, result.stderr
 
 
 def test_none_gives_one_line_and_exit_2(cluster):

@@ -4,9 +4,13 @@ and the compiler wrapper asked once per host rather than once per rank."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import stat
+import subprocess
 
-from support import BIN, fabricbench
+from fabricbench.launch.launcher import YIELD_SETTINGS
+from support import BIN, MPIEXEC, PYTHON, clean_env, fabricbench
 
 # Rank 0 loads pandas and pyarrow for the table after the sweep; no rank needs them, nor the rest, to measure.
 NOT_BEFORE_MEASURING = (
@@ -52,3 +56,57 @@ def test_the_compiler_wrapper_is_asked_once_per_host(tmp_path):
     assert asked == ["-show"]
     rows = (tmp_path / "out" / "results.csv").read_text()
     assert "c loop" in rows  # built with the wrapper, and used on every rank
+
+
+SUITE_YIELD = YIELD_SETTINGS["this MPICH"]  # conftest.py sets these for every test: here they are taken away
+
+
+def _on_first_cpus(count: int):
+    """A preexec_fn that narrows the child's affinity (and so its ranks') to this process's first COUNT CPUs."""
+    cpus = set(sorted(os.sched_getaffinity(0))[:count])
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def _crowded(launch: list[str], out, cpus: int, env: dict) -> tuple[subprocess.CompletedProcess, dict]:
+    """``LAUNCH fabricbench run`` (alone: 2 ranks of its own) on this process's first CPUS CPUs."""
+    sweep = ["-k", "barrier", "-i", "10", "-x", "2", "--format", "none"]
+    run = ["run", *([] if launch else ["-n", "2"]), *sweep, "--out", str(out)]
+    result = subprocess.run(
+        [*launch, PYTHON, "-m", "fabricbench", *run],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        preexec_fn=_on_first_cpus(cpus),
+    )
+    assert result.returncode == 0, result.stderr
+    return result, json.loads((out / "metadata.json").read_text())
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("fabricbench: warning: oversubscribed")]
+
+
+def test_more_ranks_than_cpus_says_so_once_and_makes_the_waiting_ranks_yield(tmp_path):
+    """fabricbench's own 2 ranks on 1 CPU, with none of MPICH's yield settings in the environment: the ranks set
+    them before MPI_Init, one line says so, and the metadata holds the host's ranks, CPUs and what was set."""
+    env = {name: value for name, value in clean_env().items() if name not in SUITE_YIELD}
+    result, meta = _crowded([], tmp_path / "own", 1, env)
+    host = socket.gethostname()
+    settings = " ".join(f"{name}={value}" for name, value in SUITE_YIELD.items())
+    assert _warnings(result.stderr) == [
+        f"fabricbench: warning: oversubscribed, 2 ranks on 1 CPU of {host}: ranks take turns on the CPUs and times "
+        f"include the wait; waiting ranks yield: MPI_Init was given {settings}"
+    ], result.stderr
+    assert meta["oversubscribed"] == {host: {"ranks": 2, "cpus": 1, "yield_applied": SUITE_YIELD, "yield_kept": {}}}
+    assert all("oversubscribed" not in rank and rank["boot_id"] for rank in meta["ranks"])
+
+
+def test_a_launchers_crowded_ranks_keep_the_users_yield_settings(tmp_path):
+    """``mpiexec -n 3`` on 2 CPUs (or 1) with the settings already set (the suite's): left as they are, and said."""
+    cpus = min(2, len(os.sched_getaffinity(0)))
+    result, meta = _crowded([MPIEXEC, "-n", "3"], tmp_path / "launched", cpus, clean_env())
+    host = socket.gethostname()
+    assert meta["oversubscribed"] == {host: {"ranks": 3, "cpus": cpus, "yield_applied": {}, "yield_kept": SUITE_YIELD}}
+    settings = " ".join(f"{name}={value}" for name, value in SUITE_YIELD.items())
+    assert len(_warnings(result.stderr)) == 1 and _warnings(result.stderr)[0].endswith(f"left as set: {settings}")

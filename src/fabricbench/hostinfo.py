@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
+from pathlib import Path
+
+from fabricbench.launch import slurm
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # a new random id at every boot, one per kernel
+# What a launcher tells each rank, before MPI starts, of the ranks it started on this host: hydra (MPICH, Intel
+# MPI), Open MPI's mpirun. srun's tasks read SLURM_STEP_TASKS_PER_NODE (slurm.tasks_here).
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def usable_cpus() -> int:
@@ -21,3 +30,25 @@ def ranks_here(records: list[dict]) -> int:
     """How many of the ranks' records (each with the "host" this_host() gave) name this host."""
     host = this_host()
     return sum(1 for record in records if record.get("host") == host)
+
+
+def boot_id() -> str:
+    """This kernel's boot id ("unknown" where it cannot be read): hosts that give the same one share one kernel
+    (network namespaces, containers), and with it shared memory that MPI may use between them."""
+    try:
+        return BOOT_ID.read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def local_ranks(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """How many ranks of this job the launcher started on this host, and the variable that says so; None where no
+    launcher said (before MPI starts, so that a rank can set what MPI reads in MPI_Init)."""
+    for var in LOCAL_SIZE_VARS:
+        if env.get(var, "").isdigit() and int(env[var]) > 0:
+            return int(env[var]), var
+    if slurm.started_by_srun(env):
+        tasks = slurm.tasks_here(env)
+        if tasks:
+            return tasks, "SLURM_STEP_TASKS_PER_NODE"
+    return None

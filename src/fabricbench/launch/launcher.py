@@ -22,11 +22,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from fabricbench import hostinfo
 from fabricbench.control.mpi import find_mpiexec
 from fabricbench.errors import UsageError
 from fabricbench.hostinfo import usable_cpus
@@ -163,6 +164,45 @@ def _files_for(ranks: int) -> None:
         raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+
+
+# What makes an MPI's waiting ranks give up their core, read by MPI_Init. MPICH's ranks poll without pause while
+# they wait: with more ranks than cores a waiting rank spins through the time slice of the rank it waits for
+# (osu_allreduce on 4 ranks and 2 cores: 14 ms a call, 1.2 to 2.9 ms once a rank that finds nothing to do 100
+# polls in a row sleeps, as the test suite sets it). Open MPI's counterpart is mpi_yield_when_idle.
+YIELD_SETTINGS = {
+    "this MPICH": {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "100"},
+    "this Open MPI": {"OMPI_MCA_mpi_yield_when_idle": "1"},
+}
+# This rank's oversubscription, once yield_if_oversubscribed has looked: {} where its host has a CPU a rank.
+OVERSUBSCRIBED: dict = {}
+
+
+def oversubscription(env: Mapping[str, str], cpus: int, library_version: str) -> dict:
+    """Whether the launcher started more ranks on this host than this rank may use CPUs, and what makes the
+    waiting ranks yield: {"ranks", "cpus", "from" (the launcher's variable), "yield_applied" (to set), "yield_kept"
+    (the same settings already in ``env``, left as they are)}; {} where the host is not oversubscribed or no
+    launcher said how many ranks it holds."""
+    local = hostinfo.local_ranks(env)
+    if local is None or local[0] <= cpus:
+        return {}
+    settings = YIELD_SETTINGS.get(slurm.speaks(library_version).name, {})
+    return {
+        "ranks": local[0],
+        "cpus": cpus,
+        "from": local[1],
+        "yield_applied": {name: value for name, value in settings.items() if name not in env},
+        "yield_kept": {name: env[name] for name in settings if name in env},
+    }
+
+
+def yield_if_oversubscribed(library_version: str) -> dict:
+    """Before MPI_Init, on every rank: where this host runs more ranks than CPUs, set the yield settings that are
+    not set already (a value the user gave stays), and keep what was found in OVERSUBSCRIBED."""
+    OVERSUBSCRIBED.clear()
+    OVERSUBSCRIBED.update(oversubscription(os.environ, usable_cpus(), library_version))
+    os.environ.update(OVERSUBSCRIBED.get("yield_applied", {}))
+    return OVERSUBSCRIBED
 
 
 def launcher() -> str | None:

@@ -14,7 +14,11 @@ import numpy as np
 
 from fabricbench import __version__
 from fabricbench.argtypes import masked_command_line
+from fabricbench.hostinfo import boot_id
 from fabricbench.measure.schema import SCHEMA_VERSION
+
+OVERSUBSCRIBED_KEY = "oversubscribed"  # metadata: the hosts with more ranks than CPUs (oversubscribed_hosts)
+SHARED_KERNEL_KEY = "shared_kernel"  # metadata: the groups of hosts that share one kernel (shared_kernels)
 
 
 def _read(path: str) -> str:
@@ -52,9 +56,91 @@ def set_numpy_hugepages(enabled: bool) -> None:
 
 
 def rank_info() -> dict:
-    """What differs per rank: host, process, CPU binding."""
+    """What differs per rank: host, process, CPU binding, kernel (its boot id), and, where the launcher started
+    more ranks on the host than the rank has CPUs, what it found before MPI_Init (launcher.OVERSUBSCRIBED)."""
+    from fabricbench.launch.launcher import OVERSUBSCRIBED
+
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return {"host": socket.gethostname(), "pid": os.getpid(), "cpu_affinity": affinity}
+    info = {"host": socket.gethostname(), "pid": os.getpid(), "cpu_affinity": affinity, "boot_id": boot_id()}
+    if OVERSUBSCRIBED:
+        info[OVERSUBSCRIBED_KEY] = {key: OVERSUBSCRIBED[key] for key in ("from", "yield_applied", "yield_kept")}
+    return info
+
+
+def oversubscribed_hosts(ranks: list[dict]) -> dict:
+    """{host: {"ranks", "cpus", "yield_applied", "yield_kept"}} for each host that ran more ranks than CPUs (a
+    host's CPUs: those any of its ranks may use, the union of their affinity masks), or whose ranks set yield
+    settings; from rank_info() of every rank, whose own oversubscribed entries it takes out. A --peer run's server
+    sends its own: what is not of rank_info's kinds is passed over."""
+    hosts: dict[str, dict] = {}
+    for info in ranks:
+        entry = hosts.setdefault(
+            str(info.get("host")), {"ranks": 0, "cpus": set(), "yield_applied": {}, "yield_kept": {}}
+        )
+        entry["ranks"] += 1
+        cpus = info.get("cpu_affinity")
+        if isinstance(cpus, list):
+            entry["cpus"].update(cpu for cpu in cpus if isinstance(cpu, int))
+        found = info.pop(OVERSUBSCRIBED_KEY, {})
+        for key in ("yield_applied", "yield_kept") if isinstance(found, dict) else ():
+            entry[key].update(_texts(found.get(key)))
+    return {
+        host: {**entry, "cpus": len(entry["cpus"])}
+        for host, entry in hosts.items()
+        if (entry["cpus"] and entry["ranks"] > len(entry["cpus"])) or entry["yield_applied"]
+    }
+
+
+def shared_kernels(ranks: list[dict]) -> list[list[str]]:
+    """The groups of two or more hosts whose ranks gave one boot id: hosts that share one kernel (network
+    namespaces, containers), between which MPI may move bytes through shared memory rather than the network."""
+    kernels: dict[str, set[str]] = {}
+    for info in ranks:
+        if isinstance(info.get("boot_id"), str) and info["boot_id"] != "unknown":
+            kernels.setdefault(info["boot_id"], set()).add(str(info.get("host")))
+    return sorted(sorted(hosts) for hosts in kernels.values() if len(hosts) > 1)
+
+
+def _texts(settings) -> dict[str, str]:
+    """The NAME=VALUE settings of a dict, both text; {} for anything else."""
+    if not isinstance(settings, dict):
+        return {}
+    return {name: value for name, value in settings.items() if isinstance(value, str)}
+
+
+def _hosts_text(hosts: list[str], most: int = 4) -> str:
+    shown = ", ".join(hosts[:most])
+    return f"{shown} and {len(hosts) - most} more" if len(hosts) > most else shown
+
+
+def _settings(settings: dict) -> str:
+    return " ".join(f"{name}={value}" for name, value in settings.items())
+
+
+def warnings(metadata: dict) -> list[str]:
+    """The lines rank 0 prints on stderr before the run, each "fabricbench: warning: ...": the hosts with more ranks
+    than CPUs and what makes their waiting ranks yield, and each group of hosts that share one kernel."""
+    lines = []
+    crowded = metadata.get(OVERSUBSCRIBED_KEY) or {}
+    if crowded:
+        counts = _hosts_text(
+            [f"{e['ranks']} ranks on {e['cpus']} CPU{'s' * (e['cpus'] != 1)} of {host}" for host, e in crowded.items()]
+        )
+        applied = {name: value for e in crowded.values() for name, value in e["yield_applied"].items()}
+        kept = {name: value for e in crowded.values() for name, value in e["yield_kept"].items()}
+        said = [f"waiting ranks yield: MPI_Init was given {_settings(applied)}"] if applied else []
+        said += [f"left as set: {_settings(kept)}"] if kept else []
+        lines.append(
+            f"fabricbench: warning: oversubscribed, {counts}: ranks take turns on the CPUs and times include "
+            f"the wait; {'; '.join(said) or 'no yield setting is known for this MPI: waiting ranks spin'}"
+        )
+    for group in metadata.get(SHARED_KERNEL_KEY) or []:
+        lines.append(
+            f"fabricbench: warning: hosts {_hosts_text(group)} share one kernel (one boot id): a transport may move "
+            "bytes between them through shared memory, not their network (MPI over UCX does, unless UCX_TLS=tcp "
+            "UCX_NET_DEVICES=IFACE)"
+        )
+    return lines
 
 
 def mpi_info() -> dict:
@@ -92,6 +178,8 @@ def run_metadata(plan, ranks: list[dict], launcher: str | None) -> dict:
         "numpy_version": np.__version__,
         "hosts": hosts,
         "topology": fabric.metadata(hosts) if fabric is not None else None,  # each host's switch and group
+        OVERSUBSCRIBED_KEY: oversubscribed_hosts(ranks),  # first: it takes each rank's own entry out
+        SHARED_KERNEL_KEY: shared_kernels(ranks),
         "ranks": ranks,
         "cpu_model": cpu_model(),
         "os_release": platform.release(),

@@ -53,8 +53,10 @@ def run_ranks(
     from fabricbench.launch import slurm
 
     srun = launcher == launch.SRUN
+    library_version = load_mpi().Get_library_version()  # callable before MPI_Init
+    launch.yield_if_oversubscribed(library_version)  # MPI reads its settings in MPI_Init
     if srun:  # a PMI plugin this MPI cannot speak: one line before MPI_Init aborts or forms 1-rank worlds
-        speaks = slurm.check_before_init(load_mpi().Get_library_version())
+        speaks = slurm.check_before_init(library_version)
     ctrl = MPIControl((import_mpi(thread_level) if thread_level else import_mpi()).COMM_WORLD)
     if srun:  # before the plan's "needs at least 2 ranks", which every 1-rank world would print
         slurm.check_after_init(ctrl.size, speaks)
@@ -117,6 +119,8 @@ def execute_plan(
         try:
             metadata = env.run_metadata(plan, ranks, launcher)  # a host the topology does not place: refused here
             metadata.update(extra_metadata or {})
+            for line in env.warnings(metadata):  # what the figures owe to the hosts; a --peer server names its own
+                print(printable(line, LINE), file=sys.stderr, flush=True)
             reporter = Reporter(plan, Path(plan.out_dir), metadata, ctrl.size)
         except FabricbenchError as exc:
             failure = exc

@@ -80,6 +80,20 @@ def metadata(env: Mapping[str, str]) -> dict:
     }
 
 
+def tasks_here(env: Mapping[str, str]) -> int | None:
+    """How many tasks of this step srun started on this task's node: SLURM_STEP_TASKS_PER_NODE ("2(x3),1": two on
+    each of the step's first three nodes, one on the fourth) at this node's place (SLURM_NODEID); None where
+    either is missing or they disagree."""
+    counts = []
+    for part in env.get("SLURM_STEP_TASKS_PER_NODE", "").split(","):
+        found = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not found:
+            return None
+        counts += [int(found.group(1))] * int(found.group(2) or 1)
+    node = env.get("SLURM_NODEID", "")
+    return counts[int(node)] if node.isdigit() and int(node) < len(counts) else None
+
+
 def in_job(env: Mapping[str, str]) -> bool:
     """Whether this process runs inside a Slurm job: an allocation (salloc, sbatch) or one of its steps."""
     return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
