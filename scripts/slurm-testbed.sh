@@ -16,6 +16,9 @@
 # Clients (sbatch, srun, sinfo, scontrol) reach slurmctld only from inside the testbed: run them with `exec`,
 # which runs them as the first host with SLURM_CONF set, e.g.
 #   slurm-testbed.sh exec --prefix fbh sbatch -N 4 --wait scripts/slurm-two-nodes.sbatch
+# `exec` sets UCX_TLS=tcp UCX_NET_DEVICES=veth0 FI_TCP_IFACE=veth0 unless already set, as netns-testbed.sh's
+# mpiexec does, and srun and sbatch pass them to every task: the hosts share one kernel, and UCX left alone moves
+# the bytes between them through shared memory, not their veths.
 # The state folder defaults to /tmp/fabricbench-slurm-<prefix>. Ports are Slurm's own (6817, 6818): every
 # daemon listens inside a testbed namespace, whose ports no other cluster on the machine shares.
 set -euo pipefail
@@ -25,6 +28,7 @@ TESTBED="$SCRIPT_DIR/netns-testbed.sh"
 CTLD_PORT=6817
 SLURMD_PORT=6818
 STOP_S=15 # a daemon still alive this long after SIGTERM gets SIGKILL
+IFACE=veth0 # each testbed host's link (netns-testbed.sh)
 
 die() { echo "slurm-testbed: $*" >&2; exit 1; }
 info() { echo "slurm-testbed: $*" >&2; }
@@ -275,6 +279,7 @@ main() {
     exec)
         [[ ${#pos[@]} -gt 0 ]] || die "exec: no command"
         [[ -f $state/slurm.conf ]] || die "no cluster on testbed '$prefix' (state $state): run up first"
+        export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-$IFACE} FI_TCP_IFACE=${FI_TCP_IFACE:-$IFACE}
         as_host "$state" "$(controller "$state")" "${pos[@]}"
         ;;
     *) usage ;;

@@ -5,8 +5,9 @@ Each testbed host runs a real slurmd as that host (its namespace and hostname), 
 one munged serves them all. The module's fixture builds the testbed and the cluster once and takes both down at
 the end, checking that no daemon it started is left. Jobs are submitted from the controller's host
 (``slurm-testbed.sh exec``), the only place that reaches slurmctld. UCX, left alone, would see one kernel and move
-the ranks' bytes through shared memory: the jobs ask for its tcp transport on veth0, as netns-testbed's mpiexec
-does. Needs root, iproute2, Slurm and munge (.ci/run installs them).
+the ranks' bytes through shared memory: ``exec`` asks for its tcp transport on veth0 unless the caller chose, as
+netns-testbed's mpiexec does, and the jobs here leave that to it. Needs root, iproute2, Slurm and munge (.ci/run
+installs them).
 """
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ def cluster():
 
 
 def job_env() -> dict:
-    """This environment for a job, less any Slurm job's settings around this test, with UCX on the veths."""
+    """This environment for a job, less any Slurm job's settings around this test and any UCX or libfabric
+    choice of transport or device (slurm-testbed.sh's own are under test)."""
     env = {k: v for k, v in clean_env().items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
-    return {**env, "UCX_TLS": "tcp", "UCX_NET_DEVICES": "veth0", "FABRICBENCH_VENV": sys.prefix}
+    env = {k: v for k, v in env.items() if k not in ("UCX_TLS", "UCX_NET_DEVICES", "FI_TCP_IFACE")}
+    return {**env, "FABRICBENCH_VENV": sys.prefix}
 
 
 def test_sinfo_places_every_node_under_its_testbed_switch(cluster):
@@ -119,8 +122,9 @@ def test_sbatch_on_four_nodes_runs_pairs_across_every_host_placed_by_slurms_topo
 
 
 def test_srun_on_four_nodes_sends_each_hosts_bytes_over_its_veth(cluster, tmp_path):
-    """``srun -N 4 --mpi=pmi2`` from the controller's host: every host receives, on its own veth, at least the
-    bytes the pair rows say its peers sent it; the bisection's matchings cross the hosts, by Slurm's tiers."""
+    """``srun -N 4 --mpi=pmi2`` from the controller's host, with UCX left to slurm-testbed.sh: every host receives,
+    on its own veth, at least the bytes the pair rows say its peers sent it; the bisection's matchings cross the
+    hosts, by Slurm's tiers. The four hosts share one kernel: the metadata and one warning line say so."""
     out = tmp_path / "run"
     run = ["run", "-k", "pairs-bw,bisection", "--per-node", "-m", "64K:64K", "-W", "4", "-i", "10", "-x", "1"]
     run += ["--bisection-rounds", "2"]
@@ -131,6 +135,9 @@ def test_srun_on_four_nodes_sends_each_hosts_bytes_over_its_veth(cluster, tmp_pa
     received = {host: rx_bytes(host) - before[host] for host in HOSTS}
     table, meta = read_rows(out)
     assert meta["hosts"] == HOSTS and (table.status == "ok").all(), table.to_dict("records")
+    assert meta["shared_kernel"] == [HOSTS], meta["shared_kernel"]
+    shared = [line for line in result.stderr.splitlines() if "share one kernel" in line]
+    assert len(shared) == 1 and f"warning: hosts {', '.join(HOSTS)} share one kernel" in shared[0], result.stderr
     bisection = table[table.kernel == "bisection"]
     assert "all" in set(bisection.tier) and set(bisection.tier) <= {"all", "same-switch", "cross-switch"}
     matched = {host for matching in meta["bisection"]["matchings"] for pair in matching["hosts"] for host in pair}
