@@ -8,7 +8,9 @@ exits 1, as cat does on a write error.
 
 from __future__ import annotations
 
+import json
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -119,3 +121,22 @@ def test_a_report_to_a_full_stdout_writes_its_files_and_says_so_in_one_line(comm
         "fabricbench: error: cannot write to stdout: No space left on device"
     ], result.stderr
     assert all((folder / name).is_file() for name in files), sorted(p.name for p in tmp_path.rglob("*"))
+
+
+def test_a_label_no_font_has_a_glyph_for_draws_without_a_word_on_the_terminal(tmp_path):
+    """compare --out of a run labelled with ESC, BEL and a CJK character: matplotlib warned 'Glyph 27 (^[)
+    missing from font(s)' with the raw byte and a source path, once a glyph and plot."""
+    run = tmp_path / "labelled"
+    shutil.copytree(EXAMPLE, run)
+    (run / "results.parquet").unlink()  # the label is read from metadata.json
+    meta = json.loads((run / "metadata.json").read_text())
+    (run / "metadata.json").write_text(json.dumps(meta | {"label": "x\x1b[31m\u4e2d\x07"}))
+    result = subprocess.run(
+        [PYTHON, "-m", "fabricbench", "compare", str(run), str(EXAMPLE), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"\x1b" not in result.stderr + result.stdout and b"\x07" not in result.stderr + result.stdout
+    assert b"Glyph" not in result.stderr and b".py:" not in result.stderr, result.stderr

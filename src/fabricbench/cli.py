@@ -388,9 +388,19 @@ def _percentiles(text: str) -> tuple[float, ...]:
     return parse_percentiles(text)
 
 
+def _no_glyph_warnings() -> None:
+    """A name the font has no glyph for (ESC from a label, a CJK host name) is drawn as a box; matplotlib's warning
+    for it would put the character itself and a source path on the terminal, once a glyph and picture."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+
+
 def cmd_compare(args, argv: list[str]) -> int:
     from fabricbench.analysis import load
     from fabricbench.analysis.compare import compare
+
+    _no_glyph_warnings()
 
     if args.max_input is not None:
         load.max_input_bytes = args.max_input
@@ -488,6 +498,7 @@ def cmd_check(args, argv: list[str]) -> int:
 def cmd_model(args, argv: list[str]) -> int:
     from fabricbench.analysis.model import model
 
+    _no_glyph_warnings()
     return model(
         args.runs,
         args.size,

@@ -3,6 +3,8 @@ switch x switch medians; no process, a real PNG."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from fabricbench.analysis.heatmaps import PIXELS, _cell_text, _norm, _numbered, reduce_group, write_heatmaps
@@ -101,3 +103,14 @@ def test_a_cells_figure_is_white_on_a_dark_cell_and_black_on_a_light_one():
     pyplot.close(fig)
     assert colours.pop("12") == "white" and len(colours) == 10
     assert set(colours.values()) == {"black"}
+
+
+def test_control_characters_in_names_are_drawn_escaped_and_never_reach_the_terminal(tmp_path):
+    """Raw, an ESC or a BEL in a host name had no glyph, and matplotlib's 'Glyph 27 (^[) missing' warning, with
+    a source path, put the raw byte on the terminal."""
+    hosts = ["h\x1b[31mred\x07", "h1", "h2\x1b]0;title\x07", "h3"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        written = write_heatmaps([("A\x1bZ", _group(4, lambda s, d: 1000.0, hosts), None)], tmp_path)
+    assert len(written) == 1 and not [str(w.message) for w in caught if "Glyph" in str(w.message)]
+    assert reduce_group("A", _group(4, lambda s, d: 1000.0, hosts), None).names[0] == "h\x1b[31mred\x07 (0)"

@@ -30,6 +30,7 @@ from matplotlib.patches import Rectangle
 from fabricbench.measure.formatting import format_size
 from fabricbench.measure.topology import Topology
 from fabricbench.measure.verdict import METRICS, PairGroup, verdict
+from fabricbench.terminal import LINE, printable
 
 NUMBERED_UP_TO = 16  # hosts on an axis up to which every cell shows its figure
 NAMED_UP_TO = 64  # hosts on an axis up to which each is named
@@ -165,8 +166,15 @@ def _cell_text(value: float) -> str:
 
 
 def _ticks(ax, places: list[float], labels: list[str], rotate: bool) -> None:
+    labels = _shown(labels)
     ax.set_xticks(places, labels, rotation=45 if rotate else 0, ha="right" if rotate else "center", fontsize="small")
     ax.set_yticks(places, labels, fontsize="small")
+
+
+def _shown(names: list[str]) -> list[str]:
+    """Host, switch and run names as drawn: with their control characters escaped (terminal.printable), as the
+    console shows them. Raw, an ESC had no glyph, and matplotlib's warning put the raw byte on the terminal."""
+    return [printable(name) for name in names]
 
 
 def _draw_matrix(fig, ax, drawn: Drawn) -> None:
@@ -188,7 +196,7 @@ def _draw_matrix(fig, ax, drawn: Drawn) -> None:
         _ticks(ax, list(range(count)), drawn.names, rotate=True)
         if drawn.switches:  # and each switch beside its block: above the columns, right of the rows
             middles = [(a + b - 1) / 2 for _, a, b, _ in drawn.switches]
-            names = [name for name, *_ in drawn.switches]
+            names = _shown([name for name, *_ in drawn.switches])
             top, right = ax.secondary_xaxis("top"), ax.secondary_yaxis("right")
             top.set_xticks(middles, names, fontsize="small")
             right.set_yticks(middles, names, fontsize="small", rotation=-90, va="center")
@@ -336,7 +344,7 @@ def write_heatmaps(groups: Iterable[tuple[str, PairGroup, Topology | None]], out
         fig, axes = _figure(len(drawn))
         for ax, each in zip(axes, drawn, strict=False):
             _draw_matrix(fig, ax, each)
-            ax.set_title(f"{each.title}: {each.count:,} hosts", fontsize="medium")
+            ax.set_title(printable(f"{each.title}: {each.count:,} hosts", LINE), fontsize="medium")
         fig.suptitle("fabricbench all-pairs matrix: source (rows) to destination (columns)", fontsize="large")
         path = out / f"heatmap_{kernel}.png"
         fig.savefig(path, dpi=DPI)
@@ -346,7 +354,7 @@ def write_heatmaps(groups: Iterable[tuple[str, PairGroup, Topology | None]], out
             fig, axes = _figure(len(switched))
             for ax, each in zip(axes, switched, strict=False):
                 _draw_switches(fig, ax, each)
-                ax.set_title(f"{each.title}: {len(each.switches):,} switches", fontsize="medium")
+                ax.set_title(printable(f"{each.title}: {len(each.switches):,} switches", LINE), fontsize="medium")
             fig.suptitle("fabricbench switch x switch: median of the pairs between two switches", fontsize="large")
             path = out / f"switches_{kernel}.png"
             fig.savefig(path, dpi=DPI)
@@ -369,7 +377,7 @@ def write_gpu_heatmap(rows, out: Path) -> Path:
     fig, axes = _figure(len(panels))
     for ax, each in zip(axes, panels, strict=False):
         _draw_matrix(fig, ax, each)
-        ax.set_title(each.title, fontsize="medium")
+        ax.set_title(printable(each.title, LINE), fontsize="medium")
     fig.suptitle("fabricbench GPU-pair copies: source (rows) to destination", fontsize="large")
     path = out / "heatmap_peer.png"
     fig.savefig(path, dpi=DPI)
