@@ -207,8 +207,9 @@ def test_mpi_run_spans_two_hosts_and_its_bytes_cross_the_veth(hosts, tmp_path):
     rows, meta = read_rows(tmp_path / "run")
     assert meta["hosts"] == ["fbt1", "fbt2"] and [r["host"] for r in meta["ranks"]] == ["fbt1", "fbt2"]
     assert (rows.validation == "pass").all()
-    # Two namespaces of one kernel: the metadata and one line say so.
+    # Two namespaces of one kernel: the metadata, one line and every row's note say so.
     assert meta["shared_kernel"] == [["fbt1", "fbt2"]]
+    assert rows.note.str.endswith("hosts fbt1, fbt2 share one kernel").all(), rows.note.tolist()
     assert [line for line in result.stderr.splitlines() if "share one kernel" in line] == [
         "fabricbench: warning: hosts fbt1, fbt2 share one kernel (one boot id): a transport may move bytes between "
         "them through shared memory, not their network (MPI over UCX does, unless UCX_TLS=tcp UCX_NET_DEVICES=IFACE)"

@@ -3,12 +3,14 @@ rank 0 records and says."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fabricbench.hostinfo import boot_id, local_ranks
 from fabricbench.launch.launcher import YIELD_SETTINGS, oversubscription
-from fabricbench.launch.metadata import oversubscribed_hosts, shared_kernels, warnings
+from fabricbench.launch.metadata import SharedKernel, oversubscribed_hosts, shared_kernels, warnings
 from fabricbench.launch.slurm import tasks_here
+from fabricbench.measure.rows import RowBatch
 
 MPICH = "MPICH Version:      5.0.2\nMPICH Release date: unreleased\nMPICH ABI:          0:0:0\n"
 OPEN_MPI = "Open MPI v5.0.7, package: Open MPI root@host Distribution, ident: 5.0.7, repo rev: v5.0.7"
@@ -129,3 +131,25 @@ def test_a_peers_record_of_the_wrong_kinds_is_passed_over():
         "['x']": {"ranks": 1, "cpus": 0, "yield_applied": {"B": "2"}, "yield_kept": {}}
     }
     assert shared_kernels([_rank("a", [0]), {"host": "b", "boot_id": ["k1"]}]) == []
+
+
+def test_a_row_between_hosts_of_one_kernel_says_so_in_its_note():
+    metadata = {"shared_kernel": [["h1", "h3"]], "ranks": [_rank(h, [0]) for h in ("h1", "h3", "h2", "h2")]}
+    marks = SharedKernel.of(metadata)
+    world = {"ranks": 4, "note": "unstable: block medians vary by 40%"}
+    marks.mark(world)
+    assert world["note"] == "unstable: block medians vary by 40%; hosts h1, h3 share one kernel"
+    subset = {"ranks": 2, "note": ""}  # --ranks 2: ranks 0 and 1, on h1 and h3
+    marks.mark(subset)
+    assert subset["note"] == "hosts h1, h3 share one kernel"
+    pair = {"ranks": 4, "src_host": "h2", "dst_host": "h3", "note": ""}  # an all-pairs row: its own two hosts
+    marks.mark(pair)
+    assert pair["note"] == ""
+    batch = RowBatch(
+        3,
+        {"ranks": 4, "src_host": np.array(["h3", "h1", "h1"]), "dst_host": np.array(["h1", "h2", "h1"]), "note": ""},
+        3,
+    )
+    marks.mark_batch(batch)
+    assert batch.column("note") == ["hosts h1, h3 share one kernel", "", ""]
+    assert SharedKernel.of({"shared_kernel": [], "ranks": metadata["ranks"]}) is None

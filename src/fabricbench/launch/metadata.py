@@ -101,6 +101,44 @@ def shared_kernels(ranks: list[dict]) -> list[list[str]]:
     return sorted(sorted(hosts) for hosts in kernels.values() if len(hosts) > 1)
 
 
+class SharedKernel:
+    """Marks each row whose hosts share one kernel (metadata's shared_kernel), in its note: an all-pairs row's two
+    hosts, any other row's the hosts of the ranks it ran on (the first ``ranks`` ranks)."""
+
+    def __init__(self, metadata: dict):
+        self._group = {host: at for at, group in enumerate(metadata.get(SHARED_KERNEL_KEY) or []) for host in group}
+        self._hosts = [str(info.get("host")) for info in metadata.get("ranks") or []]
+
+    @classmethod
+    def of(cls, metadata: dict) -> SharedKernel | None:
+        """One for a run where hosts share a kernel, else None (a row then needs no look)."""
+        return cls(metadata) if metadata.get(SHARED_KERNEL_KEY) else None
+
+    def note(self, src_host: str, dst_host: str, ranks: int) -> str:
+        hosts = {src_host, dst_host} if src_host and dst_host else set(self._hosts[: ranks or len(self._hosts)])
+        groups = [self._group.get(host) for host in hosts]
+        shared = sorted(
+            host for host, group in zip(hosts, groups, strict=True) if group is not None and groups.count(group) > 1
+        )
+        return f"hosts {_hosts_text(shared)} share one kernel" if shared else ""
+
+    def _noted(self, note, src_host, dst_host, ranks) -> str:
+        """A row's note with the clause for its hosts added, where they share a kernel."""
+        ranks = int(ranks) if isinstance(ranks, (int, float)) and ranks == ranks else 0  # NaN: not given
+        said = self.note(
+            src_host if isinstance(src_host, str) else "", dst_host if isinstance(dst_host, str) else "", ranks
+        )
+        return "; ".join(filter(None, [note if isinstance(note, str) else "", said]))
+
+    def mark(self, row: dict) -> None:
+        row["note"] = self._noted(row.get("note"), row.get("src_host"), row.get("dst_host"), row.get("ranks"))
+
+    def mark_batch(self, batch) -> None:
+        """The same for a RowBatch's rows, its note column then one value a row."""
+        columns = map(batch.column, ("note", "src_host", "dst_host", "ranks"))
+        batch.columns["note"] = np.array([self._noted(*row) for row in zip(*columns, strict=True)], dtype=object)
+
+
 def _texts(settings) -> dict[str, str]:
     """The NAME=VALUE settings of a dict, both text; {} for anything else."""
     if not isinstance(settings, dict):

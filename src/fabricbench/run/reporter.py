@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fabricbench.collectives.placement import in_place_flags
 from fabricbench.errors import ConsoleClosed, ConsoleFailed, FabricbenchError
+from fabricbench.launch.metadata import SharedKernel
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.results import (
     CSV_SIZE_ROWS,
@@ -53,6 +54,7 @@ class Reporter:
         self.spool = PartSpool(out_dir)  # the rows of sizes too large for the CSV (CSV_SIZE_ROWS)
         self.failed_validation = 0
         self.kept: dict[type, list[dict]] = {}  # {pattern: the rows it keeps for its end-of-run step}
+        self._shared_kernel = SharedKernel.of(metadata)  # a row between hosts of one kernel says so in its note
         self._osu_columns = osu.Columns.from_plan(plan)
         self._osu_pending_header = ""  # a neighbourhood collective's OSU header, said with its first row
         self._osu_step: tuple | None = None  # the OSU step under way: (kernel, ranks, its rows' validations)
@@ -153,6 +155,8 @@ class Reporter:
             return
         for key, value in row.pop(METADATA, {}).items():  # what a pattern records once per run (a placement)
             self._add_metadata(key, value)
+        if self._shared_kernel:
+            self._shared_kernel.mark(row)
         try:
             self.writer.append(row)
         except ResultsError as exc:
@@ -179,6 +183,8 @@ class Reporter:
         a line a row where the size has at most CONSOLE_SIZE_ROWS, else one line once its last rows are in."""
         if self.failure:
             return
+        if self._shared_kernel:
+            self._shared_kernel.mark_batch(batch)
         pattern = pattern_of(get_kernel(batch.columns["kernel"]))
         apart = batch.size_rows > CSV_SIZE_ROWS
         rows = [] if apart else batch.rows()
