@@ -393,7 +393,7 @@ def test_wrong_elements_counts_elements_not_bytes():
 def test_placement_is_out_of_place_unless_asked_and_both_for_nccl_text():
     from types import SimpleNamespace as Args
 
-    from fabricbench.collectives.placement import PLACEMENT, in_place_flags, placed_kernels
+    from fabricbench.transports.placement import PLACEMENT, in_place_flags, placed_kernels
 
     def flags(placement, output_format="table"):
         options = {"placement": PLACEMENT.parse(Args(placement=placement, output_format=output_format), "run")}

@@ -61,7 +61,7 @@ class Element:
 
 def element_of(kernel: Kernel, transport: str, transport_meta: dict) -> Element:
     """The element a step's rows move: nccl's --dtype (its transport's metadata) or the collective's own."""
-    if transport == "nccl" and transport_meta.get("dtype"):
+    if transport_meta.get("dtype"):  # a transport with an element type of its own (nccl --dtype)
         import numpy as np  # only a GPU run's reporter gets here
 
         dtype = transport_meta["dtype"]

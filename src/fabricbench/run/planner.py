@@ -14,7 +14,7 @@ from fabricbench import transports
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.memory import check_memory, local_rank_count
-from fabricbench.measure.plan import OsuColumns, Plan, Step, kernel_sizes
+from fabricbench.measure.plan import NCCL_FORMAT, OsuColumns, Plan, Step, kernel_sizes
 from fabricbench.measure.results import RUN_ID_VAR, new_run_id
 from fabricbench.measure.topology import from_slurm_job, read_topology
 from fabricbench.run.patterns import every_pattern, pattern_of
@@ -37,7 +37,7 @@ def _topology(args: argparse.Namespace, local: bool) -> dict | None:
 def build_plan(args: argparse.Namespace, ranks: int) -> Plan:
     """Everything that can be checked before a byte moves; raises UsageError."""
     steps = _steps(args)
-    if args.output_format == "nccl":  # nccl-tests' layout has lines for the collectives only
+    if args.output_format == NCCL_FORMAT:  # nccl-tests' layout has lines for the collectives only
         from fabricbench.report.nccl import check_kernels
 
         check_kernels([step.kernel_def for step in steps])

@@ -9,10 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from fabricbench.collectives.placement import in_place_flags
 from fabricbench.errors import ConsoleClosed, ConsoleFailed, FabricbenchError
 from fabricbench.launch.metadata import SharedKernel
 from fabricbench.measure.kernels import get_kernel
+from fabricbench.measure.plan import NCCL_FORMAT
 from fabricbench.measure.results import (
     CSV_SIZE_ROWS,
     PartSpool,
@@ -26,6 +26,7 @@ from fabricbench.measure.rows import RowBatch
 from fabricbench.measure.schema import CSV_NAME, PARQUET_NAME, PARQUET_ONLY_ROWS, PREVIOUS_RUNS
 from fabricbench.report import nccl, osu
 from fabricbench.run.patterns import METADATA, every_pattern, pattern_of, row_pattern
+from fabricbench.transports.placement import in_place_flags
 
 CONSOLE_SIZE_ROWS = 1024  # more rows than this in a size (all pairs of 33 ranks up): one line, not one a row
 
@@ -129,7 +130,7 @@ class Reporter:
         ranks = ranks or self.ranks
         self._osu_step_ends()
         self._nccl_step_ends()
-        if self.plan.output_format == "nccl":
+        if self.plan.output_format == NCCL_FORMAT:
             placements = len(in_place_flags(self.plan.transport_options))  # a size's rows: its placements
             args = (self.metadata, self.plan, step.sizes, ranks, placements)
             lines, self._nccl_step = nccl.start(step.kernel_def, step.transport, *args)
@@ -171,7 +172,7 @@ class Reporter:
             self._osu_pending_header = ""
         if self._osu_step:
             self._osu_step[2].append(row.get("validation", ""))
-        if self.plan.output_format == "nccl":
+        if self.plan.output_format == NCCL_FORMAT:
             for text in self._nccl_step.row(row) if self._nccl_step else []:
                 self.say(text)
             return

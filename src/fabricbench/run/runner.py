@@ -17,7 +17,6 @@ from typing import Protocol
 
 import numpy as np
 
-from fabricbench.collectives.placement import in_place_refusal, placed_kernels
 from fabricbench.collectives.spec import wrong_elements
 from fabricbench.errors import FabricbenchError, Unsupported
 from fabricbench.measure.kernels import SLOW_BYTES_PER_S, Kernel
@@ -27,6 +26,7 @@ from fabricbench.run.patterns import Pattern, Phase, Timed, pattern_of
 from fabricbench.terminal import LINE, printable
 from fabricbench.transports import open_transport
 from fabricbench.transports.capabilities import SelfTimed
+from fabricbench.transports.placement import in_place_refusal, placed_kernels
 
 CORRUPT_HOOK = "FABRICBENCH_TEST_CORRUPT"  # test hook: flip a received byte before the check
 LINK_HOOK = "FABRICBENCH_TEST_LINK_MBPS"  # test hook: every case's link_MBps, as a NIC would report it

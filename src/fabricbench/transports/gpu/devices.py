@@ -388,7 +388,7 @@ class Binding:
 
 class GPUOptions(OptionGroup):
     """The GPU options: which GPU each rank takes and how GPU time is taken (nccl, cuda-copy and GPU buffers),
-    and nccl's element type and reduction (its in-place collectives: --placement, collectives.placement)."""
+    and nccl's element type and reduction (its in-place collectives: --placement, transports.placement)."""
 
     name = "gpu"
 

@@ -10,7 +10,7 @@
   busbw use nccl-tests' formulas through the collective specs.
 - Timing is CUDA events on the rank's stream (``cuda_timing``); ``-c``
   compares on the device and counts nccl-tests' ``#wrong`` (the row's wrong_elements).
-- ``--placement`` (``collectives.placement``) measures a collective in place too, in one buffer as nccl-tests
+- ``--placement`` (``transports.placement``) measures a collective in place too, in one buffer as nccl-tests
   places it (``in_place_offsets``); its rows' placement column says which.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 
-from fabricbench.collectives.placement import PLACEMENT
 from fabricbench.collectives.spec import ROOT
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
@@ -26,6 +25,7 @@ from fabricbench.measure.kernels import Kernel, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.gpu import devices as gpu
 from fabricbench.transports.gpu.timing import EventTimer, sample_name
+from fabricbench.transports.placement import PLACEMENT
 
 COLLECTIVE_KERNELS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast", "reduce")
 REDUCING = {"allreduce", "reduce_scatter", "reduce"}

@@ -38,7 +38,6 @@ from types import SimpleNamespace
 from fabricbench.buffers import filled, nothing, pattern, poisoned, times_address
 from fabricbench.collectives import neighbor
 from fabricbench.collectives import nonblocking as nonblocking_figures
-from fabricbench.collectives.placement import PLACEMENT
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element, uniform_layout
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
@@ -56,6 +55,7 @@ from fabricbench.transports.mpi.cloop import (
     wrapper_identity,
 )
 from fabricbench.transports.options import LOOP, OptionGroup
+from fabricbench.transports.placement import PLACEMENT
 
 TAG = 11
 ACK_TAG = 12

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from fabricbench.collectives.spec import IN_PLACE, OUT_OF_PLACE
 from fabricbench.errors import UsageError
+from fabricbench.measure.plan import NCCL_FORMAT  # the console format whose lines hold both blocks: both unless told
 from fabricbench.transports.options import OptionGroup
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 BOTH = "both"
 CHOICES = (OUT_OF_PLACE, IN_PLACE, BOTH)
-NCCL_FORMAT = "nccl"  # the console format whose lines hold both blocks: it measures both unless told
 
 
 class PlacementOption(OptionGroup):
