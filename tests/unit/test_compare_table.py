@@ -241,7 +241,7 @@ def _write_run(directory, metadata, frame: pd.DataFrame) -> str:
             {"schema_version": SCHEMA_VERSION},
             f"is not a schema {SCHEMA_VERSION} table: no column run_id, label, buffer, method, validation, sample, "
             "repeat, schedule, src_rank, dst_rank, src_host, dst_host, tier, hops, src_gpu, dst_gpu, canary, "
-            "congestor, canaries, congestors, tier_pairs",
+            "congestor, canaries, congestors, tier_pairs, placement, wrong_elements",
         ),
     ],
 )
@@ -265,3 +265,83 @@ def test_the_report_prints_the_migration_as_a_note(tmp_path, capsys):
         f"# note: {old}: read as schema 1 (it has no schema_version); migrated to {SCHEMA_VERSION}"
         in capsys.readouterr().out
     )
+
+
+def _runs_rows(values: dict[tuple[str, str, str], list[float]]) -> pd.DataFrame:
+    """Rows of (letter, run, transport) -> latency at 8 B per repeat, as split_series gives them."""
+    rows = []
+    for (letter, run, transport), latencies in values.items():
+        for repeat, latency in enumerate(latencies):
+            rows.append(
+                _row(letter, "latency", 8, latency, bw=1000.0 / latency, run_id=run, source=f"/results/{run}",
+                     transport=transport, repeat=repeat)
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _series_of(tidy: pd.DataFrame) -> list:
+    from fabricbench.analysis.load import Series
+
+    firsts = tidy.drop_duplicates("letter")
+    return [Series(r.letter, r.series, r.source, r.run_id, r.transport, r.buffer, {}) for r in firsts.itertuples()]
+
+
+def test_two_runs_of_two_transports_are_compared_transport_with_transport():
+    tidy = _runs_rows({
+        ("A", "one", "mpi"): [2.0], ("B", "one", "tcp"): [10.0], ("C", "two", "mpi"): [3.0], ("D", "two", "tcp"): [5.0],
+    })  # fmt: skip
+    table = comparison_table(tidy, METRICS)
+    assert dict(zip(table.letter, table.baseline, strict=True)) == {"A": "A", "B": "B", "C": "A", "D": "B"}
+    assert _cell(table, "C", "latency", 8, "lat_p50_us_ratio") == pytest.approx(1.5)  # two's mpi over one's mpi
+    assert _cell(table, "D", "latency", 8, "lat_p50_us_ratio") == pytest.approx(0.5)  # two's tcp over one's tcp
+    from fabricbench.analysis.compare import report
+
+    text = report(_series_of(tidy), table, {"latency": ["lat_p50_us"]}, [])
+    assert "# ratios: C/A, D/B" in text
+    assert "# latency: A, C (mpi; latency is half a round trip)" in text
+    assert "# latency: B, D (tcp; latency is half a round trip)" in text
+    assert "A/B" not in text and "D/A" not in text and "B/A" not in text
+
+
+def test_a_transport_only_one_run_holds_is_divided_by_its_own_runs_first_series():
+    tidy = _runs_rows({("A", "one", "mpi"): [2.0], ("B", "two", "mpi"): [4.0], ("C", "two", "ucx"): [1.0]})
+    table = comparison_table(tidy, METRICS)
+    assert dict(zip(table.letter, table.baseline, strict=True)) == {"A": "A", "B": "A", "C": "B"}
+    # One run of two transports keeps one baseline, A.
+    one = comparison_table(_runs_rows({("A", "one", "mpi"): [2.0], ("B", "one", "tcp"): [4.0]}), METRICS)
+    assert list(one.baseline) == ["A", "A"]
+
+
+def test_repeats_of_two_runs_of_two_transports_fit_120_columns_and_one_repeat_shows_no_interval():
+    from fabricbench.analysis.compare import CONSOLE_WIDTH, report
+
+    spread = [1.0, 1.1, 0.9]
+    tidy = _runs_rows({
+        ("A", "one", "mpi"): [2 * v for v in spread], ("B", "one", "tcp"): [9 * v for v in spread],
+        ("C", "two", "mpi"): [3 * v for v in spread], ("D", "two", "tcp"): [9.5],
+    })  # fmt: skip
+    tidy["lat_p99_us"] = tidy["lat_p50_us"] * 2
+    metrics = ["lat_p50_us", "lat_p99_us"]
+    table = comparison_table(tidy, metrics)
+    text = report(_series_of(tidy), table, {"latency": metrics}, [])
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= CONSOLE_WIDTH, max(lines, key=len)
+    assert "# latency: A, C (mpi; latency is half a round trip) [p50]" in lines
+    row = lines[lines.index("# latency: B, D (tcp; latency is half a round trip) [p50]") + 2]
+    # D's single repeat: its value, no interval of its own, and no verdict.
+    assert row.split()[:3] == ["8", "B", "9.00"] and row.split()[4:] == ["9.50", "-", "1.06", "-", "-"], row
+
+
+def test_in_place_rows_are_a_kernel_of_their_own_not_repeats_of_the_out_of_place_ones():
+    from fabricbench.analysis.load import by_placement
+
+    rows = pd.DataFrame(
+        [
+            _row("A", "allreduce", 8, 2.0, placement="out-of-place"),
+            _row("A", "allreduce", 8, 3.0, placement="in-place"),
+            _row("A", "latency", 8, 1.0, placement=""),
+        ]
+    )
+    named = by_placement(rows)
+    assert list(named["kernel"]) == ["allreduce", "allreduce in place", "latency"]
+    assert not named.duplicated(["kernel", "size_B"]).any()

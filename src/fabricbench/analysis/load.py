@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fabricbench.collectives.spec import IN_PLACE
 from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import format_bytes
 from fabricbench.measure.pair_table import PairTable, run_sources
@@ -268,6 +269,18 @@ def by_rank_count(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def by_placement(rows: pd.DataFrame) -> pd.DataFrame:
+    """A collective measured in place (run --placement) named so, "allreduce in place", beside its out-of-place
+    rows: runs are compared placement with placement, and neither is taken for a repeat of the other."""
+    if "placement" not in rows.columns:
+        return rows
+    in_place = rows["placement"] == IN_PLACE
+    if in_place.any():
+        rows = rows.copy()
+        rows.loc[in_place, "kernel"] = rows.loc[in_place, "kernel"] + " in place"
+    return rows
+
+
 def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str]]:
     """Every input cut into series; the tidy rows of all of them but the measured all-pairs ones (read_pairs reads
     those as matrices); notes about migrations and repeated rows."""
@@ -295,7 +308,7 @@ def split_series(paths: list[str]) -> tuple[list[Series], pd.DataFrame, list[str
             unique, copy = f"{name} #{copy}", copy + 1
         taken.add(unique)
         series.append(Series(letter, unique, path, run_id, transport, buffer, metadata))
-        rows = by_rank_count(rows)
+        rows = by_placement(by_rank_count(rows))
         measured = rows[comparable(rows)]
         # An all-pairs kernel has a row per (source, destination) rank or GPU at each size, and the congestion
         # kernel one per (canary test, congestor): those are not repeats.

@@ -73,6 +73,8 @@ def _panel(ax, series: list[Series], rows: pd.DataFrame, kernel: str, metric: st
     log_y = metric.startswith("lat_") or (len(positive) > 0 and positive.max() / positive.min() >= 100)
     if log_y:
         drawn = drawn[drawn[metric] > 0]  # a log axis cannot show 0, e.g. the bandwidth of a 0-byte message
+    divided = rows["letter"] != rows["baseline"]
+    bases = set(rows.loc[divided, "baseline"]) if divided.any() else {series[0].letter}
     for index, s in enumerate(series):
         mine = drawn[drawn["letter"] == s.letter].sort_values("size_B")
         if len(mine):
@@ -82,8 +84,8 @@ def _panel(ax, series: list[Series], rows: pd.DataFrame, kernel: str, metric: st
                 color=f"C{index % 10}",  # a series keeps its colour and marker in every panel
                 marker=MARKERS[index % len(MARKERS)],
                 markersize=4,
-                linewidth=2.2 if index == 0 else 1.6,
-                label=f"{s.letter}: {s.name}" + (" (baseline)" if index == 0 else ""),
+                linewidth=2.2 if s.letter in bases else 1.6,
+                label=f"{s.letter}: {s.name}" + (" (baseline)" if s.letter in bases else ""),
             )
     sizes = sorted(drawn["size_B"].unique())
     if sizes and sizes[0] == 0:
