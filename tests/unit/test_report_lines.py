@@ -82,7 +82,8 @@ UNSUPPORTED = {"kernel": "alltoall", "status": "unsupported: tcp has no alltoall
             "allreduce",
             4,
             "Open MPI 5.0",
-            "# mpi allreduce on 4 ranks - Open MPI 5.0\n"
+            "# mpi allreduce on 4 ranks - Open MPI 5.0 (avg/min/max: over the ranks' means; p50/p99: over rank 0's "
+            "iterations)\n"
             "#  size(B)  iters    placement    avg us    min us    max us    p50 us    p99 us algbw GB/s busbw GB/s"
             " valid #wrong",
         ),
@@ -106,7 +107,8 @@ def test_console_lines_line_up_under_the_header():
 def test_console_prints_a_missing_value_as_a_dash():
     assert (
         console.line(BARRIER)
-        == "         0   1000      3.50      3.25      3.75      3.40      5.00          -          -   off"
+        == "         0   1000            -      3.50      3.25      3.75      3.40      5.00          -          -"
+        + "   off      -"
     )
     assert console.line(LATENCY | {"lat_p99_us": None, "lat_stdev_us": math.nan}) == (
         "         8  10000      1.23      1.50      1.61         -     12.35         -  pass"

@@ -54,12 +54,18 @@ def _layout(kernel_name: str, columns: Iterable[str] = ()) -> list[tuple[str, st
     return lead + body + tail
 
 
+# A collective's avg, min and max are over the ranks (each rank's mean time per call, as OSU's collectives), its p50
+# and p99 over rank 0's own iterations: p50 may lie below min when rank 0 is not the slowest rank.
+OVER_RANKS = " (avg/min/max: over the ranks' means; p50/p99: over rank 0's iterations)"
+
+
 def header(transport: str, kernel_name: str, ranks: int, title: str, row_columns: Iterable[str] = ()) -> str:
     """A step's header; ``row_columns``: the columns its pattern adds to its rows."""
     title = f" - {title}" if title else ""  # no MPI vendor to name in a peer run
     columns = _layout(kernel_name, row_columns)
     names = "".join(f"{h:>{w}}" for h, _, w in columns)
-    return f"# {transport} {kernel_name} on {ranks} ranks{title}\n#{names[1:]}"
+    about = OVER_RANKS if get_kernel(kernel_name).collective else ""
+    return f"# {transport} {kernel_name} on {ranks} ranks{title}{about}\n#{names[1:]}"
 
 
 def line(row: dict) -> str:
