@@ -145,7 +145,10 @@ def test_z_moves_the_threshold():
 
 
 def test_too_few_pairs_and_bad_rows_are_not_judged():
-    assert verdict(_matrix(2, lambda s, d: 1.0 if s == 0 else 1000.0))["ok"]
+    two = verdict(_matrix(2, lambda s, d: 1.0 if s == 0 else 1000.0))
+    assert two["ok"]
+    # The console does not call the two pairs judged: there is no median of 3 to judge them against.
+    assert "(0 pairs judged; 2 not, in groups of fewer than 3 pairs, --outlier-z" in summary_lines(two)[-1]
     rows = _matrix(4, lambda s, d: 5.0 if (s, d) == (0, 1) else 1000.0)
     rows[0]["status"] = "unsupported: no"
     rows[1]["validation"] = "fail"

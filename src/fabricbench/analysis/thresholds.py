@@ -38,6 +38,7 @@ from fabricbench.measure.verdict import (
     RowPairs,
     host_list,
     is_pair_row,
+    judged_text,
     slow_host,
     summary_lines,
     tier_matrix,
@@ -704,8 +705,7 @@ def _judge_count(judging: Judging, verdict: Verdict, threshold: Threshold, limit
     found = judging.verdict(threshold)
     entries = found.get(limit.column, [])
     if limit.passes(len(entries)):
-        judged = sum(group["pairs"] for group in found["groups"])
-        verdict.add("ok", f"{head}: {len(entries):,} {what} ({judged:,} pairs judged)")
+        verdict.add("ok", f"{head}: {len(entries):,} {what} ({judged_text(found)})")
         return
     verdict.add("FAIL", f"{head}: {len(entries):,} {what}, expected {limit.expected}", counts=False)
     alone = {kind: [] for kind in VERDICT_COUNTS} | {limit.column: entries}

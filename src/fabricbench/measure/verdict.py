@@ -918,6 +918,15 @@ def _link_line(link: dict) -> str:
     )
 
 
+def judged_text(found: dict) -> str:
+    """How many pairs the verdict judged: "12 pairs judged", and the pairs of groups too small to judge (fewer
+    than MIN_PAIRS, no median to judge them against) said apart, never counted as judged."""
+    counts = [group["pairs"] for group in found["groups"]]
+    judged = sum(count for count in counts if count >= MIN_PAIRS)
+    few = sum(count for count in counts if count < MIN_PAIRS)
+    return f"{judged:,} pairs judged" + (f"; {few:,} not, in groups of fewer than {MIN_PAIRS} pairs" if few else "")
+
+
 def summary_lines(found: dict, topology: Topology | None = None, listed: int = LISTED) -> list[str]:
     """The console's closing list, each line short whatever the fabric's size: each tier's median (with a
     topology), then each slow uplink, each slow host, and each slow link, with its figure against the median.
@@ -927,10 +936,9 @@ def summary_lines(found: dict, topology: Topology | None = None, listed: int = L
         return []
     tiered = "slow_uplinks" in found
     if found["ok"]:
-        judged = sum(g["pairs"] for g in found["groups"])
         z = found["outlier_z"]
         what = "uplink, link or host" if tiered else "link or host"
-        return [*tier_lines(found), f"# all-pairs verdict: no slow {what} ({judged:,} pairs judged, --outlier-z {z:g})"]
+        return [*tier_lines(found), f"# all-pairs verdict: no slow {what} ({judged_text(found)}, --outlier-z {z:g})"]
     raised = sorted({g["outlier_z_used"] for g in found["groups"] if g.get("outlier_z_used", 0) > found["outlier_z"]})
     also = f"; raised to {', '.join(f'{z:.2f}' for z in raised)} for the pairs' count" if raised else ""
     lines = [*tier_lines(found), f"# all-pairs verdict (--outlier-z {found['outlier_z']:g}{also}):"]
