@@ -50,6 +50,26 @@ def test_model_fits_a_local_run_projects_allreduce_and_measures_its_error(tmp_pa
     assert len(measured) == 3 * 15  # 4 B to 64 KiB, each against the three algorithms
 
 
+def test_a_one_sided_series_is_fitted_and_says_why_it_has_no_projection(tmp_path):
+    """An mpi-rma run of put and get: each is fitted, not "no fit: fewer than 3 measured sizes of latency or bw"."""
+    run = tmp_path / "rma"
+    result = fabricbench(
+        "run", "-t", "mpi-rma", "-k", "put,get", "-m", "8:64K", "-i", "50", "-x", "5", "--format", "none",
+        "--out", str(run),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    result = fabricbench("model", str(run), "--statistic", "best", "--out", str(tmp_path / "model"))
+    assert result.returncode == 0, result.stderr
+    assert "no fit" not in result.stdout, result.stdout
+    fitted = {line.split()[0] for line in result.stdout.splitlines() if " sizes)  " in line and " alpha " in line}
+    assert fitted == {"put", "get"}, result.stdout
+    assert "no projection: alpha - (no latency fit (a put or get times a completed one-sided operation" in (
+        result.stdout
+    )
+    rows = read_csv(tmp_path / "model" / "model.csv")
+    assert {r["kernel"] for r in rows} == {"put", "get"}
+
+
 def test_model_refuses_bad_input_in_one_line(tmp_path):
     result = fabricbench("model", str(tmp_path / "nowhere"))
     assert result.returncode == 2 and "no such file or directory" in result.stderr

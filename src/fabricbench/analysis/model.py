@@ -44,6 +44,10 @@ STATISTICS = {"typical": ("lat_p50_us", "bw_MBps"), "best": ("lat_min_us", "bw_p
 # The one-pair kernels Hockney's model is fitted to: a ping-pong's one-way time, and a stream's time per message.
 FITTED = ("latency", "bw")
 PING_PONG, STREAM = FITTED
+# One-sided kernels (mpi-rma, verbs), fitted and printed where a series has them: a put or get times a completed
+# one-sided operation (the write or read and its flush, about a round trip), not a one-way message, so it gives no α
+# for the projection; a put or get stream's rate is a stream's, so a series without bw takes its β from it.
+ONE_SIDED, ONE_SIDED_STREAMS = ("put", "get"), ("put-bw", "get-bw")
 ALGORITHMS = ("ring", "recursive-doubling", "double-binary-tree")
 MODEL_CSV, PROJECTION_CSV, MEASURED_CSV = "model.csv", "projection.csv", "allreduce_vs_model.csv"
 CONGESTION_CSV = "congestion_projection.csv"
@@ -558,10 +562,17 @@ def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") ->
         label = metadata.get("label") or load.path_name(path)
         for (transport, buffer), both in usable.groupby(["transport", "buffer"], sort=False):
             rows = both[both["src_host"] == ""]
-            points = {k: _points(rows, k, statistic) for k in FITTED}
+            present = set(rows["kernel"])
+            fitted = [*FITTED, *(k for k in (*ONE_SIDED, *ONE_SIDED_STREAMS) if k in present)]
+            points = {k: _points(rows, k, statistic) for k in fitted}
             fits = {k: fit_hockney(*points[k], seed=seed) for k in points}
             fits = {k: v for k, v in fits.items() if v}
-            alpha, alpha_from, beta, beta_from = alpha_beta(*(fits.get(k) for k in FITTED))
+            stream = fits.get(STREAM) or next((fits[k] for k in ONE_SIDED_STREAMS if k in fits), None)
+            alpha, alpha_from, beta, beta_from = alpha_beta(fits.get(PING_PONG), stream)
+            if stream and not fits.get(STREAM):
+                beta_from = beta_from.replace("bw", next(k for k in ONE_SIDED_STREAMS if k in fits), 1)
+            if not fits.get(PING_PONG) and any(k in fits for k in ONE_SIDED):
+                alpha_from = "no latency fit (a put or get times a completed one-sided operation, not a message)"
             column = STATISTICS[statistic][0]  # allreduce's time per operation, as the latency rows are read
             measured_allreduce = rows[(rows["kernel"] == allreduce_op.SPEC.name) & (rows[column] > 0)]
             allreduce = [
@@ -651,7 +662,7 @@ def model(
             if not m.fits:
                 continue
         if not m.fits:
-            print(f"  no fit: fewer than {MIN_FIT_SIZES} measured sizes of latency or bw")
+            print(f"  no fit: fewer than {MIN_FIT_SIZES} measured sizes of {', '.join(m.points)}")
         for kernel, segments in m.fits.items():
             intercept = "gap" if get_kernel(kernel).windowed else "alpha"  # a stream's intercept: a per-message gap
             for s in segments:
@@ -832,8 +843,10 @@ def _fit_plot(models: list[Model], path):
     fitted = [m for m in models if m.fits]
     figure, axes = _figure(len(fitted))
     for ax, m in zip(axes, fitted, strict=True):
-        for kernel, marker, what in (("latency", "o", "one-way latency p50"), ("bw", "s", "bw: size / bw")):
-            sizes, times = m.points[kernel]
+        for (kernel, (sizes, times)), marker in zip(m.points.items(), "osD^", strict=False):
+            windowed = get_kernel(kernel).windowed
+            what = f"{kernel}: size / rate" if windowed else f"{kernel}: time per operation"
+            what = {PING_PONG: "one-way latency p50", STREAM: "bw: size / bw"}.get(kernel, what)
             shown = sizes > 0  # a log axis has no 0 B
             if not shown.any():
                 continue
