@@ -9,8 +9,11 @@ and --peer, abbreviated and unknown options, missing values, conflicting options
 directory, empty, binary junk, a cut CSV, a FIFO, /dev/zero, ...). Each case runs as ``python -m fabricbench ...``
 with a timeout, in a fresh temporary working directory, and passes when it exits with its expected code (2, bad
 input; 3 for the few network failures of ``run --peer``, as the README documents), stderr is exactly one
-non-empty line, there is no traceback, no token value is quoted back, nothing was left in or changed under the
-working directory (no results folder) and no process it started is still running.
+non-empty line, there is no traceback, no token value is quoted back (in any spelling: as given, as repr quotes
+it, as the terminal shows it; one token holds a backslash and a tab), nothing was left in or changed under the
+working directory (no results folder) and no process it started is still running. Among them: the token as
+serve's --address and as a stray word, an inherited PMIX_RANK or OMPI_COMM_WORLD_* (named in one line, before
+MPI_Init), --append through a hard-linked results.csv, and ``ulimit -n 12`` with and without --np.
 
 A case that fabricbench accepted would measure, so none is in the corpus unless its badness is caught before
 any rank starts; ``run`` cases get ``-i 5 -x 1 -m 8:8 -k latency`` put first where they do not give their own,
@@ -25,10 +28,14 @@ handshakes of varied kinds, built from the wire format of src/fabricbench/contro
 (nothing received is unpickled), while two slow drippers on 127.0.0.2 send a HELLO a byte every 0.5 s; then
 checks that serve is alive, its RSS before and after (VmRSS) and that a token holder's ``run --peer`` succeeds.
 
-Part 4 (``streams``): a small run whose stdout fails (``| head -1``, ``> /dev/full``, ``>&-``) keeps every row
-(metadata complete, one stderr line at most, the README's exit code); ``compare`` and ``model`` of a folder whose
-metadata.json label and mpi_vendor hold escape sequences and a newline print no ESC byte and no forged line; and
-``serve --address ::1`` listens there or refuses in one line naming IPv6.
+Part 4 (``streams``): a small run whose stdout fails (``| head -1``, ``> /dev/full``, ``>&-``) or whose stderr is
+closed (``2>&-``) keeps every row (metadata complete, one stderr line at most, the README's exit code);
+``compare``, ``model``, ``check`` and ``doctor`` to a full stdout write their files and say so in one line, exit
+1; ``compare`` and ``model`` of a folder whose metadata.json label and mpi_vendor hold escape sequences and a
+newline print no ESC byte and no forged line, and ``compare --out`` of a label with ESC, BEL and a glyph the font
+lacks no matplotlib warning; ``serve --address ::1`` and ``[::1]`` listen there or refuse in one line naming
+IPv6; and a self-launched run whose rank 1 is killed by SIGKILL says which in one line, exit 137, its rows kept
+and marked incomplete.
 
 Part 3 (``silent``) holds N silent sockets open to serve (from 127.0.0.2 and up, four an address, reopening
 from a thread each that serve cuts) while M token-holding ``run --peer`` clients run one after another.
@@ -79,6 +86,9 @@ PYTHON = sys.executable
 MARK = "HOSTILE_TRIAL_MARK"  # in every case's environment: a process that outlived its case is found by it
 HUGE = "9" * 400
 SECRET = "s3cret-trial-value"  # a token value no error line may quote back
+ESCAPED_SECRET = "s3cret\\trial\tvalue"  # a token with a backslash and a tab, which a quote shows escaped
+# Every spelling of either token an error line may not hold: as given, as repr quotes it, as the terminal shows it.
+SPELLINGS = {v for t in (SECRET, ESCAPED_SECRET) for v in (t, repr(t)[1:-1], t.encode("unicode_escape").decode())}
 SERVE_WAIT_S = 15.0  # a serve case still running after this long has accepted its options
 
 # --- Part 1: the corpus -----------------------------------------------------------------------------------------
@@ -690,12 +700,31 @@ def build_corpus() -> list[Case]:
     c.run("ranks", "--np 100000", "--np", "100000", says="more local ranks than this host can start")
     big = ["--np", "10000000", "--oversubscribe"]
     c.run("ranks", "--np 10^7 oversubscribed", *big, says="more local ranks than this host can start")
-    c.run("ranks", "ulimit -n 12", nofile=12, says="ulimit -n is 12")
+    c.run(
+        "ranks",
+        "ulimit -n 12",
+        nofile=12,
+        says="^fabricbench: error: this host cannot start local ranks .ulimit -n is 12",
+    )
+    c.run("ranks", "ulimit -n 12 with --np 2", "--np", "2", nofile=12, says="error: --np 2: this host cannot start")
     c.run("ranks", "--append through a symlinked results.csv", "--append", "--out", "linked-run", files=("linked-run",))
+    hard = ["--append", "--out", "hardlinked-run"]
+    c.run("ranks", "--append through a hard-linked results.csv", *hard, files=("hardlinked-run",), says="hard link")
     # The token as the value of another option parsed before it, and an inherited launcher environment.
     c.run("secrets", "-m SECRET --token=SECRET", "-t", "tcp", "--peer", peer, "-m", SECRET, f"--token={SECRET}")
+    for token in (SECRET, ESCAPED_SECRET):
+        kind = "SECRET" if token == SECRET else "a token with \\ and a tab"
+        c.run("secrets", f"-m and --token {kind}", "-t", "tcp", "--peer", peer, "-m", token, "--token", token)
+        c.serve("secrets", f"--address and --token {kind}", "--address", token, "--token", token, "--port", "1")
+        c.serve("secrets", f"a stray word equal to --token {kind}", "--token", token, token)
     inherited = {"PMI_RANK": "7", "PMI_SIZE": "2"}
     c.add("launcher", "an inherited PMI_RANK and PMI_SIZE", ["run", "-k", "latency"], env=inherited, says="PMI_RANK")
+    for label, variables in [
+        ("an inherited PMIX_RANK", {"PMIX_RANK": "0"}),
+        ("inherited OMPI_COMM_WORLD_*", {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}),
+    ]:
+        said = f"`unset {' '.join(variables)}`"
+        c.add("launcher", label, ["run", "-k", "latency", "-m", "8:8", "-i", "5"], env=variables, says=re.escape(said))
 
     c.serve("serve", "--address empty", "--address", "")
     c.serve("serve", "--address of another host", "--address", "192.0.2.1")
@@ -848,6 +877,7 @@ FIXTURES = {
     "short-run": _short,
     "latin1-run": _latin1,
     "linked-run": lambda w, n: _linked(_run_copy(w, n) / "results.csv", w / "outside.csv"),
+    "hardlinked-run": lambda w, n: os.link(_run_copy(w, n) / "results.csv", w / "outside.csv"),
 } | {name: _file(text) for name, text in THRESHOLDS.items()}
 
 
@@ -1044,7 +1074,7 @@ def run_case(case: Case, values: dict[str, str]) -> Outcome:
         problems.append("a traceback")
     if case.says and not (lines and re.search(case.says, lines[0], re.I)):
         problems.append(f"the line does not say {case.says!r}")
-    if SECRET in stderr:
+    if any(spelling in stderr for spelling in SPELLINGS):
         problems.append("the token's value quoted back")
     added = sorted({key.split(os.sep)[0] for key in after.keys() - before.keys()})
     changed = sorted(key for key in before if key in after and before[key] != after[key])
@@ -1674,10 +1704,11 @@ SUMMARY: list[str] = []
 # --- Part 4: what reaches the terminal, and a console that fails -------------------------------------------------
 
 HOSTILE_TEXT = "\x1b[2J\x1b[31mred\nfabricbench: error: forged"  # clears the screen, recolours, forges a line
-CONSOLE = {  # what the shell does to a small run's stdout, and the exit code the README gives it
+CONSOLE = {  # what the shell does to a small run's stdout (or stderr), and the exit code the README gives it
     "| head -1": 141,
     "> /dev/full": 1,
     ">&-": 1,
+    "2>&-": 0,  # a closed stderr: the run goes on, what it would say goes nowhere
 }
 
 
@@ -1744,10 +1775,108 @@ def _ipv6_case(where: Path) -> list[str]:
     return [f"exit {proc.returncode}: {lines!r}"[:200]]
 
 
+def _report_case(command: str, where: Path) -> list[str]:
+    """A report printed to a full stdout: its files written first, then one line and exit 1, no traceback."""
+    (where / "good.toml").write_text(THRESHOLDS["good.toml"])
+    argv = {
+        "compare": ["compare", str(EXAMPLE), "--out", "out"],
+        "model": ["model", str(EXAMPLE), "--out", "out"],
+        "check": ["check", "good.toml", str(EXAMPLE)],
+        "doctor": ["doctor"],
+    }[command]
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [PYTHON, "-m", "fabricbench", *argv], stdout=full, stderr=subprocess.PIPE, cwd=where, timeout=120
+        )
+    said = [line for line in done.stderr.decode(errors="replace").splitlines() if not line.startswith("# wrote")]
+    problems = [] if done.returncode == 1 else [f"exit {done.returncode}"]
+    if said != ["fabricbench: error: cannot write to stdout: No space left on device"]:
+        problems.append(f"{len(said)} lines on stderr: {said[:1]!r}"[:160])
+    expected = {"compare": ["comparison.csv"], "model": ["model.csv", "projection.csv"]}.get(command, [])
+    problems += [f"no {name}" for name in expected if not (where / "out" / name).is_file()]
+    return problems
+
+
+def _glyph_case(where: Path) -> list[str]:
+    """compare --out of a label holding ESC, BEL and a character the font lacks: no byte of it, and no
+    matplotlib warning, reaches the terminal."""
+    run = _run_copy(where, "glyph-run")
+    meta = json.loads((run / "metadata.json").read_text())
+    (run / "metadata.json").write_text(json.dumps(meta | {"label": "x\x1b[31m\u4e2d\x07"}))
+    argv = ["compare", str(run), str(EXAMPLE), "--out", str(where / "out")]
+    done = subprocess.run([PYTHON, "-m", "fabricbench", *argv], capture_output=True, timeout=120, env=clean_env())
+    problems = [] if done.returncode == 0 else [f"exit {done.returncode}"]
+    if b"\x1b" in done.stdout + done.stderr or b"\x07" in done.stdout + done.stderr:
+        problems.append("an ESC or BEL byte reached the terminal")
+    if b"Glyph" in done.stderr:
+        problems.append("matplotlib's glyph warning reached the terminal")
+    return problems
+
+
+def _bracketed_case(where: Path) -> list[str]:
+    """serve --address [::1], as --peer writes an IPv6 address: it listens there (or refuses naming IPv6)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", "serve", "--address", "[::1]", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+        start_new_session=True,
+    )
+    try:
+        first = proc.stderr.readline().decode(errors="replace")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if f"listening on [::1]:{port} (" in first or f"cannot listen on [::1]:{port}: IPv6" in first:
+        return []
+    return [f"said {first.strip()!r}"[:160]]
+
+
+def _killed_case(where: Path) -> list[str]:
+    """A self-launched run whose rank 1 is killed as the OOM killer kills: one line naming it, exit 137, the rows
+    kept and marked incomplete, hydra's banner kept out of the console table."""
+    out = where / "run"
+    argv = ["run", "-k", "latency", "-m", "1:4M", "-i", "3000", "-x", "10", "--out", str(out)]
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "fabricbench", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+        start_new_session=True,
+    )
+    try:
+        for _ in range(3):  # the two header lines and the first row: rank 0 has written the metadata
+            proc.stdout.readline()
+        pid = json.loads((out / "metadata.json").read_text())["ranks"][1]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    problems = [] if proc.returncode == 137 else [f"exit {proc.returncode}"]
+    if len(lines) != 1 or not lines[0].startswith(f"fabricbench: error: rank 1 (pid {pid}) was killed by signal 9"):
+        problems.append(f"{len(lines)} lines on stderr: {lines[:1]!r}"[:160])
+    if b"BAD TERMINATION" in stdout:
+        problems.append("hydra's banner in the console table")
+    meta = json.loads((out / "metadata.json").read_text())
+    if meta.get("complete") is not False:
+        problems.append("metadata does not say incomplete")
+    return problems
+
+
 def part_streams(opts) -> bool:
     cases = {f"run ... {r}": (lambda w, r=r, c=c: _console_case(r, c, w)) for r, c in CONSOLE.items()}
     cases |= {f"{c} of a hostile label": (lambda w, c=c: _escape_case(c, w)) for c in ("compare", "model")}
+    cases |= {f"{c} > /dev/full": (lambda w, c=c: _report_case(c, w)) for c in ("compare", "model", "check", "doctor")}
+    cases["compare --out of a label without glyphs"] = _glyph_case
     cases["serve --address ::1"] = _ipv6_case
+    cases["serve --address [::1]"] = _bracketed_case
+    cases["a rank killed by SIGKILL"] = _killed_case
     print(f"# part 4: {len(cases)} cases of what reaches the terminal and a console that fails")
     failed = 0
     for name, check in cases.items():
