@@ -528,11 +528,17 @@ def _report_after(command, args, argv: list[str]) -> int:
     from fabricbench.launch.launcher import write_all
 
     def put(text: str) -> None:
-        if text and sys.stdout is None:  # started with fd 1 closed: a file opened since may hold its number
+        if not text:
+            return
+        if sys.stdout is None:  # started with fd 1 closed: a file opened since may hold its number
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-        if text:  # straight to the descriptor: no text is left in a buffer to fail again at exit
-            sys.stdout.flush()
-            write_all(sys.stdout.fileno(), text.encode(sys.stdout.encoding or "utf-8", "backslashreplace"))
+        try:
+            fd = sys.stdout.fileno()
+        except io.UnsupportedOperation:  # a stream with no descriptor (in memory): nothing below it to fail
+            sys.stdout.write(text)
+            return
+        sys.stdout.flush()  # then straight to the descriptor: no text is left in a buffer to fail again at exit
+        write_all(fd, text.encode(sys.stdout.encoding or "utf-8", "backslashreplace"))
 
     held = io.StringIO()
     try:
