@@ -195,6 +195,14 @@ def test_schema_8_gains_the_nonblocking_figures_as_nan():
     assert all(math.isnan(migrated[column].iloc[0]) for column in NONBLOCKING_COLUMNS)
 
 
+def test_schema_11_gains_the_link_blank_and_its_rate_and_share_as_nan():
+    older = {"schema_version": 11, "os_release": "6.1.0-test"}
+    migrated, meta = migrate(_schema_1_frame().assign(**{c: d for c, d in OPTIONAL.items() if c != "link"}), older)
+    link = migrated.iloc[0][["link", "link_MBps", "link_pct"]].tolist()
+    assert meta[MIGRATED] == f"read as schema 11; migrated to {SCHEMA_VERSION}" and link[0] == ""
+    assert math.isnan(link[1]) and math.isnan(link[2])
+
+
 def test_a_current_table_passes_unchanged():
     frame, metadata = _schema_1_frame(), {"schema_version": SCHEMA_VERSION, "os_release": "6.1.0-test"}
     migrated, meta = migrate(frame, metadata)
@@ -241,7 +249,7 @@ def _write_run(directory, metadata, frame: pd.DataFrame) -> str:
             {"schema_version": SCHEMA_VERSION},
             f"is not a schema {SCHEMA_VERSION} table: no column run_id, label, buffer, method, validation, sample, "
             "repeat, schedule, src_rank, dst_rank, src_host, dst_host, tier, hops, src_gpu, dst_gpu, canary, "
-            "congestor, canaries, congestors, tier_pairs, placement, wrong_elements",
+            "congestor, canaries, congestors, tier_pairs, placement, wrong_elements, link",
         ),
     ],
 )

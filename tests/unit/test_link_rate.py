@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricbench.transports.tcp.link import NO_RATE, link_rate, nic_rate_MBps, route_interface
-from fabricbench.transports.verbs.link_rate import link_rate_MBps, port_label, software_device
+from fabricbench.transports.tcp.link import NO_RATE, link_rate, nic_rate_Mbps, payload_rate, route_interface, shaper
+from fabricbench.transports.verbs.link_rate import link_rate_MBps, port_data_Gbps, port_label, software_device
 
 # --- RDMA ports ---------------------------------------------------------------------------------------------------
 
@@ -30,7 +30,7 @@ from fabricbench.transports.verbs.link_rate import link_rate_MBps, port_label, s
     ],
 )
 def test_an_infiniband_port_carries_its_lanes_data_rate(speed, width, MBps):
-    assert link_rate_MBps(speed, width, False, ethernet=False) == pytest.approx(MBps)
+    assert port_data_Gbps(speed, width, ethernet=False) * 125 == pytest.approx(MBps)
 
 
 @pytest.mark.parametrize(
@@ -39,14 +39,21 @@ def test_an_infiniband_port_carries_its_lanes_data_rate(speed, width, MBps):
 )
 def test_an_ethernet_port_carries_the_speed_it_was_translated_from(speed, width, gbit):
     # mlx5 reports 10GbE as 1X QDR: the wire carries 10 Gb/s, not QDR's 8 Gb/s of data.
-    assert link_rate_MBps(speed, width, False, ethernet=True) == pytest.approx(gbit * 125)
+    assert port_data_Gbps(speed, width, ethernet=True) == pytest.approx(gbit)
 
 
-def test_no_rate_for_a_software_device_or_an_unknown_speed_or_width():
-    assert link_rate_MBps(32, 2, True, ethernet=True) is None  # rxe reports its netdev's speed; loopback passes it
-    assert link_rate_MBps(3, 2, False, ethernet=False) is None
-    assert link_rate_MBps(32, 3, False, ethernet=False) is None
-    assert link_rate_MBps(0, 0, False, ethernet=True) is None
+def test_a_port_carries_its_data_rate_less_each_packets_headers():
+    # 4X EDR, 4096-byte packets: 100 Gb/s of data, 26 header bytes a packet (LRH, BTH, ICRC, VCRC).
+    assert link_rate_MBps(32, 2, 4096, ethernet=False) == pytest.approx(12500 * 4096 / 4122)
+    # 100GbE RoCE v2, 1024-byte packets: 82 bytes a packet on the wire (Ethernet 38, IPv4, UDP, BTH, ICRC).
+    assert link_rate_MBps(32, 2, 1024, ethernet=True) == pytest.approx(12500 * 1024 / 1106)
+
+
+def test_no_rate_for_an_unknown_speed_width_or_mtu():
+    assert link_rate_MBps(3, 2, 4096, ethernet=False) is None
+    assert link_rate_MBps(32, 3, 4096, ethernet=False) is None
+    assert link_rate_MBps(0, 0, 1024, ethernet=True) is None
+    assert link_rate_MBps(32, 2, 0, ethernet=True) is None  # no pair, no path MTU
 
 
 def test_port_label_names_the_device_port_width_and_speed():
@@ -102,9 +109,36 @@ def test_a_real_nic_carries_its_reported_speed(tmp_path):
     _nic(net, "eth5", "10000", driver="virtio_net")  # the hypervisor's figure
     _nic(net, "lo", None, device=False)
     _nic(net, "br0", "10000", device=False)  # a bridge reports its ports' speed but is no wire
-    assert nic_rate_MBps("eth2", net) == 3125.0
+    assert nic_rate_Mbps("eth2", net) == 25000
     for name in ("eth3", "eth4", "eth5", "lo", "br0", "absent"):
-        assert nic_rate_MBps(name, net) is None, name
+        assert nic_rate_Mbps(name, net) is None, name
+
+
+# `tc -j qdisc show dev veth0` with the testbed's tbf, and with tc-tbf's overhead option.
+TBF = [{"kind": "tbf", "handle": "8061:", "root": True, "options": {"rate": 12500000, "burst": 4087, "lat": 400000}}]
+TBF_OVERHEAD = [{"kind": "tbf", "root": True, "options": {"rate": 12500000, "overhead": 24}}]
+
+
+def test_only_a_root_tbf_is_a_shaper_of_every_flow():
+    assert shaper(TBF) == (12500000.0, 0) and shaper(TBF_OVERHEAD) == (12500000.0, 24)
+    assert shaper([{"kind": "noqueue", "root": True, "options": {}}]) is None
+    assert shaper([{"kind": "htb", "root": True, "options": {"r2q": 10}}]) is None  # its filters pick the flows
+    assert shaper([{"kind": "tbf", "parent": "1:10", "options": {"rate": 1000}}]) is None
+    assert shaper([]) is None
+
+
+def test_a_links_tcp_payload_is_its_nics_or_a_lower_shapers():
+    # 25GbE, 1448-byte segments with timestamps: 1500-byte packets, 1538 bytes on the wire. A bound.
+    assert payload_rate("eth2", 25000, None, 1448, True) == (pytest.approx(3125 * 1448 / 1538), "eth2 25 Gb/s", True)
+    # Without timestamps the MSS is 1460 in the same 1500-byte packet.
+    assert payload_rate("eth2", 25000, None, 1460, False)[0] == pytest.approx(3125 * 1460 / 1538)
+    # tbf counts the 1514-byte frame: the 95.6 Mbit/s of payload measured through 100 Mbit/s. No bound: its burst.
+    shaped = payload_rate("veth0", None, (12.5e6, 0), 1448, True)
+    assert shaped == (pytest.approx(12.5 * 1448 / 1514), "veth0 tbf 100 Mb/s", False)
+    assert payload_rate("veth0", None, (12.5e6, 24), 1448, True)[0] == pytest.approx(12.5 * 1448 / 1538)
+    assert payload_rate("eth2", 25000, (12.5e6, 0), 1448, True)[1] == "eth2 tbf 100 Mb/s"  # the lower one
+    assert payload_rate("eth2", 1000, (1.25e9, 0), 1448, True)[1:] == ("eth2 1 Gb/s", True)
+    assert payload_rate("veth0", None, None, 1448, True) == NO_RATE
 
 
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
@@ -138,6 +172,9 @@ class _Connected:
 
     family = socket.AF_INET
 
+    def getsockopt(self, level, option, size=0):  # TCP_MAXSEG; tcp_info's options byte: timestamps
+        return bytes([0, 0, 0, 0, 0, 1, 0, 0]) if size else 1448
+
     def getsockname(self):
         return ("10.1.0.5", 40000)
 
@@ -156,7 +193,7 @@ def test_a_link_through_a_real_nic_has_its_rate_only_where_the_route_and_sysfs_a
     monkeypatch.setattr(tcp_link, "_is_local", lambda address: False)
     monkeypatch.setattr(tcp_link, "_interface_with", lambda address: {"10.1.0.5": "eth2"}.get(address))
     monkeypatch.setattr(tcp_link.socket, "if_nametoindex", lambda name: 7)
-    assert link_rate(_Connected(), net, str(routes)) == (3125.0, "eth2, 25000 Mb/s")
+    assert link_rate(_Connected(), net, str(routes)) == (pytest.approx(3125 * 1448 / 1538), "eth2 25 Gb/s", True)
     routes.write_text(ROUTES.replace("eth2", "eth9"))  # the bytes leave through another interface
     assert link_rate(_Connected(), net, str(routes)) == NO_RATE
     routes.write_text(ROUTES)

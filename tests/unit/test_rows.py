@@ -205,10 +205,36 @@ def test_a_peak_above_what_the_link_reports_is_refused_and_the_note_says_why():
 def test_a_possible_row_is_untouched():
     steady = np.full(10, 4_000_000, dtype=np.int64)  # 4 MB in 4 ms: 1049 MB/s on a 1250 MB/s link
     row = bw_row("bw", steady, link_MBps=1250.0, link_label=SOFTROCE)
-    same = bw_row("bw", steady)  # as with no link rate at all
-    assert row.keys() == same.keys()
+    same = bw_row("bw", steady)  # as with no link rate at all, but for the link's own columns
+    assert row.keys() - same.keys() == {"link", "link_MBps", "link_pct"}
     assert all(row[k] == same[k] or (math.isnan(row[k]) and math.isnan(same[k])) for k in same)
     assert row["note"] == "" and row["bw_peak_MBps"] == pytest.approx(64 * 65536 / 4e-3 / 1e6)
+
+
+def test_a_row_of_one_link_says_what_share_of_it_its_bandwidth_is():
+    steady = np.full(10, 4_000_000, dtype=np.int64)  # 1049 MB/s
+    row = bw_row("bw", steady, link_MBps=1250.0, link_label="eth0 10 Gb/s")
+    assert (row["link"], row["link_MBps"]) == ("eth0 10 Gb/s", 1250.0)
+    assert row["link_pct"] == pytest.approx(100 * 64 * 65536 / 4e-3 / 1e6 / 1250)  # 83.9 %
+    both = bw_row("bibw", np.full(10, 5_000_000, dtype=np.int64), link_MBps=1250.0)  # 1678 MB/s over both ways
+    assert both["link_pct"] == pytest.approx(100 * 2 * 64 * 65536 / 5e-3 / 1e6 / 2500)
+    assert "link_MBps" not in bw_row("bw", steady)  # no path known: blank
+
+
+def test_several_pairs_at_once_carry_the_link_but_no_share_of_it():
+    windows = np.full(10, 1_000_000, dtype=np.int64)
+    summaries = [rank_summary(True, 10, windows, -1)] * 2 + [rank_summary(False, 10, NO_SAMPLES, -1)] * 2
+    row = row_for("msgrate", 1000, windows, summaries, pairs=2, window=64, link_MBps=70.0, link_label="eth0")
+    assert row["link_MBps"] == 70.0 and "link_pct" not in row  # one NIC shared, or one each: not known here
+
+
+def test_a_rate_that_is_no_bound_gives_a_share_and_refuses_nothing():
+    # A shaper's bucket lets its burst through at the line's rate, SoftRoCE's port rate has no wire behind it.
+    steady = np.full(10, 4_000_000, dtype=np.int64)  # 1049 MB/s
+    row = bw_row("bw", steady, link_MBps=800.0, link_label="veth0 tbf 6.4 Gb/s", link_bound=False)
+    assert row["note"] == "" and row["bw_MBps"] == pytest.approx(1048.576)
+    assert row["link_pct"] == pytest.approx(100 * 1048.576 / 800)
+    assert math.isnan(bw_row("bw", steady, link_MBps=800.0)["bw_MBps"])  # the same rate as a bound: refused
 
 
 def test_bibw_may_carry_both_directions_of_the_link():

@@ -70,12 +70,31 @@ class Loop:
     row_fields: dict = field(default_factory=dict)
     link_MBps: float | None = None
     link_label: str = ""
+    link_bound: bool = True  # a figure above link_MBps is impossible (a reported hardware rate), so refused
 
     @classmethod
     def of(cls, case) -> Loop:
         """The loop of a case rank 0 timed itself."""
-        link = getattr(case, "link_MBps", None), getattr(case, "link_label", "")
+        link = getattr(case, "link_MBps", None), getattr(case, "link_label", ""), getattr(case, "link_bound", True)
         return cls(case.method, case.pairs, case.window, getattr(case, "row_fields", {}), *link)
+
+
+def bound_rate(case) -> float | None:
+    """The link rate a case's figures are refused above: its link_MBps where that is a bound (Case.link_bound)."""
+    return getattr(case, "link_MBps", None) if getattr(case, "link_bound", True) else None
+
+
+def link_share(row: dict, directions: int, link_MBps: float | None, link_label: str) -> None:
+    """Set, in place, a row's link columns: the payload rate of the link its bytes crossed (``link_MBps``, one
+    direction), what reported it (``link``) and its bandwidth as a share of what that link carries in the
+    row's ``directions`` (``link_pct``, in %). Left blank without a rate, and on a row of several pairs at once,
+    whose links (one shared NIC, or one each) are not known here."""
+    if link_MBps is None or not link_MBps > 0:
+        return
+    row.update(link_MBps=link_MBps, link=link_label)
+    bw = row.get("bw_MBps", math.nan)
+    if row.get("pairs", 1) == 1 and math.isfinite(bw):
+        row["link_pct"] = 100 * bw / (directions * link_MBps)
 
 
 def timed_row(
@@ -103,7 +122,9 @@ def timed_row(
     row.update(loop.row_fields)
     if kernel.windowed:
         pairs = max(1, len(timing.iterations))
-        refuse_impossible(row, kernel.directions, pairs, loop.link_MBps, loop.link_label)
+        bound = loop.link_MBps if loop.link_bound else None
+        refuse_impossible(row, kernel.directions, pairs, bound, loop.link_label)
+        link_share(row, kernel.directions, loop.link_MBps, loop.link_label)
     return row
 
 

@@ -53,6 +53,9 @@ COLUMNS = [
     "bw_win_p50_MBps",
     "bw_win_p90_MBps",
     "bw_win_p99_MBps",
+    "link",
+    "link_MBps",
+    "link_pct",
     "algbw_GBps",
     "busbw_GBps",
     "bw_p1_MBps",
@@ -104,7 +107,9 @@ INTEGER |= {"wrong_elements"}
 #    communicator (the ranks' mean: OSU's "Time took to create topology graph").
 # 11: a collective's row says whether it was measured out of place or in place (placement; --placement) and, where
 #    it was checked, how many elements were wrong over every rank (wrong_elements, nccl-tests' #wrong).
-SCHEMA_VERSION = 11
+# 12: a windowed row of one link whose path is known carries that link (link), the payload one direction of it
+#    carries (link_MBps, transports.link_payload's formula per link kind) and its bandwidth's share of it (link_pct).
+SCHEMA_VERSION = 12
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"
 # Where a run spools the rows kept in Parquet only (measure.results.CSV_SIZE_ROWS) as it measures them: whole Parquet
@@ -146,6 +151,7 @@ OPTIONAL = {
     "tier_pairs": "",
     "placement": "",  # schema 10 and before: not recorded (out of place, but nccl's --in-place, said in method)
     "wrong_elements": "",
+    "link": "",  # schema 11 and before: not recorded
 }
 # Measured columns an older table may lack (schema 4 and before: the congestion figures; schema 6 and before: the
 # bisection figures; schema 7 and before: the window bandwidth percentiles): NaN in its rows.
@@ -157,6 +163,7 @@ NONBLOCKING_COLUMNS = ("compute_us", "pure_comm_us", "pure_comm_min_us", "pure_c
 NONBLOCKING_COLUMNS += ("wait_us", "overlap_pct")
 OPTIONAL_NUMERIC += NONBLOCKING_COLUMNS
 OPTIONAL_NUMERIC += ("topology_us",)  # schema 9 and before: no neighbourhood rows
+OPTIONAL_NUMERIC += ("link_MBps", "link_pct")  # schema 11 and before: no link recorded
 
 
 def is_measured(status: object) -> bool:

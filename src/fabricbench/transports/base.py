@@ -28,11 +28,15 @@ class Case:
     method: str = ""  # how the loop is built; recorded in the row
     window: int = 0  # messages per timed iteration for windowed kernels
     pairs: int = 1
-    # The most one direction of the link this case's bytes cross can carry, MB/s (10^6 B/s), only where the
-    # hardware reports a real rate (an HCA port's speed × width, a NIC's speed); None when unknown or virtual
-    # (loopback, veth, SoftRoCE). A windowed row's figure above it is refused (rows.refuse_impossible).
+    # The payload one direction of the link this case's bytes cross can carry, MB/s (10^6 B/s), after encoding and
+    # headers (transports.link_payload), where the path is known (an HCA port's speed × width, a NIC's speed, a
+    # shaper on the interface); None when unknown or virtual (loopback, an unshaped veth). The row's link_MBps and
+    # link_pct; where ``link_bound``, a windowed row's figure above it is refused (rows.refuse_impossible).
     link_MBps: float | None = None
-    link_label: str = ""  # what reported link_MBps, for the row's note: "mlx5_0 port 1, 4X HDR", "eth2, 25000 Mb/s"
+    link_label: str = ""  # what reported link_MBps, for the row's link column: "mlx5_0 port 1, 4X HDR", "eth2 25 Gb/s"
+    # Whether no figure can pass link_MBps: False for a rate that is a reference, not a wall (a software RDMA
+    # device's nominal rate, a shaper whose bucket lets a burst through at the line's rate).
+    link_bound: bool = True
     # Whether one window sample holds the whole transit of its bytes (every one sent after the sample began and
     # known received before it ended), so that its bytes over the shortest sample are a rate the link carried:
     # the row's bw_peak_MBps. osu_bw's window and ack do; osu_bibw's two unsynchronised windows do not.

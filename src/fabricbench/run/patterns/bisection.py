@@ -16,7 +16,7 @@ from fabricbench.measure.bisection import ALL, Matching, PairRate
 from fabricbench.measure.formatting import given
 from fabricbench.measure.kernels import Kernel, get_kernel
 from fabricbench.measure.plan import BisectionOptions, Plan, Step
-from fabricbench.measure.rows import base_row, refuse_impossible
+from fabricbench.measure.rows import base_row, bound_rate, refuse_impossible
 from fabricbench.measure.schema import MEASURED, is_measured
 from fabricbench.measure.topology import TIERS
 from fabricbench.measure.verdict import per_node
@@ -158,7 +158,7 @@ class Bisection(Pattern):
     def summary(self, timed: Timed) -> np.ndarray:
         vector = np.full(len(SUMMARY), math.nan)
         vector[0], vector[1], vector[3] = -1.0, timed.iterations, timed.valid
-        link = getattr(timed.case, "link_MBps", None)
+        link = bound_rate(timed.case)
         vector[5] = link if link else math.nan
         if timed.phase.send_to is not None and len(timed.samples):
             vector[0], vector[2] = timed.phase.send_to, float(timed.samples.sum())

@@ -9,7 +9,7 @@ from dataclasses import replace
 from fabricbench.control import rank_hosts
 from fabricbench.errors import Unsupported
 from fabricbench.measure.fan import FanLayout, fan_layout
-from fabricbench.measure.rows import measured_row, refuse_impossible
+from fabricbench.measure.rows import bound_rate, measured_row, refuse_impossible
 from fabricbench.run.patterns.plain import Pattern, Phase, Timed
 from fabricbench.transports.base import Case
 from fabricbench.transports.capabilities import FanCases
@@ -52,7 +52,8 @@ class Fan(Pattern):
         case, samples = timed.case, timed.samples
         row = measured_row(self.plan, name, kernel, self.size, case, warmup, samples, timed.gathered, buffer)
         row["kernel"] = self.kernel.name
-        refuse_impossible(row, 1, 1, getattr(case, "link_MBps", None), getattr(case, "link_label", ""))
+        refuse_impossible(row, 1, 1, bound_rate(case), getattr(case, "link_label", ""))
+        row.pop("link_pct", None)  # the parent's bytes leave for several hosts: no one link's share to give
         # The pairs exchanging at once: each parent rank with its counterpart on every other host.
         row["pairs"] = layout.ppn * layout.children
         shape = f"{layout.nodes} hosts x {layout.ppn} ranks, the parent {self.hosts[0]}"

@@ -14,10 +14,13 @@ peer still ends the run. The timed loops live in ``tcp.py``.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import select
+import shutil
 import socket
 import struct
+import subprocess
 from pathlib import Path
 
 from fabricbench.argtypes import host_name
@@ -33,6 +36,7 @@ from fabricbench.control.rendezvous import (
     send_message,
 )
 from fabricbench.errors import PeerError, UsageError
+from fabricbench.transports.link_payload import tcp_over_ethernet_MBps, tcp_through_shaper_MBps
 
 WAITALL = socket.MSG_WAITALL
 DONTWAIT = socket.MSG_DONTWAIT
@@ -46,7 +50,9 @@ RTF_UP = 0x1
 # Paravirtual NICs report the speed their hypervisor was given, not what a wire carries: two guests on one host
 # pass it by far. Their rate is not trusted.
 PARAVIRTUAL_DRIVERS = frozenset({"virtio_net", "vmxnet3", "hv_netvsc", "vif"})
-NO_RATE: tuple[float | None, str] = (None, "")  # a link whose rate is unknown, and nothing to name
+# (MB/s of TCP payload, what reported it, whether a figure above it is impossible): a link whose rate is unknown
+NO_RATE: tuple[float | None, str, bool] = (None, "", True)
+TCPI_OPT_TIMESTAMPS = 1  # tcp_info's tcpi_options (its sixth byte): the timestamp option was negotiated
 
 
 def interface_address(name: str) -> str:
@@ -93,10 +99,9 @@ def check_ports_free(options: dict, ranks: int) -> None:
             ) from None
 
 
-def nic_rate_MBps(interface: str, net_class: str | Path = NET_CLASS) -> float | None:
-    """The most one direction of a real NIC carries, MB/s (10^6 B/s), from the Mb/s its driver reports in sysfs;
-    None for a virtual interface (lo, veth, bridge, bond, tun: no ``device`` behind it), a paravirtual one, or a
-    speed the driver does not know (-1)."""
+def nic_rate_Mbps(interface: str, net_class: str | Path = NET_CLASS) -> int | None:
+    """The Mb/s a real NIC's driver reports in sysfs; None for a virtual interface (lo, veth, bridge, bond, tun: no
+    ``device`` behind it), a paravirtual one, or a speed the driver does not know (-1)."""
     base = Path(net_class) / interface
     device, driver = base / "device", base / "device" / "driver"
     if not device.exists() or (driver.exists() and driver.resolve().name in PARAVIRTUAL_DRIVERS):
@@ -105,7 +110,51 @@ def nic_rate_MBps(interface: str, net_class: str | Path = NET_CLASS) -> float | 
         mbits = int((base / "speed").read_text().strip())
     except (OSError, ValueError):
         return None
-    return mbits / 8 if mbits > 0 else None
+    return mbits if mbits > 0 else None
+
+
+def shaper(qdiscs: list[dict]) -> tuple[float, int] | None:
+    """(bytes/s, per-frame overhead) of the token-bucket shaper at the root of an interface's egress, from
+    ``tc -j qdisc show``'s list; None without one. Only a root tbf shapes every flow: an htb's classes shape the
+    flows its filters pick, which a rank cannot tell apart from here."""
+    for qdisc in qdiscs:
+        options = qdisc.get("options") or {}
+        if qdisc.get("root") and qdisc.get("kind") == "tbf" and options.get("rate"):
+            return float(options["rate"]), int(options.get("overhead", 0))
+    return None
+
+
+def shaper_on(interface: str) -> tuple[float, int] | None:
+    """shaper() of INTERFACE in this network namespace, as ``tc`` reads it; None where tc is not installed."""
+    tc = shutil.which("tc")
+    if tc is None:
+        return None
+    shown = subprocess.run([tc, "-j", "qdisc", "show", "dev", interface], capture_output=True, text=True, timeout=10)
+    try:
+        return shaper(json.loads(shown.stdout)) if shown.returncode == 0 else None
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _rate_text(bits_per_s: float) -> str:
+    """``10 Gb/s``, ``100 Mb/s``: how a label says a rate."""
+    return f"{bits_per_s / 1e9:g} Gb/s" if bits_per_s >= 1e9 else f"{bits_per_s / 1e6:g} Mb/s"
+
+
+def payload_rate(
+    name: str, mbits: int | None, shaped: tuple[float, int] | None, mss: int, timestamps: bool
+) -> tuple[float | None, str, bool]:
+    """The TCP payload one direction of interface NAME carries (link_payload's formulas), what reported it, and
+    whether a figure above it is impossible: the NIC's (``mbits``, its MAC rate) or, where it is lower, the root
+    shaper's (``shaped``: bytes/s and per-frame overhead). A shaper's rate is not a bound: its bucket lets its burst
+    through at the line's rate, so a short sample can read above it."""
+    nic = tcp_over_ethernet_MBps(mbits, mss, timestamps=timestamps) if mbits else None
+    if shaped is not None:
+        rate_Bps, overhead = shaped
+        limit = tcp_through_shaper_MBps(rate_Bps, mss, overhead=overhead, timestamps=timestamps)
+        if nic is None or limit < nic:
+            return limit, f"{name} tbf {_rate_text(rate_Bps * 8)}", False
+    return (nic, f"{name} {_rate_text(mbits * 1e6)}", True) if nic else NO_RATE
 
 
 def route_interface(address: str, routes: str) -> str | None:
@@ -149,13 +198,13 @@ def _interface_with(address: str) -> str | None:
 
 def link_rate(
     sock: socket.socket, net_class: str | Path = NET_CLASS, proc_route: str = PROC_ROUTE
-) -> tuple[float | None, str]:
-    """(MB/s, what reported it) for the NIC a connected socket's bytes cross, or NO_RATE.
+) -> tuple[float | None, str, bool]:
+    """payload_rate() for the interface a connected socket's bytes leave through, or NO_RATE.
 
-    Only a real NIC's reported speed is trusted, and only when the bytes surely cross it: the peer is not on
-    this host (the kernel loops those bytes back whatever address they carry), the interface holding our
-    address is the one the routing table sends them through, and sysfs shows that interface (same index) and
-    not one of another network namespace's.
+    Only a real NIC's reported speed, or a shaper on the interface, is used, and only when the bytes surely cross
+    it: the peer is not on this host (the kernel loops those bytes back whatever address they carry), the
+    interface holding our address is the one the routing table sends them through, and sysfs shows that
+    interface (same index) and not one of another network namespace's.
     """
     try:
         local, peer = sock.getsockname()[0], sock.getpeername()[0]
@@ -167,13 +216,16 @@ def link_rate(
             return NO_RATE
         if int((Path(net_class) / name / "ifindex").read_text()) != socket.if_nametoindex(name):
             return NO_RATE
-    except (OSError, ValueError):
+        mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+        shaped = shaper_on(name)
+    except (OSError, ValueError, subprocess.SubprocessError):
         return NO_RATE
-    rate = nic_rate_MBps(name, net_class)
-    return (rate, f"{name}, {rate * 8:g} Mb/s") if rate else NO_RATE
+    timestamps = bool(info[5] & TCPI_OPT_TIMESTAMPS)
+    return payload_rate(name, nic_rate_Mbps(name, net_class), shaped, mss, timestamps)
 
 
-def link_rates(links: dict[int, socket.socket]) -> dict[int, tuple[float | None, str]]:
+def link_rates(links: dict[int, socket.socket]) -> dict[int, tuple[float | None, str, bool]]:
     """link_rate for each peer's link."""
     return {peer: link_rate(sock) for peer, sock in links.items()}
 

@@ -546,7 +546,7 @@ class TCPTransport(Transport):
             raise Unsupported("a TCP byte stream carries no zero-byte messages")
         if kernel.windowed:
             case = Window(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, self.window)
-            case.link_MBps, case.link_label = self.link_rates.get(case.peer, NO_RATE)
+            case.link_MBps, case.link_label, case.link_bound = self.link_rates.get(case.peer, NO_RATE)
         else:
             case = PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout)
         if self.cloop and not case.both_ways:  # bibw's duplex loop stays in Python
@@ -561,7 +561,7 @@ class TCPTransport(Transport):
         ctrl = self.ctrl
         if send_to is not None and recv_from is not None:
             shift = Shift(self.links, ctrl.rank, kernel, size, self.timeout, self.window, send_to, recv_from)
-            shift.link_MBps, shift.link_label = self.link_rates.get(send_to, NO_RATE)  # its samples time this way
+            shift.link_MBps, shift.link_label, shift.link_bound = self.link_rates.get(send_to, NO_RATE)  # its way
             return shift
         if send_to is None and recv_from is None:
             return None

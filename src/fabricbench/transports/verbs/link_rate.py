@@ -1,13 +1,16 @@
 """What an RDMA port can carry, from what ibv_query_port and sysfs report: pure functions, tested without a device.
 
-The verbs transport sets a case's ``link_MBps`` from them, and a windowed row's figure above it is refused
-(``rows.refuse_impossible``). Only hardware is trusted: a software device's port (SoftRoCE rxe, soft-iWARP siw)
-reports a nominal rate with no wire behind it, and a loopback rxe runs faster than it.
+The verbs transport sets a case's ``link_MBps`` from them (the payload its path MTU's packets carry: link_payload),
+and the row's ``link_pct`` is its figure against it. Only hardware makes it a bound (a windowed row's figure above it
+refused: ``rows.refuse_impossible``): a software device's port (SoftRoCE rxe, soft-iWARP siw) reports a nominal
+rate with no wire behind it, and a loopback rxe runs faster than it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from fabricbench.transports.link_payload import infiniband_MBps, roce_MBps
 
 # enum ibv_port_speed (active_speed; from XDR on, active_speed_ex): one lane's name, signalling rate in Gb/s and
 # the share of it that is data: 8b/10b encoding up to QDR, 64b/66b from FDR10 on.
@@ -31,20 +34,29 @@ SOFTWARE_NAMES = ("rxe", "siw")  # SoftRoCE and soft-iWARP, as `rdma link add NA
 SYSFS = "/sys"
 
 
-def link_rate_MBps(active_speed: int, active_width: int, software: bool, *, ethernet: bool) -> float | None:
-    """The most one direction of an RDMA port carries, MB/s (10^6 B/s); None for a software device or a speed or
-    width this table does not know.
+def port_data_Gbps(active_speed: int, active_width: int, *, ethernet: bool) -> float | None:
+    """The data rate of one direction of an RDMA port, Gb/s, before packet headers; None for a speed or width this
+    table does not know.
 
     ``active_speed``: ibv_port_attr's active_speed_ex where it is set (XDR and later), else active_speed;
-    ``ethernet``: the port's link layer is Ethernet (RoCE, iWARP), whose speeds are reported in InfiniBand terms.
-    InfiniBand: each lane's signalling rate times its encoding's share of data, times the lanes.
+    ``ethernet``: the port's link layer is Ethernet (RoCE, iWARP), whose speeds are reported in InfiniBand terms
+    and are the MAC's rate. InfiniBand: each lane's signalling rate times its encoding's share of data, times the
+    lanes.
     """
     lanes = LANES.get(active_width)
-    if software or lanes is None or active_speed not in LANE_SPEEDS:
+    if lanes is None or active_speed not in LANE_SPEEDS:
         return None
     _, signalling_gbps, data_share = LANE_SPEEDS[active_speed]
-    lane_gbps = NOMINAL_LANE_GBPS[active_speed] if ethernet else signalling_gbps * data_share
-    return lane_gbps * lanes * 1e3 / 8
+    return (NOMINAL_LANE_GBPS[active_speed] if ethernet else signalling_gbps * data_share) * lanes
+
+
+def link_rate_MBps(active_speed: int, active_width: int, mtu: int, *, ethernet: bool) -> float | None:
+    """The RDMA payload one direction of a port carries in packets of ``mtu`` bytes (the path MTU), MB/s (10^6
+    B/s): link_payload's InfiniBand or RoCE formula; None where the rate or the MTU is unknown."""
+    data = port_data_Gbps(active_speed, active_width, ethernet=ethernet)
+    if data is None or mtu < 1:
+        return None
+    return roce_MBps(data, mtu) if ethernet else infiniband_MBps(data, mtu)
 
 
 def port_label(device: str, port: int, active_speed: int, active_width: int) -> str:

@@ -94,7 +94,7 @@ class _Pair(Case):
         if transport.qp_type != "rc":
             verb = f"{transport.qp_type.upper()} {verb}"
         self.method = ", ".join(part for part in (transport.loop_detail, verb, detail, transport.spin_detail) if part)
-        self.link_MBps, self.link_label = transport.link_rate
+        self.link_MBps, self.link_label, self.link_bound = transport.link_rate
         # A window holds its bytes' transit when its completions are the peer's acknowledgements of them (RC) and
         # only this side's bytes are counted; the peer's window of a bibw may have landed before our stamp.
         # A UD window ends with the receiver's flow-control message, sent once it has the whole window.
@@ -542,7 +542,7 @@ class VerbsTransport(Transport):
             self.endpoints = {r: decode_endpoint(table[r]["endpoint"], f"rank {r}") for r in pair}
             self.pair_mtu = min((MTU_BYTES[e.mtu] for e in self.endpoints.values()), default=0)
             self.atomics = all(table[r].get("atomics") is True for r in pair)
-            self.link_rate = _link_rate(self.link) if self.link else (None, "")
+            self.link_rate = _link_rate(self.link, self.pair_mtu) if self.link else (None, "", True)
             if self.link:
                 self.link.connect(self.endpoints[self.peer])
                 self._choose_spin(settings.get("spin", "auto"), hosts)
@@ -704,12 +704,15 @@ class VerbsSendTransport(VerbsTransport):
     two_sided = True
 
 
-def _link_rate(link) -> tuple[float | None, str]:
-    """What this rank's port carries in one direction (MB/s) and how the note names it; None for software."""
+def _link_rate(link, mtu: int) -> tuple[float | None, str, bool]:
+    """What this rank's port carries in one direction in packets of the pair's MTU (MB/s), how the row names it,
+    and whether it is a bound: not for a software device's nominal rate."""
     port = link.port_attr
     speed = getattr(port, "active_speed_ex", 0) or port.active_speed
-    rate = link_rate_MBps(speed, port.active_width, software_device(link.device), ethernet=link.ethernet)
-    return rate, port_label(link.device, link.port, speed, port.active_width)
+    rate = link_rate_MBps(speed, port.active_width, mtu, ethernet=link.ethernet)
+    software = software_device(link.device)
+    label = port_label(link.device, link.port, speed, port.active_width) + (", software" if software else "")
+    return rate, label, not software
 
 
 def _c_only_settings(options: dict) -> str:
