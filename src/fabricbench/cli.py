@@ -437,9 +437,7 @@ def cmd_run(args, argv: list[str]) -> int:
         return orchestrate.self_launch(plan, argv, ranks, bool(args.out), progress, args.append)
     launch.check_launched()
     if who != launch.SRUN:  # srun's own check comes before MPI_Init (orchestrate.run_ranks)
-        from fabricbench.control.mpi import check_foreign_launch
-
-        check_foreign_launch()
+        launch.check_foreign_launch()
     make_plan = launch.explain_world_of_one(lambda ranks: build_plan(args, ranks))
     # A kernel that calls MPI from several threads (latency-mt) needs MPI_THREAD_MULTIPLE from MPI_Init on.
     threaded = any(KERNELS[name].mpi_threads for name in args.kernel or [] if name in KERNELS)

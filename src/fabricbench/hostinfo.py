@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
 from pathlib import Path
 
-from fabricbench.launch import slurm
-
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # a new random id at every boot, one per kernel
-# What a launcher tells each rank, before MPI starts, of the ranks it started on this host: hydra (MPICH, Intel
-# MPI), Open MPI's mpirun. srun's tasks read SLURM_STEP_TASKS_PER_NODE (slurm.tasks_here).
-LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def usable_cpus() -> int:
@@ -39,16 +33,3 @@ def boot_id() -> str:
         return BOOT_ID.read_text().strip() or "unknown"
     except OSError:
         return "unknown"
-
-
-def local_ranks(env: Mapping[str, str]) -> tuple[int, str] | None:
-    """How many ranks of this job the launcher started on this host, and the variable that says so; None where no
-    launcher said (before MPI starts, so that a rank can set what MPI reads in MPI_Init)."""
-    for var in LOCAL_SIZE_VARS:
-        if env.get(var, "").isdigit() and int(env[var]) > 0:
-            return int(env[var]), var
-    if slurm.started_by_srun(env):
-        tasks = slurm.tasks_here(env)
-        if tasks:
-            return tasks, "SLURM_STEP_TASKS_PER_NODE"
-    return None

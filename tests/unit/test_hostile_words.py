@@ -9,10 +9,9 @@ import pytest
 
 from fabricbench import argtypes, cli
 from fabricbench.argtypes import MASK, TOKEN_VAR, masked_text
-from fabricbench.control.mpi import foreign_launch
 from fabricbench.errors import UsageError
 from fabricbench.launch import slurm
-from fabricbench.launch.launcher import HostLimits, check_ranks, killed_line, killed_rank
+from fabricbench.launch.launcher import HostLimits, check_ranks, foreign_launch, killed_line, killed_rank
 
 
 def test_a_token_is_masked_as_repr_and_the_terminal_show_it(monkeypatch):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricbench.hostinfo import boot_id, local_ranks
-from fabricbench.launch.launcher import YIELD_SETTINGS, oversubscription
+from fabricbench.hostinfo import boot_id
+from fabricbench.launch.launcher import YIELD_SETTINGS, local_ranks, oversubscription
 from fabricbench.launch.metadata import SharedKernel, oversubscribed_hosts, shared_kernels, warnings
 from fabricbench.launch.slurm import tasks_here
 from fabricbench.measure.rows import RowBatch

@@ -7,15 +7,10 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fabricbench.errors import UsageError
 from fabricbench.lazy import np
-
-if TYPE_CHECKING:
-    from fabricbench.launch.slurm import Speaks
 
 # MPI_THREAD_SERIALIZED, not mpi4py's default MULTIPLE: a library at MULTIPLE takes a lock around
 # every call, which the timed loops would report as the fabric's (benchmarks/mpi_overhead.py shows it
@@ -40,42 +35,6 @@ def load_mpi():
     from mpi4py import MPI
 
     return MPI
-
-
-def foreign_launch(env: Mapping[str, str], mpi: Speaks) -> str | None:
-    """The one line when the variables that made run take this process for a launched rank belong to a launcher
-    this MPI cannot be started by (most likely inherited from a shell that ran under one); else None.
-
-    MPICH speaking PMI-2 beside a PMIX_RANK aborts in MPI_Init ("launcher not compatible with PMI1 client", six
-    lines); an MPI other than Open MPI under Open MPI's OMPI_COMM_WORLD_* alone is a world of 1, and mpi4py warns
-    of a "suspicious MPI execution environment" in four. A PMI_RANK (hydra's wire-up) beside them goes first.
-    """
-    if "PMI_RANK" in env or not mpi.pmi:
-        return None
-    if "PMIX_RANK" in env and mpi.pmi == "PMI-2":
-        names = [name for name in ("PMIX_RANK", "PMIX_NAMESPACE") if name in env]
-        whose, why = "a PMIx launcher's", f"{mpi.name} speaks PMI-2 and aborts in MPI_Init beside it"
-    elif "OMPI_COMM_WORLD_RANK" in env and "PMIX_RANK" not in env and "Open MPI" not in mpi.name:
-        names = sorted(name for name in env if name.startswith("OMPI_COMM_WORLD_"))
-        whose, why = "Open MPI's mpirun's", f"mpi4py loads {mpi.name.removeprefix('this ')}, which it cannot start"
-    else:
-        return None
-    shown = ", ".join(f"{name}={env[name]!r}" for name in names)
-    one = len(names) == 1
-    return (
-        f"{shown} {'is' if one else 'are'} set, {whose}, but {why}: if no launcher started this process, "
-        f"{'it is' if one else 'they are'} inherited: `unset {' '.join(names)}` and run starts its own ranks"
-    )
-
-
-def check_foreign_launch() -> None:
-    """Under a launcher other than srun (which slurm checks), before MPI_Init: refuse in one line (exit 2) a
-    launcher's variables this MPI cannot be started by (foreign_launch)."""
-    from fabricbench.launch import slurm
-
-    line = foreign_launch(os.environ, slurm.speaks(load_mpi().Get_library_version()))
-    if line:
-        raise UsageError(line)
 
 
 # How long this process's MPI_Init_thread took, in ns (CLOCK_MONOTONIC around the call, as osu_init's clock around

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from fabricbench import hostinfo
 from fabricbench.control.mpi import find_mpiexec
 from fabricbench.errors import UsageError
 from fabricbench.hostinfo import usable_cpus
@@ -174,6 +173,60 @@ YIELD_SETTINGS = {
     "this MPICH": {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "100"},
     "this Open MPI": {"OMPI_MCA_mpi_yield_when_idle": "1"},
 }
+# What a launcher tells each rank, before MPI starts, of the ranks it started on this host: hydra (MPICH, Intel
+# MPI), Open MPI's mpirun. srun's tasks read SLURM_STEP_TASKS_PER_NODE (slurm.tasks_here).
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+def local_ranks(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """How many ranks of this job the launcher started on this host, and the variable that says so; None where no
+    launcher said (before MPI starts, so that a rank can set what MPI reads in MPI_Init)."""
+    for var in LOCAL_SIZE_VARS:
+        if env.get(var, "").isdigit() and int(env[var]) > 0:
+            return int(env[var]), var
+    if slurm.started_by_srun(env):
+        tasks = slurm.tasks_here(env)
+        if tasks:
+            return tasks, "SLURM_STEP_TASKS_PER_NODE"
+    return None
+
+
+def foreign_launch(env: Mapping[str, str], mpi: slurm.Speaks) -> str | None:
+    """The one line when the variables that made run take this process for a launched rank belong to a launcher
+    this MPI cannot be started by (most likely inherited from a shell that ran under one); else None.
+
+    MPICH speaking PMI-2 beside a PMIX_RANK aborts in MPI_Init ("launcher not compatible with PMI1 client", six
+    lines); an MPI other than Open MPI under Open MPI's OMPI_COMM_WORLD_* alone is a world of 1, and mpi4py warns
+    of a "suspicious MPI execution environment" in four. A PMI_RANK (hydra's wire-up) beside them goes first.
+    """
+    if "PMI_RANK" in env or not mpi.pmi:
+        return None
+    if "PMIX_RANK" in env and mpi.pmi == "PMI-2":
+        names = [name for name in ("PMIX_RANK", "PMIX_NAMESPACE") if name in env]
+        whose, why = "a PMIx launcher's", f"{mpi.name} speaks PMI-2 and aborts in MPI_Init beside it"
+    elif "OMPI_COMM_WORLD_RANK" in env and "PMIX_RANK" not in env and "Open MPI" not in mpi.name:
+        names = sorted(name for name in env if name.startswith("OMPI_COMM_WORLD_"))
+        whose, why = "Open MPI's mpirun's", f"mpi4py loads {mpi.name.removeprefix('this ')}, which it cannot start"
+    else:
+        return None
+    shown = ", ".join(f"{name}={env[name]!r}" for name in names)
+    one = len(names) == 1
+    return (
+        f"{shown} {'is' if one else 'are'} set, {whose}, but {why}: if no launcher started this process, "
+        f"{'it is' if one else 'they are'} inherited: `unset {' '.join(names)}` and run starts its own ranks"
+    )
+
+
+def check_foreign_launch() -> None:
+    """Under a launcher other than srun (which slurm checks), before MPI_Init: refuse in one line (exit 2) a
+    launcher's variables this MPI cannot be started by (foreign_launch)."""
+    from fabricbench.control.mpi import load_mpi
+
+    line = foreign_launch(os.environ, slurm.speaks(load_mpi().Get_library_version()))
+    if line:
+        raise UsageError(line)
+
+
 # This rank's oversubscription, once yield_if_oversubscribed has looked: {} where its host has a CPU a rank.
 OVERSUBSCRIBED: dict = {}
 
@@ -183,7 +236,7 @@ def oversubscription(env: Mapping[str, str], cpus: int, library_version: str) ->
     waiting ranks yield: {"ranks", "cpus", "from" (the launcher's variable), "yield_applied" (to set), "yield_kept"
     (the same settings already in ``env``, left as they are)}; {} where the host is not oversubscribed or no
     launcher said how many ranks it holds."""
-    local = hostinfo.local_ranks(env)
+    local = local_ranks(env)
     if local is None or local[0] <= cpus:
         return {}
     settings = YIELD_SETTINGS.get(slurm.speaks(library_version).name, {})
