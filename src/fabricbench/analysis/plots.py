@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from fabricbench.analysis.load import Series, comparable, shown_metrics
 from fabricbench.measure.formatting import format_size, short_name
+from fabricbench.terminal import printable
 
 # Axis labels; latency columns are built from the row's sample kind.
 AXIS_LABELS = {
@@ -85,7 +86,7 @@ def _panel(ax, series: list[Series], rows: pd.DataFrame, kernel: str, metric: st
                 marker=MARKERS[index % len(MARKERS)],
                 markersize=4,
                 linewidth=2.2 if s.letter in bases else 1.6,
-                label=f"{s.letter}: {s.name}" + (" (baseline)" if s.letter in bases else ""),
+                label=f"{s.letter}: {printable(s.name)}" + (" (baseline)" if s.letter in bases else ""),
             )
     sizes = sorted(drawn["size_B"].unique())
     if sizes and sizes[0] == 0:
@@ -214,7 +215,7 @@ def write_congestion_plot(rows: pd.DataFrame, out: Path) -> Path:
             ax.set_yscale("log")
         ax.set_xticks(range(len(canaries)), [CANARY_TITLES.get(c, c) for c in canaries], fontsize="small")
         ax.set_ylabel("congestion impact factor (x; hatched: 99th percentile)")
-        ax.set_title(f"{series}: {transport}", fontsize="medium")
+        ax.set_title(f"{printable(series)}: {transport}", fontsize="medium")
         if congestors:
             ax.legend(fontsize="small")
         for ax, canary in zip(line[1:], canaries, strict=True):
