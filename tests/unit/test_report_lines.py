@@ -104,6 +104,15 @@ def test_console_lines_line_up_under_the_header():
     )
 
 
+def test_console_says_a_rows_share_of_its_link_after_the_figures():
+    row = MSGRATE | {"kernel": "bw", "link": "eth0 10 Gb/s", "link_MBps": 1177.0, "link_pct": 94.6, "note": ""}
+    assert console.line(row) == (
+        "      1024    100     1234.57     2000.00      1205632      53.10   off  95 % of eth0 10 Gb/s"
+    )
+    assert console.line(row | {"link": ""}).endswith("  95 % of the link")
+    assert console.line(row | {"link_pct": math.nan}).endswith("   off")  # no path known: nothing said
+
+
 def test_console_prints_a_missing_value_as_a_dash():
     assert (
         console.line(BARRIER)

@@ -90,4 +90,12 @@ def line(row: dict) -> str:
         else:
             out.append(_num(value, width))
     note = f"  ({row['note']})" if row.get("note") else ""
-    return "".join(out) + note
+    return "".join(out) + link_share(row) + note
+
+
+def link_share(row: dict) -> str:
+    """``  95 % of eth0 10 Gb/s``: a row's bandwidth as a share of what its link carries, where that is known."""
+    share = row.get("link_pct")
+    if not given(share):
+        return ""
+    return f"  {share:.0f} % of {row.get('link') or 'the link'}"
