@@ -18,6 +18,7 @@ from fabricbench.analysis.thresholds import (
     write_junit,
 )
 from fabricbench.errors import UsageError
+from fabricbench.measure.topology import parse_slurm
 
 REPO = Path(__file__).resolve().parents[2]
 TRANSPORTS = ["mpi", "tcp", "verbs"]
@@ -272,6 +273,25 @@ def test_a_host_is_named_with_two_peers_and_a_majority_failing():
     ]
     found = judge(PAIRS, matrix({("h1", "h2"), ("h1", "h3")}))
     assert [line.split(":")[0].strip() for line in found.lines[1:]] == ["FAIL host h1"]
+
+
+def test_min_link_pct_limited_to_a_tier_holds_each_tiers_pairs_to_their_share_of_the_link():
+    # Two switches; every host's link carries 1000 MB/s; pairs across the switches share an oversubscribed uplink.
+    fabric = parse_slurm("SwitchName=s1 Nodes=h[1-2]\nSwitchName=s2 Nodes=h[3-4]\nSwitchName=top Switches=s[1-2]", "t")
+    rows = [
+        dict(found, link_MBps=1000.0, link_pct=found["bw_MBps"] / 10)
+        for found in matrix({(a, b) for a in ("h1", "h2") for b in ("h3", "h4")} | {("h3", "h1"), ("h4", "h1")})
+    ]  # 12 MB/s across the switches (1.2 %), 900 within a switch (90 %)
+
+    def verdict(limits: str):
+        return judge(parse(f'[[threshold]]\ntransport = "tcp"\nkernel = "pairs-bw"\n{limits}\n'), rows, fabric)
+
+    within = verdict('tier = "same-switch"\nmin_link_pct = 85')
+    assert within.failures == 0 and within.lines[0].endswith("min_link_pct 85: 4 rows pass (worst 90)"), within.lines
+    across = verdict('tier = "cross-switch"\nmin_link_pct = 1')  # the same file, a floor for the slower tier
+    assert across.failures == 0 and across.lines[0].endswith("min_link_pct 1: 8 rows pass (worst 1.2)"), across.lines
+    every = verdict("min_link_pct = 85")
+    assert every.lines[0].endswith("min_link_pct 85: 6 of 12 rows fail"), every.lines
 
 
 def outcomes(cases) -> list[tuple[str, list[str], str]]:

@@ -411,6 +411,14 @@ def test_a_figure_above_the_reported_link_rate_is_refused_with_why(measure):
     assert "bw_MBps" in row.note and "refused" in row.note
 
 
+def test_each_pair_of_an_all_pairs_run_carries_its_share_of_its_sources_link(measure):
+    rows = measure(3, [step("pairs-bw", [4096]), step("pairs-latency", [8])], memory={"link_MBps": 1e9}).rows
+    bw = rows[rows.kernel == "pairs-bw"]
+    assert len(bw) == 6 and (bw.link_MBps == 1e9).all()
+    assert np.allclose(bw.link_pct, 100 * bw.bw_MBps / 1e9) and (bw.link_pct > 0).all()
+    assert rows[rows.kernel == "pairs-latency"].link_pct.isna().all()  # no bandwidth, no share
+
+
 # ---- the reporter's files --------------------------------------------------------------------------------------
 
 

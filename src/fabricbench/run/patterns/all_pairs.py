@@ -24,8 +24,9 @@ from fabricbench.transports.capabilities import PairCases
 
 STATS = ("lat_min_us", "lat_p50_us", "lat_mean_us", "lat_p90_us", "lat_p99_us", "lat_p999_us", "lat_max_us")
 STATS += ("lat_stdev_us",)
-# What every rank sends rank 0 after an all-pairs phase: its destination (-1: none) and, as a source, its samples'.
-PAIR_SUMMARY = ("dst", "iterations", "total_ns", "valid", "min_ns", *STATS)
+# What every rank sends rank 0 after an all-pairs phase: its destination (-1: none) and, as a source, its samples'
+# and the payload rate of the link to its destination (NaN: not known; Case.link_MBps).
+PAIR_SUMMARY = ("dst", "iterations", "total_ns", "valid", "min_ns", *STATS, "link_MBps")
 SHIFT = SCHEDULES[1]  # mpiGraph's rank+k steps: every rank's loop waits on its neighbours'
 
 
@@ -171,7 +172,8 @@ class AllPairs(Pattern):
             samples = timed.samples
             stats = latency_stats(samples, self.kernel.sample_divisor)
             summary[:5] = (timed.phase.send_to, timed.iterations, float(samples.sum()), timed.valid, samples.min())
-            summary[5:] = [stats[name] for name in STATS]
+            summary[5 : 5 + len(STATS)] = [stats[name] for name in STATS]
+            summary[-1] = getattr(timed.case, "link_MBps", None) or math.nan
         return summary
 
     def phase_rows(self, timed: Timed, warmup: int, last: bool = False) -> RowBatch:
@@ -198,6 +200,12 @@ class AllPairs(Pattern):
             rates = kernel.window_rates(self.size, ranks, window, vectors[:, 1], vectors[:, 2], vectors[:, 4])
             columns.update(rates)
             _refuse_impossible(columns, kernel.directions, len(sources))
+            # Each pair's share of its source's link (rows.link_share, a row at a time): what a threshold limited to
+            # a tier of the topology holds each tier's pairs to (min_link_pct with tier = "cross-switch").
+            link = vectors[:, -1]
+            if not np.isnan(link).all():
+                with np.errstate(invalid="ignore"):
+                    columns.update(link_MBps=link, link_pct=100 * columns["bw_MBps"] / (kernel.directions * link))
         self._places = self._places or _Places(plan.fabric(), self.hosts)
         places = self._places
         columns.update(src_rank=sources, dst_rank=destinations)
