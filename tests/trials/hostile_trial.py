@@ -25,8 +25,14 @@ are in: no bound is documented for them either, but a cap past what a client can
 
 Part 2 (``handshake``) starts a real ``fabricbench serve --token`` on 127.0.0.1 and sends it K hostile
 handshakes of varied kinds, built from the wire format of src/fabricbench/control/rendezvous.py and peer.py
-(nothing received is unpickled), while two slow drippers on 127.0.0.2 send a HELLO a byte every 0.5 s; then
-checks that serve is alive, its RSS before and after (VmRSS) and that a token holder's ``run --peer`` succeeds.
+(protocol version 5, written out here; nothing received is unpickled), while two slow drippers on 127.0.0.2 send a
+HELLO a byte every 0.5 s; then checks that serve is alive, its RSS before and after (VmRSS) and that a token
+holder's ``run --peer`` succeeds. The HELLO's plan (JSON) and transport sections are those a real ``run --peer``
+sends, captured from a socket the trial listens on; each absurd HELLO changes one thing in them (window 0,
+iterations -5, a NaN or 1e999 timeout, 65 steps, an unknown transport or kernel, a 2 GiB size, escapes in the
+run id, a plan nested 16000 deep, a section too many, ...) and is sent once first, serve's answer to each shown:
+each must be refused before the CHALLENGE, in words naming its fault. The token kinds (wrong token, none, an
+oversized PROOF, a second HELLO, leaving after the CHALLENGE) answer the CHALLENGE a valid HELLO earns.
 
 Part 4 (``streams``): a small run whose stdout fails (``| head -1``, ``> /dev/full``, ``>&-``) or whose stderr is
 closed (``2>&-``) keeps every row (metadata complete, one stderr line at most, the README's exit code);
@@ -42,7 +48,7 @@ from a thread each that serve cuts) while M token-holding ``run --peer`` clients
 
 Run it from anywhere, with the venv's Python::
 
-    python tests/trials/hostile_trial.py [--part cli|handshake|silent]   # default: all three
+    python tests/trials/hostile_trial.py [--part cli|handshake|silent|streams]   # default: all four
     python tests/trials/hostile_trial.py --part cli --list                # the corpus, without running it
     python tests/trials/hostile_trial.py --part cli --only 'peer|sizes'   # cases whose id matches a regex
     python tests/trials/hostile_trial.py --part handshake --handshakes 2000
@@ -577,7 +583,11 @@ def build_corpus() -> list[Case]:
     ]:
         c.add("unknown", f"top level {label}", argv)
 
-    # osu NAME: the command an OSU stand-in execs.
+    # osu NAME: the command an OSU stand-in execs. Not in it, since the shims read OSU 7.4's command line as OSU's
+    # getopt does (osu_shims.py, osu_programs.py): what OSU 7.4 accepts, the shims accept too, so these run and are
+    # no bad input: osu_bw -z (OSU prints tail bandwidths), osu_put_latency -w create and -s lock (OSU's window and
+    # sync words), osu_allreduce ... X, osu_latency ... H X and ... D (a CPU build of OSU ignores the words after
+    # its options) and osu_barrier -m 8 (OSU reads -m on barrier and ignores it).
     for label, bench, args in [
         ("unknown benchmark", "osu_nosuch", []),
         ("-q", "osu_latency", ["-q"]),
@@ -597,19 +607,12 @@ def build_corpus() -> list[Case]:
         ("-d cuda one-sided", "osu_put_latency", ["-d", "cuda", "D", "D"]),
         ("-T all", "osu_allreduce", ["-T", "all"]),
         ("-T mpi_double", "osu_latency", ["-T", "mpi_double"]),
-        ("-z on a bandwidth test", "osu_bw", ["-z"]),
         ("-z not kept", "osu_latency", ["-z42"]),
-        ("-w create", "osu_put_latency", ["-w", "create"]),
-        ("-s lock", "osu_put_latency", ["-s", "lock"]),
         ("-m at the end", "osu_latency", ["-m"]),
         ("--message-size at the end", "osu_latency", ["--message-size"]),
         ("--full=1", "osu_allreduce", ["--full=1"]),
         ("-f on latency", "osu_latency", ["-f"]),
-        ("a stray word on a collective", "osu_allreduce", ["X"]),
-        ("an unknown buffer place", "osu_latency", ["H", "X"]),
-        ("one buffer place", "osu_latency", ["D"]),
         ("-W on a collective", "osu_allreduce", ["-W", "8"]),
-        ("-m on barrier", "osu_barrier", ["-m", "8"]),
     ]:
         c.osu("osu", f"{bench} {label}", bench, *args)
 
@@ -1166,15 +1169,23 @@ def part_cli(opts) -> bool:
 
 # --- Part 2 and 3: a real serve -----------------------------------------------------------------------------------
 
-# The rendezvous wire format (src/fabricbench/control/rendezvous.py, peer.py): a 12-byte header, magic, version,
-# message type, payload length (network order), then struct-packed fields. Written here, not imported: this is
-# what any stranger could send.
+# The rendezvous wire format, version 5 (src/fabricbench/control/rendezvous.py, launch/peer.py): a 12-byte header,
+# magic, version, message type, payload length (network order), then fields: a text is a u16 length and UTF-8, a
+# blob a u32 length and its bytes. A HELLO is the client's version (text), a hugepages code (u8), the plan as JSON
+# (blob, at most 32 KiB), then a u16 count of transport sections, each a key (text), that transport's field version
+# (u16) and its fields (blob). Serve answers a HELLO it takes with a CHALLENGE (a blob: a fresh nonce), the client
+# with a PROOF (a blob: the HMAC-SHA256 of nonce and HELLO payload under the token, or nothing). Written here, not
+# imported: this is what any stranger could send. The plan and sections are those a real ``run --peer`` sends
+# (capture_hello), which a stranger can read off the wire as well, changed here as a stranger would.
 MAGIC = b"FBRV"
-VERSION = 4
+VERSION = 5
 HEADER = struct.Struct("!4sHHI")
 ERROR, HELLO, ACCEPT, CHALLENGE, PROOF = 1, 2, 3, 4, 5
 MAX_PAYLOAD = 64 * 1024
+MAX_PLAN = 32 * 1024
 REPLY_TIMEOUT_S = 15.0  # longer than serve's 10 s handshake deadline: serve's own answer comes first
+# The token holder's run: its HELLO is the one captured, and it runs against serve at the end of parts 2 and 3.
+LEGIT_ARGV = ["-t", "tcp", "-k", "latency", "-m", "8:8", "-i", "20", "-x", "2"]
 
 
 def _text(value) -> bytes:
@@ -1190,55 +1201,181 @@ def frame(kind: int, payload: bytes, version: int = VERSION, magic: bytes = MAGI
     return HEADER.pack(magic, version, kind, len(payload) if length is None else length) + payload
 
 
+class Wire:
+    """Reads a payload's fields back, as the format above says (a short payload is a ValueError)."""
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise ValueError(f"payload cut at byte {len(self.data)}, needed {self.pos + n}")
+        self.pos += n
+        return self.data[self.pos - n : self.pos]
+
+    def number(self, fmt: str) -> int:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def text(self) -> bytes:
+        return self.take(self.number("!H"))
+
+    def blob(self) -> bytes:
+        return self.take(self.number("!I"))
+
+
+@dataclass
+class CapturedHello:
+    client: bytes
+    hugepages: int
+    plan: dict
+    sections: list  # (key, version, fields)
+
+
+_CAPTURED: list[CapturedHello] = []
+
+
+def capture_hello() -> CapturedHello:
+    """The HELLO a real ``fabricbench run --peer`` sends (LEGIT_ARGV) to a socket of ours that then closes it."""
+    if _CAPTURED:
+        return _CAPTURED[0]
+    with socket.create_server(("127.0.0.1", 0)) as listener, tempfile.TemporaryDirectory() as tmp:
+        listener.settimeout(60)
+        argv = [PYTHON, "-m", "fabricbench", "run", "--peer", f"127.0.0.1:{listener.getsockname()[1]}", *LEGIT_ARGV]
+        client = subprocess.Popen(
+            argv, cwd=tmp, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(60)
+                magic, version, kind, length = HEADER.unpack(_recv_exact(conn, HEADER.size) or bytes(HEADER.size))
+                payload = _recv_exact(conn, length) or b""
+        finally:
+            try:
+                client.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                client.wait()
+    if (magic, version, kind) != (MAGIC, VERSION, HELLO):
+        raise SystemExit(f"run --peer sent no version {VERSION} HELLO: {magic!r}, version {version}, type {kind}")
+    wire = Wire(payload)
+    client_version, hugepages, plan = wire.text(), wire.number("!B"), json.loads(wire.blob())
+    sections = [(wire.text().decode(), wire.number("!H"), wire.blob()) for _ in range(wire.number("!H"))]
+    if wire.pos != len(payload):
+        raise SystemExit(f"run --peer's HELLO has {len(payload) - wire.pos} bytes past its sections")
+    plan["run_id"] = "hostile-trial"
+    _CAPTURED.append(CapturedHello(client_version, hugepages, plan, sections))
+    return _CAPTURED[0]
+
+
+@dataclass(frozen=True)
+class Raw:
+    """JSON text put into the plan as it is, where Python's json would write it otherwise (1e999, not Infinity)."""
+
+    text: str
+
+
+def plan_json(plan: dict) -> bytes:
+    text = json.dumps(plan, default=lambda raw: f"\x00{raw.text}\x00")  # each Raw, marked, then put in as it is
+    return re.sub(r'"\\u0000(.*?)\\u0000"', lambda m: m.group(1), text).encode()
+
+
 def hello_payload(
-    steps=(("tcp", "latency", (8,)),),
-    iterations: int = 20,
-    warmup: int = 2,
-    window: int = 64,
-    max_time: float = 0.0,
-    validate: int = 0,
-    timeout: float = 20.0,
-    hugepages: int = 0,
-    run_id="hostile-trial",
-    client="hostile-trial",
-    sections=(("tcp", 1, b"\x00"),),  # tcp's own fields, version 1: the loop (0: auto)
-    step_count: int | None = None,
+    plan: dict | None = None,  # changes to the captured plan's fields (an object's members to its own)
+    step: dict | None = None,  # changes to its one step
+    steps: list | None = None,  # the steps instead of its own
+    raw_plan: bytes | None = None,  # the plan blob as it is, instead of any JSON of the above
+    client: str | bytes | None = None,
+    hugepages: int | None = None,
+    sections: list | None = None,
+    section_count: int | None = None,
+    trailing: bytes = b"",
 ) -> bytes:
-    out = _text(client) + _text(run_id)
-    out += struct.pack("!qqIdBdB", iterations, warmup, window, max_time, validate, timeout, hugepages)
-    out += struct.pack("!H", len(steps) if step_count is None else step_count)
-    for transport, kernel, sizes in steps:
-        out += _text(transport) + _text(kernel) + struct.pack("!H", len(sizes))
-        out += b"".join(struct.pack("!Q", size) for size in sizes)
-    out += struct.pack("!H", len(sections))
-    for key, version, section in sections:
-        out += _text(key) + struct.pack("!H", version) + _blob(section)
-    return out
+    """A HELLO payload: the captured one, changed as the arguments say."""
+    base = capture_hello()
+    if raw_plan is None:
+        edited = json.loads(json.dumps(base.plan))
+        for name, value in (plan or {}).items():
+            merge = isinstance(value, dict) and isinstance(edited.get(name), dict)
+            edited[name] = edited[name] | value if merge else value
+        if steps is not None:
+            edited["steps"] = steps
+        elif step:
+            edited["steps"] = [edited["steps"][0] | step]
+        raw_plan = plan_json(edited)
+    sections = base.sections if sections is None else sections
+    out = _text(base.client if client is None else client)
+    out += struct.pack("!B", base.hugepages if hugepages is None else hugepages) + _blob(raw_plan)
+    out += struct.pack("!H", len(sections) if section_count is None else section_count)
+    for key, version, fields in sections:
+        out += _text(key) + struct.pack("!H", version) + _blob(fields)
+    return out + trailing
 
 
+TCP_LOOP_AUTO = ("tcp", 1, b"\x00")  # the tcp section, version 1: its loop code (0: auto)
+ONE_STEP = {"transport": "tcp", "kernel": "latency", "sizes": [8], "datatype": ""}
+# Each absurd HELLO is a valid one with one thing changed; serve must refuse each before its CHALLENGE.
 ABSURD_HELLOS = {
-    "window 0": dict(window=0),
-    "iterations -5": dict(iterations=-5),
-    "timeout nan": dict(timeout=float("nan")),
-    "timeout inf": dict(timeout=float("inf")),
-    "max-time -1": dict(max_time=-1.0),
-    "validate 7": dict(validate=7),
+    "window 0": dict(plan={"window": 0}),
+    "window 65537": dict(plan={"window": 65537}),
+    "iterations -5": dict(plan={"iterations": -5}),
+    "iterations 10^12": dict(plan={"iterations": 10**12}),
+    "iterations as text": dict(plan={"iterations": "20"}),
+    "iterations 20.5": dict(plan={"iterations": 20.5}),
+    "iterations true": dict(plan={"iterations": True}),
+    "warmup 10^12": dict(plan={"warmup": 10**12}),
+    "timeout nan as text": dict(plan={"timeout": "nan"}),
+    "timeout NaN": dict(plan={"timeout": Raw("NaN")}),
+    "timeout 1e999": dict(plan={"timeout": Raw("1e999")}),
+    "timeout -Infinity": dict(plan={"timeout": Raw("-Infinity")}),
+    "timeout 0": dict(plan={"timeout": 0}),
+    "timeout 10^6 s": dict(plan={"timeout": 1e6}),
+    "max_time -1": dict(plan={"max_time": -1.0}),
+    "max_time NaN": dict(plan={"max_time": Raw("NaN")}),
+    "validate 7": dict(plan={"validate": 7}),
     "hugepages 9": dict(hugepages=9),
-    "65 steps": dict(steps=(("tcp", "latency", (8,)),) * 65),
-    "0 steps": dict(steps=()),
-    "a 2 GiB size": dict(steps=(("tcp", "latency", (1 << 31,)),)),
-    "65 sizes": dict(steps=(("tcp", "latency", tuple(range(65))),)),
-    "an unknown transport": dict(steps=(("carrier-pigeon", "latency", (8,)),), sections=()),
-    "an MPI transport": dict(steps=(("mpi", "latency", (8,)),), sections=()),
-    "an unknown kernel": dict(steps=(("tcp", "pingpong", (8,)),)),
-    "a run id with escapes": dict(run_id="x\n\x1b[2J"),
-    "a run id of 300 bytes": dict(run_id="r" * 300),
-    "a client name not UTF-8": dict(client=b"\xff\xfe"),
-    "a step count past its steps": dict(step_count=3),
-    "no tcp section": dict(sections=()),
-    "tcp section version 9": dict(sections=(("tcp", 9, b"\x00"),)),
-    "tcp loop code 7": dict(sections=(("tcp", 1, b"\x07"),)),
-    "17 sections": dict(sections=(("tcp", 1, b"\x00"),) * 17),
+    "65 steps": dict(steps=[ONE_STEP] * 65),
+    "0 steps": dict(steps=[]),
+    "steps not a list": dict(plan={"steps": {"0": ONE_STEP}}),
+    "a step not an object": dict(steps=["tcp latency 8"]),
+    "a step without its kernel": dict(steps=[{"transport": "tcp", "sizes": [8]}]),
+    "a 2 GiB size": dict(step={"sizes": [1 << 31]}),
+    "a size of 2^64": dict(step={"sizes": [1 << 64]}),
+    "a negative size": dict(step={"sizes": [-8]}),
+    "a size as text": dict(step={"sizes": ["8"]}),
+    "65 sizes": dict(step={"sizes": list(range(1, 66))}),
+    "0 sizes": dict(step={"sizes": []}),
+    "an unknown transport": dict(step={"transport": "carrier-pigeon"}, sections=[]),
+    "a transport of 300 bytes": dict(step={"transport": "t" * 300}, sections=[]),
+    "an MPI transport": dict(step={"transport": "mpi"}, sections=[]),
+    "an unknown kernel": dict(step={"kernel": "pingpong"}),
+    "a kernel of more than two ranks": dict(step={"kernel": "congestion", "sizes": [0]}),
+    "an unknown datatype": dict(step={"datatype": "MPI_DOUBLE"}),
+    "an unknown plan field": dict(plan={"exec": "rm -rf /"}),
+    "an unknown step field": dict(step={"command": "sh"}),
+    "repeat 2": dict(plan={"repeat": 2}),
+    "ranks given": dict(plan={"ranks": [0, 1]}),
+    "schedule shift": dict(plan={"pairs": {"schedule": "shift"}}),
+    "an unknown pairs field": dict(plan={"pairs": {"shell": "sh"}}),
+    "a run id with escapes": dict(plan={"run_id": "x\n\x1b[2J"}),
+    "a run id of 300 bytes": dict(plan={"run_id": "r" * 300}),
+    "an empty run id": dict(plan={"run_id": ""}),
+    "a client version not UTF-8": dict(client=b"\xff\xfe"),
+    "a client version of 65 bytes": dict(client="9" * 65),
+    "a plan not JSON": dict(raw_plan=b"{not json"),
+    "a plan that is a list": dict(raw_plan=b"[]"),
+    "a plan not UTF-8": dict(raw_plan=b'{"steps": "\xff"}'),
+    "a plan nested 16000 deep": dict(raw_plan=b"[" * 16000 + b"]" * 16000),
+    "a plan over 32 KiB": dict(plan={"run_id": "r" * MAX_PLAN}),
+    "a section count past its sections": dict(section_count=3),
+    "trailing bytes": dict(trailing=b"\x00"),
+    "no tcp section": dict(sections=[]),
+    "tcp section version 9": dict(sections=[("tcp", 9, b"\x00")]),
+    "tcp loop code 7": dict(sections=[("tcp", 1, b"\x07")]),
+    "tcp section with more fields": dict(sections=[("tcp", 1, b"\x00\x00")]),
+    "tcp section twice": dict(sections=[TCP_LOOP_AUTO, TCP_LOOP_AUTO]),
+    "an unknown section": dict(sections=[TCP_LOOP_AUTO, ("rdma", 1, b"")]),
+    "17 sections": dict(sections=[TCP_LOOP_AUTO] * 17),
 }
 
 
@@ -1339,8 +1476,7 @@ def connect(port: int, source: str | None = None, timeout: float = 10.0) -> sock
 
 
 def legit_client(port: int, token: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
-    argv = ["run", "--peer", f"127.0.0.1:{port}", "--token", token, "-t", "tcp", "-k", "latency"]
-    argv += ["-m", "8:8", "-i", "20", "-x", "2"]
+    argv = ["run", "--peer", f"127.0.0.1:{port}", "--token", token, *LEGIT_ARGV]
     with tempfile.TemporaryDirectory(prefix="fb-hostile-legit-") as tmp:
         return subprocess.run(
             [PYTHON, "-m", "fabricbench", *argv],
@@ -1396,14 +1532,14 @@ class Hostile:
         )
 
     def other_version(self) -> str:
-        return self._send_then_listen(frame(HELLO, self.hello, version=self.rng.choice([0, 1, 2, 3, 5, 65535])))
+        return self._send_then_listen(frame(HELLO, self.hello, version=self.rng.choice([0, 1, 2, 3, 4, 6, 65535])))
 
     def wrong_type_first(self) -> str:
         kind = self.rng.choice([PROOF, ACCEPT, CHALLENGE, 16, 999])
         return self._send_then_listen(frame(kind, _blob(self.rng.randbytes(32))))
 
-    def absurd_hello(self) -> str:
-        name = self.rng.choice(sorted(ABSURD_HELLOS))
+    def absurd_hello(self, name: str | None = None) -> str:
+        name = name or self.rng.choice(sorted(ABSURD_HELLOS))
         return self._send_then_listen(frame(HELLO, hello_payload(**ABSURD_HELLOS[name])))
 
     def _challenged(self, then) -> str:
@@ -1545,13 +1681,24 @@ def _source(address: str) -> str | None:
 def part_handshake(opts) -> bool:
     token = "hostile-" + secrets.token_hex(12)
     rng = random.Random(opts.seed)
+    base = capture_hello()
     serve = Serve(token)
     print(
         f"# part 2: {opts.handshakes} hostile handshakes against serve on 127.0.0.1:{serve.port} (pid {serve.proc.pid})"
     )
+    sections = ", ".join(f"{key} version {version} ({len(fields)} B)" for key, version, fields in base.sections)
+    print(
+        f"HELLO captured from run --peer {shlex.join(LEGIT_ARGV)}: client {base.client.decode()!r}, hugepages code "
+        f"{base.hugepages}, a plan of {len(plan_json(base.plan))} B as JSON, sections {sections or 'none'}"
+    )
     try:
         rss_before = serve.rss_kb()
         hostile = Hostile(serve.port, rng)
+        # Each absurd HELLO once, to show what serve says of it: each must be refused, in words naming its fault.
+        print(f"\n{'absurd HELLO':<34} what serve answered")
+        absurd = {name: hostile.absurd_hello(name) for name in ABSURD_HELLOS}
+        for name, outcome in absurd.items():
+            print(f"{name:<34} {outcome[:160]}")
         drippers = Drippers(serve.port, 2, _source("127.0.0.2"))
         tally: dict[str, Counter] = {kind: Counter() for kind in Hostile.KINDS}
         started = time.monotonic()
@@ -1583,8 +1730,10 @@ def part_handshake(opts) -> bool:
         print(f"{kind:<20} {sum(outcomes.values()):>5}  {said}{more}")
         want = EXPECTED.get(kind)
         for words, n in outcomes.items():
-            if "timeout" in words or "could not connect" in words or (want and not words.startswith(want)):
+            silent = re.search(r"(^|: )timeout($|,)", words)  # serve never answered (not its "bad --timeout")
+            if silent or "could not connect" in words or (want and not words.startswith(want)):
                 unexpected.append(f"{kind}: {n}x {words}")
+    unexpected += [f"absurd HELLO {name}: {said}" for name, said in absurd.items() if not said.startswith("refused")]
     cuts = "; ".join(f"{n}x {w}" for w, n in drippers.cuts.most_common()) or "none yet (the run was shorter)"
     print(f"slow drippers (a byte every 0.5 s, from 127.0.0.2) cut by serve: {cuts}")
     print(f"{opts.handshakes} handshakes in {elapsed:.1f} s; serve: {serve.log_faults()}")
@@ -1663,7 +1812,7 @@ def part_silent(opts) -> bool:
         f"# part 3: {opts.silent} silent sockets held open to serve on 127.0.0.1:{serve.port} while "
         f"{opts.clients} token holders run --peer, one after another"
     )
-    admitted, tries, failures = 0, 0, []
+    admitted, tries, failures, took = 0, 0, [], []
     try:
         holder = SilentHolder(serve.port, opts.silent, opts.reopen_delay)
         deadline = time.monotonic() + 10
@@ -1672,7 +1821,9 @@ def part_silent(opts) -> bool:
         held_at_start = holder.open_now
         started = time.monotonic()
         for i in range(opts.clients):
+            began = time.monotonic()
             result = legit_client(serve.port, token)
+            took.append(time.monotonic() - began)  # the whole run: its Python's start, handshake, 20 iterations
             tries += 1 + result.stderr.count("evicted our handshake")
             if result.returncode == 0:
                 admitted += 1
@@ -1689,6 +1840,12 @@ def part_silent(opts) -> bool:
     cuts = "; ".join(f"{n}x {w}" for w, n in holder.cut.most_common(4)) or "none"
     print(f"serve cut {sum(holder.cut.values())} silent sockets, each reopened: {cuts}")
     print(f"{opts.clients} clients in {elapsed:.1f} s, {tries} handshakes in all; serve alive: {alive}")
+    if took:
+        ordered = sorted(took)
+        print(
+            f"each client's run --peer, start to exit: min {ordered[0]:.2f} s, median "
+            f"{ordered[len(ordered) // 2]:.2f} s, max {ordered[-1]:.2f} s ({', '.join(f'{t:.2f}' for t in took)})"
+        )
     print(f"serve: {serve.log_faults()}")
     for failure in failures:
         print("  " + failure)
