@@ -171,3 +171,41 @@ def test_nccl_runs_its_collectives_on_one_rank_and_mpi_refuses_them():
     allreduce.check_ranks(1, transport_class("nccl").min_ranks(allreduce))
     with pytest.raises(UsageError, match="needs at least 2 ranks, got 1"):
         allreduce.check_ranks(1, transport_class("mpi").min_ranks(allreduce))
+
+
+# --- the GPU's links (no GPU: a sysfs tree and CUDA's answers made here) ------------------------------------------
+
+
+def _pci(base, speed: str, width: int):
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "max_link_speed").write_text(f"{speed} GT/s PCIe\n")
+    (base / "max_link_width").write_text(f"{width}\n")
+    return base
+
+
+def test_a_gpus_pcie_link_is_the_lower_of_its_port_and_the_slot_above_it(tmp_path):
+    bridge = _pci(tmp_path / "pci0000:00" / "0000:00:01.0", "16.0", 16)
+    gpu_dir = _pci(bridge / "0000:3b:00.0", "32.0", 16)  # a Gen5 GPU in a Gen4 slot
+    devices = tmp_path / "bus"
+    devices.mkdir()
+    (devices / "0000:3b:00.0").symlink_to(gpu_dir)
+    rate, label = gpu.pcie_link("0000:3B:00.0", devices)  # CuPy's bus id is upper case
+    assert label == "0000:3b:00.0 PCIe 4.0 x16"
+    assert rate == pytest.approx(16e3 * 128 / 130 * 16 / 8 * 256 / 280)  # 28.8 GB/s
+    assert gpu.pcie_link("0000:af:00.0", devices) == (None, "")  # not in sysfs
+
+
+class _Runtime:
+    """CUDA's answers to cudaDeviceGetAttribute, as an H100 SXM gives them."""
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def deviceGetAttribute(self, attribute, index):
+        return self.answers[attribute]
+
+
+def test_a_device_copy_is_held_to_half_the_memorys_rate():
+    rate, label = gpu.memory_copy_link(_Runtime({36: 2_619_000, 37: 5120}), 0)
+    assert rate == pytest.approx(2 * 2.619e9 * 5120 / 8 / 1e6 / 2) and label == "GPU 0 memory, 5120-bit at 2619 MHz"
+    assert gpu.memory_copy_link(_Runtime({36: 0, 37: 5120}), 0) == (None, "")

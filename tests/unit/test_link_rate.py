@@ -199,3 +199,15 @@ def test_a_link_through_a_real_nic_has_its_rate_only_where_the_route_and_sysfs_a
     routes.write_text(ROUTES)
     monkeypatch.setattr(tcp_link.socket, "if_nametoindex", lambda name: 3)  # sysfs shows another namespace's eth2
     assert link_rate(_Connected(), net, str(routes)) == NO_RATE
+
+
+# --- MPI ----------------------------------------------------------------------------------------------------------
+
+
+def test_an_mpi_runs_metadata_names_the_nic_its_library_was_told_to_use_and_no_rate():
+    from fabricbench.transports.mpi.transport import told_link
+
+    assert told_link({"UCX_NET_DEVICES": "mlx5_0:1", "FI_PROVIDER": "", "PATH": "/bin"}) == (
+        "not known: UCX_NET_DEVICES=mlx5_0:1 named to the MPI library, which picks each pair's path; no link_MBps"
+    )
+    assert told_link({}).startswith("not known: no NIC was named to the MPI library (UCX_NET_DEVICES, FI_PROVIDER")

@@ -221,6 +221,13 @@ def test_a_row_of_one_link_says_what_share_of_it_its_bandwidth_is():
     assert "link_MBps" not in bw_row("bw", steady)  # no path known: blank
 
 
+def test_a_latency_row_names_its_link_and_has_no_share_of_it():
+    rtt = ns(2000, 4000)
+    summaries = [rank_summary(True, 2, rtt, -1), rank_summary(False, 2, NO_SAMPLES, -1)]
+    row = row_for("latency", 8, rtt, summaries, link_MBps=12421.0, link_label="mlx5_0 port 1, 4X EDR")
+    assert (row["link"], row["link_MBps"]) == ("mlx5_0 port 1, 4X EDR", 12421.0) and "link_pct" not in row
+
+
 def test_several_pairs_at_once_carry_the_link_but_no_share_of_it():
     windows = np.full(10, 1_000_000, dtype=np.int64)
     summaries = [rank_summary(True, 10, windows, -1)] * 2 + [rank_summary(False, 10, NO_SAMPLES, -1)] * 2

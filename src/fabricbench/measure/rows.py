@@ -124,7 +124,7 @@ def timed_row(
         pairs = max(1, len(timing.iterations))
         bound = loop.link_MBps if loop.link_bound else None
         refuse_impossible(row, kernel.directions, pairs, bound, loop.link_label)
-        link_share(row, kernel.directions, loop.link_MBps, loop.link_label)
+    link_share(row, kernel.directions, loop.link_MBps, loop.link_label)
     return row
 
 

@@ -107,8 +107,8 @@ INTEGER |= {"wrong_elements"}
 #    communicator (the ranks' mean: OSU's "Time took to create topology graph").
 # 11: a collective's row says whether it was measured out of place or in place (placement; --placement) and, where
 #    it was checked, how many elements were wrong over every rank (wrong_elements, nccl-tests' #wrong).
-# 12: a windowed row of one link whose path is known carries that link (link), the payload one direction of it
-#    carries (link_MBps, transports.link_payload's formula per link kind) and its bandwidth's share of it (link_pct).
+# 12: a row whose path is known carries that link (link), the payload one direction of it carries (link_MBps,
+#    transports.link_payload's formula per link kind) and, with a bandwidth of one pair, its share of it (link_pct).
 SCHEMA_VERSION = 12
 CSV_NAME = "results.csv"
 PARQUET_NAME = "results.parquet"

@@ -78,6 +78,9 @@ class CopyCase(Case):
                 self._result = lambda: host
             self.src, self.dst = host, device
             self.method += ", pinned host memory" if pinned else ", pageable host memory"
+            # A reference, not a bound: the Max_Payload_Size the formula takes is assumed, not read.
+            self.link_MBps, self.link_label = gpu.pcie_link(transport.binding.device.pci_bus_id)
+            self.link_bound = False
 
             def launch():
                 runtime.memcpyAsync(dst, src, size, kind, stream_ptr)
@@ -87,6 +90,8 @@ class CopyCase(Case):
             self.dst = cupy.full(size, 0xFE, dtype=cupy.uint8)
             src, dst, kind = self.src.data.ptr, self.dst.data.ptr, runtime.memcpyDeviceToDevice
             self._result = lambda: cupy.asnumpy(self.dst)
+            self.link_MBps, self.link_label = gpu.memory_copy_link(runtime, transport.binding.index)
+            self.link_bound = False  # a copy that fits in the L2 cache can pass the memory's rate
 
             def launch():
                 runtime.memcpyAsync(dst, src, size, kind, stream_ptr)

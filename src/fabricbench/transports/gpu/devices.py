@@ -15,9 +15,11 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from fabricbench.errors import UsageError
 from fabricbench.transports.gpu.timing import TIMINGS
+from fabricbench.transports.link_payload import device_memory_copy_MBps, pcie_generation, pcie_MBps
 from fabricbench.transports.options import OptionGroup
 
 # Where launchers put a rank's index among the ranks on its host, in the order they are trusted.
@@ -353,6 +355,44 @@ def doctor_verdict(missing: str) -> tuple[bool, str, dict]:
 def nccl_environment() -> dict:
     """The NCCL_* variables this rank sees."""
     return {key: value for key, value in os.environ.items() if key.startswith("NCCL_")}
+
+
+PCI_DEVICES = "/sys/bus/pci/devices"
+CUDA_MEMORY_CLOCK, CUDA_MEMORY_BUS_WIDTH = 36, 37  # cudaDevAttrMemoryClockRate (kHz), cudaDevAttrGlobalMemoryBusWidth
+
+
+def _lane(device: Path) -> tuple[float, int]:
+    """(GT/s, lanes) a PCI function's port can train to: sysfs max_link_speed ("16.0 GT/s PCIe"), max_link_width."""
+    return float((device / "max_link_speed").read_text().split()[0]), int((device / "max_link_width").read_text())
+
+
+def pcie_link(bus_id: str, sysfs: str | Path = PCI_DEVICES) -> tuple[float | None, str]:
+    """The payload a GPU's PCIe link carries one way (link_payload.pcie_MBps) and how a row names it, or (None, "").
+
+    The link is the lower of what the GPU's port and the port above it (its slot's bridge) can train to: a GPU
+    drops to 2.5 GT/s when idle, so its current_link_speed read before a copy says less than the copy gets.
+    """
+    try:
+        device = (Path(sysfs) / bus_id.lower()).resolve()
+        (gts, lanes), (up_gts, up_lanes) = _lane(device), _lane(device.parent)
+    except (OSError, ValueError, IndexError):
+        return None, ""
+    generation, width = pcie_generation(min(gts, up_gts)), min(lanes, up_lanes)
+    rate = pcie_MBps(generation, width) if generation else None
+    return (rate, f"{bus_id.lower()} PCIe {generation}.0 x{width}") if rate else (None, "")
+
+
+def memory_copy_link(runtime, index: int) -> tuple[float | None, str]:
+    """What a copy within GPU ``index``'s memory can move (link_payload.device_memory_copy_MBps), from the clock and
+    bus width CUDA reports, and how a row names it; (None, "") where the driver does not say."""
+    try:
+        clock_kHz = runtime.deviceGetAttribute(CUDA_MEMORY_CLOCK, index)
+        bits = runtime.deviceGetAttribute(CUDA_MEMORY_BUS_WIDTH, index)
+    except (AttributeError, RuntimeError):  # CuPy's CUDARuntimeError is a RuntimeError
+        return None, ""
+    if clock_kHz <= 0 or bits <= 0:
+        return None, ""
+    return device_memory_copy_MBps(clock_kHz, bits), f"GPU {index} memory, {bits}-bit at {clock_kHz / 1e3:g} MHz"
 
 
 class Binding:

@@ -1057,13 +1057,29 @@ class MPITransport(Transport):
         return MPI.Get_version() >= (4, 0) or (vendor == "Open MPI" and version >= (5,))
 
     def metadata(self) -> dict:
-        found = {"mpi_method": self.method}
+        found = {"mpi_method": self.method, "link": told_link(os.environ)}
         if self.cuda is not None:
             found |= self.binding.metadata() | {"cuda_aware": self.cuda_aware, "cuda_aware_query": self.cuda_query}
         return found | loop_metadata(self.cloop)
 
     def close(self) -> None:
         self.comm.Free()
+
+
+# How a user names to an MPI library the NIC or provider its bytes are to take: UCX (Open MPI's pml ucx, MPICH's
+# ch4:ucx), libfabric (MPICH's ch4:ofi, Open MPI's mtl ofi, Intel MPI) and Open MPI's own BTLs.
+LINK_VARIABLES = ("UCX_NET_DEVICES", "UCX_TLS", "FI_PROVIDER", "I_MPI_OFI_PROVIDER", "OMPI_MCA_btl_tcp_if_include")
+LINK_VARIABLES += ("OMPI_MCA_btl_openib_if_include",)
+
+
+def told_link(environ) -> str:
+    """What the run's metadata says of an MPI row's link: which NIC the MPI library was told to use, if any, and
+    that its rows carry no link_MBps. Being told is not taking: ranks on one host move bytes through shared memory
+    whatever the variables say, and across hosts the library picks among what it was allowed."""
+    named = [f"{name}={environ[name]}" for name in LINK_VARIABLES if environ.get(name)]
+    if not named:
+        return "not known: no NIC was named to the MPI library (UCX_NET_DEVICES, FI_PROVIDER, ...); no link_MBps"
+    return f"not known: {', '.join(named)} named to the MPI library, which picks each pair's path; no link_MBps"
 
 
 def loop_metadata(cloop: CLoop | None) -> dict:
