@@ -21,7 +21,14 @@ from fabricbench.transports.ofi.cloop import (
     version_text,
 )
 from fabricbench.transports.ofi.options import OFI_OPTIONS, OFIUnavailable
-from fabricbench.transports.ofi.transport import check_environment, check_key, decode_address, fi_environment, open_hint
+from fabricbench.transports.ofi.transport import (
+    check_environment,
+    check_key,
+    decode_address,
+    fi_environment,
+    open_hint,
+    provider_link,
+)
 
 SURVEY = (
     "tcp;ofi_rxm\t192.0.2.0/24\teth0\trdm\t1\t0\t0\t64\t\n"
@@ -157,3 +164,12 @@ def test_a_verbs_domain_that_does_not_open_names_rdma_cms_need():
     assert "set FI_VERBS_IFACE" in open_hint(said, "verbs;ofi_rxm", {})
     assert open_hint(said, "verbs;ofi_rxm", {"FI_VERBS_IFACE": "ib0"}) == ""  # told already: nothing to add
     assert open_hint(said, "tcp;ofi_rxm", {}) == "" and open_hint("fi_enable: Invalid argument", "verbs", {}) == ""
+
+
+def test_a_providers_link_speed_is_a_rows_link_unless_its_netdev_is_virtual(tmp_path):
+    (tmp_path / "eth2" / "device").mkdir(parents=True)  # a NIC: a device behind the class entry
+    (tmp_path / "veth0").mkdir()  # a veth: none
+    assert provider_link(200_000_000_000, "cxi0", tmp_path) == (25_000.0, "cxi0 200 Gb/s, as the provider reports it")
+    assert provider_link(25_000_000_000, "eth2", tmp_path)[0] == 3125.0
+    assert provider_link(10_000_000_000, "veth0", tmp_path) == (None, "")
+    assert provider_link(0, "eth0", tmp_path) == (None, "")  # libfabric 1.17's tcp provider: no nic attributes

@@ -74,6 +74,7 @@ struct fb_ofi_info { /* what fb_open reports, read by ofi_cloop.OFIInfo */
     uint64_t max_msg_size;
     uint64_t tx_size;
     uint64_t rx_size;
+    uint64_t link_speed;   /* bits/s of the NIC's link as the provider reports it (nic->link_attr); 0: none */
     uint32_t rma;          /* 1 when the provider granted FI_RMA */
     uint32_t mr_mode;
     uint32_t version;      /* fi_version() of the library loaded */
@@ -262,6 +263,7 @@ static void describe(const struct fi_info *info, struct fb_ofi_info *out, int rm
     out->max_msg_size = info->ep_attr->max_msg_size;
     out->tx_size = info->tx_attr->size;
     out->rx_size = info->rx_attr->size;
+    out->link_speed = info->nic && info->nic->link_attr ? (uint64_t)info->nic->link_attr->speed : 0;
     out->rma = (uint32_t)rma;
     out->mr_mode = (uint32_t)info->domain_attr->mr_mode;
     out->version = fi_version();

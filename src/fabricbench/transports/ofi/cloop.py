@@ -84,6 +84,7 @@ class OFIInfo(ctypes.Structure):
         ("max_msg_size", _u64),
         ("tx_size", _u64),
         ("rx_size", _u64),
+        ("link_speed", _u64),
         ("rma", _u32),
         ("mr_mode", _u32),
         ("version", _u32),
@@ -102,6 +103,7 @@ class OFIInfo(ctypes.Structure):
             "max_msg_size_B": int(self.max_msg_size),
             "tx_queue": int(self.tx_size),
             "rx_queue": int(self.rx_size),
+            "link_speed_bps": int(self.link_speed),  # the NIC's link as the provider reports it; 0: none
             "rma": bool(self.rma),
             "mr_mode": mr_mode_words(self.mr_mode),
         }

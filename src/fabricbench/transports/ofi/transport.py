@@ -35,6 +35,7 @@ import ctypes
 import ipaddress
 import os
 import re
+from pathlib import Path
 
 from fabricbench.argtypes import MASK
 from fabricbench.buffers import POISON, aligned, nothing, times_address
@@ -111,6 +112,18 @@ def decode_address(text: object, rank: int) -> bytes:
         return bytes.fromhex(text)
     except ValueError:
         raise PeerError(f"rank {rank} sent a libfabric address that is not hex") from None
+
+
+def provider_link(speed_bps: int, domain: str, net_class: str | Path = "/sys/class/net") -> tuple[float | None, str]:
+    """A row's link from what the provider reports of its NIC (fi_info's nic->link_attr->speed, bits/s): MB/s and
+    a label, or (None, "") where it reports none, or where the domain is a netdev sysfs shows with no device behind
+    it (a veth's nominal speed has no wire). The rate is the link's, not the payload's: the provider's headers are
+    its own, so it is a reference and never a bound."""
+    netdev = Path(net_class) / domain
+    if speed_bps <= 0 or (domain and netdev.exists() and not (netdev / "device").exists()):
+        return None, ""
+    rate = f"{speed_bps / 1e9:g} Gb/s" if speed_bps >= 1e9 else f"{speed_bps / 1e6:g} Mb/s"
+    return speed_bps / 8e6, f"{domain} {rate}, as the provider reports it"
 
 
 def check_key(record: object, rank: int) -> tuple[int, int]:
@@ -343,10 +356,16 @@ class OFITransport(Transport):
                 raise Unsupported(self.rma_reason)
             if size == 0:
                 raise Unsupported(ZERO_RMA)
-            return RMA(self, kernel, size)
-        if kernel.name == "latency":
-            return HandlePingPong(self, kernel, size)
-        return HandleStream(self, kernel, size)
+            made = RMA(self, kernel, size)
+        elif kernel.name == "latency":
+            made = HandlePingPong(self, kernel, size)
+        else:
+            made = HandleStream(self, kernel, size)
+        if self.handle:
+            domain = self.info.domain.decode(errors="replace")
+            made.link_MBps, made.link_label = provider_link(self.info.link_speed, domain)
+            made.link_bound = False
+        return made
 
     def domain_chosen_by(self) -> str:
         """Why this rank's endpoint is on its domain, in the metadata's words."""
