@@ -104,3 +104,8 @@ def test_ucx_bandwidth_on_a_100mbit_link_is_the_physical_payload_rate(server, ho
     measured = float(rows.bw_MBps.iloc[0]) * 8  # MB/s (10^6 B) to Mbit/s
     assert SHAPED_FLOOR <= measured <= SHAPED_CEILING, measured
     assert "tcp/veth0" in rows.method.iloc[0]
+    # The row names the shaped link its one bandwidth lane crosses, and its share of that link's TCP payload.
+    row = rows.iloc[0]
+    print(f"ucx bw 1 MiB on veth0 tbf 100 Mb/s: {row.bw_MBps:.2f} MB/s, link_pct {row.link_pct:.1f}")
+    assert (row.link, row.link_MBps) == ("veth0 tbf 100 Mb/s", pytest.approx(SHAPED_PAYLOAD_MBIT / 8)), row.link
+    assert row.link_pct == pytest.approx(100 * row.bw_MBps / row.link_MBps)

@@ -19,6 +19,7 @@ from fabricbench.transports.ucx.transport import (
     check_environment,
     check_lanes,
     decode_blob,
+    lane_link,
     lane_records,
     open_refusal,
     ucx_environment,
@@ -186,3 +187,25 @@ def test_ucx_is_found_by_its_root_where_pkg_config_has_none(tmp_path, monkeypatc
     with pytest.raises(UCXUnavailable, match="holds no UCX"):
         find_ucx({"UCX_HOME": str(tmp_path / "lib")})
     assert find_ucx({}).how == "system paths"
+
+
+def test_a_ucx_endpoints_link_is_the_one_device_its_bandwidth_lanes_cross(tmp_path):
+    net, rdma = tmp_path / "net", tmp_path / "infiniband"
+    (net / "veth0").mkdir(parents=True)
+    (net / "veth0" / "mtu").write_text("1500\n")
+    (rdma / "mlx5_0" / "ports" / "1").mkdir(parents=True)
+    (rdma / "mlx5_0" / "ports" / "1" / "rate").write_text("100 Gb/sec (4X EDR)\n")
+
+    def link(*lanes, shaped=None):
+        return lane_link(list(lanes), net, rdma, lambda name: shaped)
+
+    tcp = Lane(1, "tcp", "veth0", ("am_bw", "tag"))
+    # A veth shaped by a root tbf at 100 Mbit/s: TCP payload of 1448-byte segments in 1514-byte frames.
+    assert link(Lane(0, "tcp", "veth0", ("am",)), tcp, shaped=(12.5e6, 0)) == (
+        pytest.approx(12.5 * 1448 / 1514),
+        "veth0 tbf 100 Mb/s",
+    )
+    assert link(tcp) == (None, "")  # unshaped: a veth has no rate
+    assert link(Lane(0, "rc_verbs", "mlx5_0:1", ("am_bw", "rma_bw"))) == (12500.0, "mlx5_0:1 100 Gb/sec (4X EDR)")
+    assert link(Lane(0, "posix", "memory", ("am_bw",))) == (None, "")  # shared memory
+    assert link(tcp, Lane(2, "rc_verbs", "mlx5_0:1", ("am_bw",))) == (None, "")  # striped over two devices

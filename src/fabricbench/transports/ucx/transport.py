@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 from fabricbench.buffers import POISON, aligned, nothing, times_address
 from fabricbench.control import allgather_json
@@ -42,6 +43,7 @@ from fabricbench.hostinfo import ranks_here, this_host, usable_cpus
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.handle_cases import HandleCase, HandlePingPong, HandleStream
+from fabricbench.transports.tcp.link import NET_CLASS, nic_rate_Mbps, payload_rate, shaper_on
 from fabricbench.transports.ucx import cloop as ucx_cloop
 from fabricbench.transports.ucx.cloop import (
     ADDRESS_BYTES,
@@ -116,6 +118,41 @@ def check_base(value: object, rank: int) -> int:
     if type(value) is not int or not 0 <= value < 1 << 64:
         raise PeerError(f"rank {rank} sent a malformed UCX buffer address")
     return value
+
+
+BANDWIDTH_LANES = ("am_bw", "rma_bw", "tag")  # what UCP moves a large message's bytes on
+IP_TCP_HEADERS_B = 20 + 20 + 12  # IPv4, TCP and its timestamps: a TCP segment's payload is the MTU less these
+RDMA_CLASS = "/sys/class/infiniband"
+
+
+def lane_link(
+    lanes: list[Lane], net_class: str | Path = NET_CLASS, rdma_class: str | Path = RDMA_CLASS, shaped=shaper_on
+) -> tuple[float | None, str]:
+    """The link an endpoint's large messages cross, where they cross one device: (MB/s, label), else (None, "").
+
+    A netdev (UCX's tcp lanes) carries TCP payload by link_payload's formula (its NIC's speed, or a root tbf on it,
+    ``shaped``; segments of its MTU less IPv4, TCP and timestamp headers); an RDMA device's port, sysfs ``rate``
+    (its data rate after encoding, before packet headers). Shared memory, several devices at once (UCX stripes
+    a message over its lanes) and a virtual netdev give none. UCX's own headers are not taken off: a reference.
+    """
+    chosen = [lane for lane in lanes if set(lane.operations) & set(BANDWIDTH_LANES)] or lanes
+    devices = {lane.device for lane in chosen}
+    if len(devices) != 1:
+        return None, ""
+    (device,) = devices
+    netdev = Path(net_class) / device
+    try:
+        if netdev.is_dir():  # UCX's tcp lanes name their netdev; its RDMA lanes a device's port; shared memory neither
+            mtu = int((netdev / "mtu").read_text())
+            found = payload_rate(device, nic_rate_Mbps(device, net_class), shaped(device), mtu - IP_TCP_HEADERS_B, True)
+            return found[:2]
+        name, _, port = device.partition(":")
+        if port.isdigit():  # an RDMA device's port: "100 Gb/sec (4X EDR)"
+            said = (Path(rdma_class) / name / "ports" / port / "rate").read_text().split()
+            return float(said[0]) * 125, f"{device} {' '.join(said)}"
+    except (OSError, ValueError, IndexError):
+        pass
+    return None, ""
 
 
 def lane_records(lanes: list[Lane]) -> list[list]:
@@ -235,6 +272,7 @@ class UCXTransport(Transport):
         self.loop = None
         self.memory = nothing()
         self.lanes: dict[int, list[Lane]] = {}
+        self.link: tuple[float | None, str] = (None, "")  # lane_link of this rank's endpoint
         try:
             self._open(ctrl)
         except BaseException:
@@ -283,6 +321,7 @@ class UCXTransport(Transport):
             self._check_all(ctrl, connected, "could not reach its peer")
         table = self._check_all(ctrl, wired, "could not exchange a first message", {"lanes": lane_records(lanes)})
         self.lanes = {rank: check_lanes(table[rank].get("lanes"), rank) for rank in self.pair}
+        self.link = lane_link(lanes)  # this rank's own endpoint's
 
     def _choose_progress(self, local_ranks: int) -> None:
         """Resolve --ucx-progress auto (options.resolve_progress) and tell the C loop whether to yield."""
@@ -398,12 +437,16 @@ class UCXTransport(Transport):
         if kernel.name in RMA_CODES:
             if size == 0:
                 raise Unsupported(ZERO_RMA)
-            return RMA(self, kernel, size)
-        if size == 0 and self.api == "stream":
+            made = RMA(self, kernel, size)
+        elif size == 0 and self.api == "stream":
             raise Unsupported(ZERO_STREAM)
-        if kernel.name == "latency":
-            return HandlePingPong(self, kernel, size)
-        return HandleStream(self, kernel, size)
+        elif kernel.name == "latency":
+            made = HandlePingPong(self, kernel, size)
+        else:
+            made = HandleStream(self, kernel, size)
+        made.link_MBps, made.link_label = self.link
+        made.link_bound = False
+        return made
 
     def metadata(self) -> dict:
         environments = self.environments
