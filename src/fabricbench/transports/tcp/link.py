@@ -14,6 +14,7 @@ peer still ends the run. The timed loops live in ``tcp.py``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import select
@@ -197,7 +198,7 @@ def _interface_with(address: str) -> str | None:
 
 
 def link_rate(
-    sock: socket.socket, net_class: str | Path = NET_CLASS, proc_route: str = PROC_ROUTE
+    sock: socket.socket, net_class: str | Path = NET_CLASS, proc_route: str = PROC_ROUTE, shaped=shaper_on
 ) -> tuple[float | None, str, bool]:
     """payload_rate() for the interface a connected socket's bytes leave through, or NO_RATE.
 
@@ -218,16 +219,18 @@ def link_rate(
             return NO_RATE
         mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
-        shaped = shaper_on(name)
+        shaper = shaped(name)
     except (OSError, ValueError, subprocess.SubprocessError):
         return NO_RATE
     timestamps = bool(info[5] & TCPI_OPT_TIMESTAMPS)
-    return payload_rate(name, nic_rate_Mbps(name, net_class), shaped, mss, timestamps)
+    return payload_rate(name, nic_rate_Mbps(name, net_class), shaper, mss, timestamps)
 
 
 def link_rates(links: dict[int, socket.socket]) -> dict[int, tuple[float | None, str, bool]]:
-    """link_rate for each peer's link."""
-    return {peer: link_rate(sock) for peer, sock in links.items()}
+    """link_rate for each peer's link, ``tc`` asked once per interface: an all-pairs rank's links to every other
+    rank mostly leave by one."""
+    shaped = functools.cache(shaper_on)  # for this run's links only: a serve process outlives a shaper
+    return {peer: link_rate(sock, shaped=shaped) for peer, sock in links.items()}
 
 
 def _net_namespace() -> int:
