@@ -25,7 +25,8 @@ def test_memory_has_one_decimal_and_reaches_tib(count, text):
 
 @pytest.mark.parametrize(
     ("column", "name"),
-    [("lat_p50_us", "p50"), ("busbw_GBps", "busbw"), ("bw_MBps", "bw"), ("msgrate_per_s", "msgrate"), ("note", "note")],
+    [("lat_p50_us", "p50"), ("busbw_GBps", "busbw"), ("bw_MBps", "bw"), ("msgrate_per_s", "msgrate"), ("note", "note")]
+    + [("overlap_pct", "overlap"), ("link_MBps", "link_MBps"), ("link_pct", "link_pct")],  # "link" would be both
 )
 def test_a_column_is_named_without_its_unit(column, name):
     assert short_name(column) == name

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from fabricbench.measure.schema import UNIT_SUFFIXES
+from fabricbench.measure.schema import NUMERIC, UNIT_SUFFIXES
 
 BINARY_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
@@ -53,14 +53,21 @@ def format_bytes(count: float) -> str:
     return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
+def _without_unit(column: str) -> str:
+    name = column.removeprefix("lat_")
+    suffix = next((suffix for suffix in UNIT_SUFFIXES if name.endswith(suffix)), "")
+    return name[: len(name) - len(suffix)]
+
+
+# Names two measured columns would share without their units (link_MBps and link_pct): those keep their units.
+_SHARED = {name for name in map(_without_unit, NUMERIC) if sum(_without_unit(c) == name for c in NUMERIC) > 1}
+
+
 def short_name(column: str) -> str:
     """``lat_p50_us`` -> ``p50``, ``busbw_GBps`` -> ``busbw``: what ``compare --metric`` also accepts, and what
-    headers and plot files are called."""
-    name = column.removeprefix("lat_")
-    for suffix in UNIT_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    headers and plot files are called; the full name where two measured columns would share the short one."""
+    name = _without_unit(column)
+    return column if name in _SHARED else name
 
 
 def given(value) -> bool:
