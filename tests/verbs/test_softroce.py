@@ -87,6 +87,13 @@ def test_every_kernel_moves_intact_data_and_perftest_rows_sit_beside_it(out):
     assert (one_way.bw_peak_MBps >= one_way.bw_MBps * 0.999).all()
     assert streams[(streams.kernel == "bibw") & ~perftest_rows].bw_peak_MBps.isna().all()
     assert (streams.window == 16).all()
+    # fabricbench's rows name the rxe port and its payload rate, a software device's nominal one: a share of it,
+    # twice it for bibw's two directions, and nothing refused by it.
+    mine = streams[~perftest_rows]
+    assert mine.link.str.fullmatch(r"rxe\d+ port \d+, \d+X \w+, software").all(), set(mine.link)
+    both = mine.kernel.map({"bw": 1, "bibw": 2})
+    share = 100 * mine.bw_MBps / both / mine.link_MBps
+    assert (mine.link_MBps > 0).all() and ((mine.link_pct - share).abs() < 1e-6).all()
 
     def method(transport, kernel):
         return set(measured[(measured.transport == transport) & (measured.kernel == kernel)].method)

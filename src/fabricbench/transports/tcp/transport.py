@@ -570,6 +570,8 @@ class TCPTransport(Transport):
             case = Window(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, self.window, role)
         else:
             case = PingPong(self.links, ctrl.rank, ctrl.size, kernel, size, self.timeout, role)
+        if send_to is not None:  # the source's samples time the link its bytes leave by
+            case.link_MBps, case.link_label, case.link_bound = self.link_rates.get(send_to, NO_RATE)
         if self.cloop:
             case.use_c_loop(self.cloop.module)
         return case
