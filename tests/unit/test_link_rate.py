@@ -211,3 +211,27 @@ def test_an_mpi_runs_metadata_names_the_nic_its_library_was_told_to_use_and_no_r
         "not known: UCX_NET_DEVICES=mlx5_0:1 named to the MPI library, which picks each pair's path; no link_MBps"
     )
     assert told_link({}).startswith("not known: no NIC was named to the MPI library (UCX_NET_DEVICES, FI_PROVIDER")
+
+
+MPICH_UCX = "MPICH Version:      5.0.2\nMPICH Device:       ch4:ucx ofi\n"
+
+
+@pytest.mark.parametrize(
+    ("environ", "library", "expected"),
+    [
+        ({"UCX_TLS": "tcp", "UCX_NET_DEVICES": "veth0"}, MPICH_UCX, "veth0"),  # the netns testbed's own settings
+        ({"UCX_TLS": "rc,ud", "UCX_NET_DEVICES": "mlx5_0:1"}, MPICH_UCX, "mlx5_0:1"),
+        ({"UCX_TLS": "tcp,sm", "UCX_NET_DEVICES": "veth0"}, MPICH_UCX, None),  # shared memory between namespaces
+        ({"UCX_TLS": "^sm", "UCX_NET_DEVICES": "veth0"}, MPICH_UCX, None),
+        ({"UCX_TLS": "tcp", "UCX_NET_DEVICES": "veth0,veth1"}, MPICH_UCX, None),  # UCX stripes over both
+        ({"UCX_NET_DEVICES": "veth0"}, MPICH_UCX, None),  # every transport UCX has
+        ({"UCX_TLS": "tcp", "UCX_NET_DEVICES": "veth0", "MPICH_CH4_NETMOD": "ofi"}, MPICH_UCX, None),
+        ({"UCX_TLS": "tcp", "UCX_NET_DEVICES": "veth0"}, "MPICH Device: ch4:ofi\n", None),
+        ({"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth1", "OMPI_MCA_pml": "ucx"}, "Open MPI v5.0.5", "eth1"),
+        ({"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth1"}, "Open MPI v5.0.5", None),  # ob1's BTLs pick their own
+    ],
+)
+def test_the_device_an_mpi_over_ucx_was_told_to_take_between_hosts(environ, library, expected):
+    from fabricbench.transports.mpi.transport import told_device
+
+    assert told_device(environ, library) == expected

@@ -39,12 +39,14 @@ from fabricbench.buffers import filled, nothing, pattern, poisoned, times_addres
 from fabricbench.collectives import neighbor
 from fabricbench.collectives import nonblocking as nonblocking_figures
 from fabricbench.collectives.spec import CHAR, FLOAT32, INT32, ROOT, Element, uniform_layout
+from fabricbench.control import rank_hosts
 from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.congestion import Role
 from fabricbench.measure.kernels import Kernel, Pairing, partner_of
 from fabricbench.transports.base import Case, Diagnosis, Transport
 from fabricbench.transports.buffer_place import CUDA, CUDA_STAGED, HOST, BufferPlace, DeviceBuffer, place_of
+from fabricbench.transports.device_link import device_link
 from fabricbench.transports.mpi.cloop import (
     C_OPS,
     COLL_MODES,
@@ -956,6 +958,21 @@ class MPITransport(Transport):
         except BaseException:
             self.comm.Free()
             raise
+        # The NIC the library was told to take, where that fixes a path between hosts (told_device), and each rank's
+        # host: a pair on two hosts crosses it, a pair on one host does not.
+        self.told = told_device(os.environ, MPI.Get_library_version())
+        self.link = device_link(self.told) if self.told else (None, "")
+        self.hosts = rank_hosts(ctrl) if self.told else []  # on every rank alike: told is the launcher's environment
+        self.hosts = self.hosts if self.link[0] else []
+
+    def _on_link(self, case: Case) -> Case:
+        """A point-to-point case between two hosts, with the told NIC's link as its reference (not a bound: the
+        library's own headers ride on it)."""
+        crosses = self.hosts and getattr(case, "active", False) and case.peer != MPI.PROC_NULL
+        if crosses and self.hosts[self.comm.Get_rank()] != self.hosts[case.peer]:
+            case.link_MBps, case.link_label = self.link
+            case.link_bound = False
+        return case
 
     def case(self, kernel: Kernel, size: int) -> Case:
         if kernel.family == "startup":
@@ -986,8 +1003,8 @@ class MPITransport(Transport):
                 raise Unsupported("this MPI library has no persistent collectives (MPI-4's Allreduce_init and others)")
             return Collective(self.comm, kernel, size, persistent, self.cloop)
         if kernel.windowed:
-            return Window(self.comm, kernel, size, self.method, self.window, self.cloop)
-        return PingPong(self.comm, kernel, size, self.method, self.cloop)
+            return self._on_link(Window(self.comm, kernel, size, self.method, self.window, self.cloop))
+        return self._on_link(PingPong(self.comm, kernel, size, self.method, self.cloop))
 
     def _c_only_case(self, kernel: Kernel, size: int) -> Case:
         """A non-blocking collective or a neighbourhood one: CLoopCollective, where it applies."""
@@ -1016,8 +1033,8 @@ class MPITransport(Transport):
             return None
         role = (send_to, True) if send_to is not None else (recv_from, False)
         if kernel.windowed:
-            return Window(self.comm, kernel, size, self.method, self.window, self.cloop, role)
-        return PingPong(self.comm, kernel, size, self.method, self.cloop, role)
+            return self._on_link(Window(self.comm, kernel, size, self.method, self.window, self.cloop, role))
+        return self._on_link(PingPong(self.comm, kernel, size, self.method, self.cloop, role))
 
     def congestion_case(self, role: Role) -> Case:
         """This rank's part in one phase of the congestion kernel (``fabricbench.transports.mpi.congestion``):
@@ -1057,7 +1074,7 @@ class MPITransport(Transport):
         return MPI.Get_version() >= (4, 0) or (vendor == "Open MPI" and version >= (5,))
 
     def metadata(self) -> dict:
-        found = {"mpi_method": self.method, "link": told_link(os.environ)}
+        found = {"mpi_method": self.method, "link": told_link(os.environ, self.told, self.link)}
         if self.cuda is not None:
             found |= self.binding.metadata() | {"cuda_aware": self.cuda_aware, "cuda_aware_query": self.cuda_query}
         return found | loop_metadata(self.cloop)
@@ -1072,10 +1089,36 @@ LINK_VARIABLES = ("UCX_NET_DEVICES", "UCX_TLS", "FI_PROVIDER", "I_MPI_OFI_PROVID
 LINK_VARIABLES += ("OMPI_MCA_btl_openib_if_include",)
 
 
-def told_link(environ) -> str:
-    """What the run's metadata says of an MPI row's link: which NIC the MPI library was told to use, if any, and
-    that its rows carry no link_MBps. Being told is not taking: ranks on one host move bytes through shared memory
-    whatever the variables say, and across hosts the library picks among what it was allowed."""
+# UCX transports that move bytes within one kernel (shared memory, cross-memory attach): a UCX_TLS naming any of them
+# (or "all", or an exclusion "^...") leaves a pair on one kernel free to take them.
+UCX_SHARED = {"all", "sm", "shm", "posix", "sysv", "xpmem", "cma", "knem", "cuda_ipc", "rocm_ipc"}
+
+
+def told_device(environ, library_version: str) -> str | None:
+    """The one device an MPI library over UCX was told to move bytes between hosts on, where that fixes the path:
+    MPICH's ch4:ucx (its first netmod, unless MPICH_CH4_NETMOD names another) or Open MPI's pml ucx, one device
+    in UCX_NET_DEVICES, and a UCX_TLS of network transports only (no shared memory, which UCX takes between
+    namespaces of one kernel). None otherwise: the library picks the path (libfabric's providers and Open MPI's
+    BTLs are not read)."""
+    ucx = ("ch4:ucx" in library_version and environ.get("MPICH_CH4_NETMOD", "ucx") == "ucx") or (
+        "Open MPI" in library_version and environ.get("OMPI_MCA_pml") == "ucx"
+    )
+    devices = [d for d in environ.get("UCX_NET_DEVICES", "").split(",") if d]
+    tls = [t for t in environ.get("UCX_TLS", "").split(",") if t]
+    if not ucx or len(devices) != 1 or devices[0] == "all" or not tls:
+        return None
+    if any(t.startswith("^") or t.split(":")[0] in UCX_SHARED for t in tls):
+        return None
+    return devices[0]
+
+
+def told_link(environ, device: str | None = None, link: tuple = (None, "")) -> str:
+    """What the run's metadata says of an MPI row's link: the device its rows between hosts are set beside, or which
+    NIC the library was told of, if any, and why its rows carry no link_MBps."""
+    if device and link[0]:
+        return (
+            f"{link[1]} (UCX_NET_DEVICES={device}, UCX_TLS={environ.get('UCX_TLS')}): point-to-point rows between hosts"
+        )
     named = [f"{name}={environ[name]}" for name in LINK_VARIABLES if environ.get(name)]
     if not named:
         return "not known: no NIC was named to the MPI library (UCX_NET_DEVICES, FI_PROVIDER, ...); no link_MBps"

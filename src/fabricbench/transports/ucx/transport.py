@@ -42,8 +42,9 @@ from fabricbench.errors import PeerError, Unsupported
 from fabricbench.hostinfo import ranks_here, this_host, usable_cpus
 from fabricbench.measure.kernels import Kernel
 from fabricbench.transports.base import Case, Diagnosis, Transport
+from fabricbench.transports.device_link import RDMA_CLASS, device_link
 from fabricbench.transports.handle_cases import HandleCase, HandlePingPong, HandleStream
-from fabricbench.transports.tcp.link import NET_CLASS, nic_rate_Mbps, payload_rate, shaper_on
+from fabricbench.transports.tcp.link import NET_CLASS, shaper_on
 from fabricbench.transports.ucx import cloop as ucx_cloop
 from fabricbench.transports.ucx.cloop import (
     ADDRESS_BYTES,
@@ -121,38 +122,19 @@ def check_base(value: object, rank: int) -> int:
 
 
 BANDWIDTH_LANES = ("am_bw", "rma_bw", "tag")  # what UCP moves a large message's bytes on
-IP_TCP_HEADERS_B = 20 + 20 + 12  # IPv4, TCP and its timestamps: a TCP segment's payload is the MTU less these
-RDMA_CLASS = "/sys/class/infiniband"
 
 
 def lane_link(
     lanes: list[Lane], net_class: str | Path = NET_CLASS, rdma_class: str | Path = RDMA_CLASS, shaped=shaper_on
 ) -> tuple[float | None, str]:
     """The link an endpoint's large messages cross, where they cross one device: (MB/s, label), else (None, "").
-
-    A netdev (UCX's tcp lanes) carries TCP payload by link_payload's formula (its NIC's speed, or a root tbf on it,
-    ``shaped``; segments of its MTU less IPv4, TCP and timestamp headers); an RDMA device's port, sysfs ``rate``
-    (its data rate after encoding, before packet headers). Shared memory, several devices at once (UCX stripes
-    a message over its lanes) and a virtual netdev give none. UCX's own headers are not taken off: a reference.
-    """
+    Shared memory and several devices at once (UCX stripes a message over its lanes) give none; one device, its
+    device_link."""
     chosen = [lane for lane in lanes if set(lane.operations) & set(BANDWIDTH_LANES)] or lanes
     devices = {lane.device for lane in chosen}
     if len(devices) != 1:
         return None, ""
-    (device,) = devices
-    netdev = Path(net_class) / device
-    try:
-        if netdev.is_dir():  # UCX's tcp lanes name their netdev; its RDMA lanes a device's port; shared memory neither
-            mtu = int((netdev / "mtu").read_text())
-            found = payload_rate(device, nic_rate_Mbps(device, net_class), shaped(device), mtu - IP_TCP_HEADERS_B, True)
-            return found[:2]
-        name, _, port = device.partition(":")
-        if port.isdigit():  # an RDMA device's port: "100 Gb/sec (4X EDR)"
-            said = (Path(rdma_class) / name / "ports" / port / "rate").read_text().split()
-            return float(said[0]) * 125, f"{device} {' '.join(said)}"
-    except (OSError, ValueError, IndexError):
-        pass
-    return None, ""
+    return device_link(devices.pop(), net_class, rdma_class, shaped)
 
 
 def lane_records(lanes: list[Lane]) -> list[list]:
