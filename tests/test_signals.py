@@ -128,8 +128,11 @@ def test_ctrl_c_under_mpiexec_ends_ranks_inside_the_mpi_c_loop(out):
 
 # Holds the import of the transport registry (which fabricbench.cli imports) until a signal comes: a real Ctrl-C
 # (SIGINT) lands while fabricbench is still loading.
+# SIGINT is set to Python's own handler first, as in a terminal: a process started in the background by a
+# non-interactive shell inherits it ignored, and would sleep through the Ctrl-C.
 _HOLD_IMPORT = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 class Hold:
     def find_spec(self, name, path=None, target=None):
         if name == "fabricbench.transports":
