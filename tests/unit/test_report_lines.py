@@ -84,7 +84,7 @@ UNSUPPORTED = {"kernel": "alltoall", "status": "unsupported: tcp has no alltoall
             "Open MPI 5.0",
             "# mpi allreduce on 4 ranks - Open MPI 5.0 (avg/min/max: over the ranks' means; p50/p99: over rank 0's "
             "iterations)\n"
-            "#  size(B)  iters    placement    avg us    min us    max us    p50 us    p99 us algbw GB/s busbw GB/s"
+            "#  size(B)  iters    avg us    min us    max us    p50 us    p99 us algbw GB/s busbw GB/s"
             " valid #wrong",
         ),
     ],
@@ -116,12 +116,16 @@ def test_console_says_a_rows_share_of_its_link_after_the_figures():
 def test_console_prints_a_missing_value_as_a_dash():
     assert (
         console.line(BARRIER)
-        == "         0   1000            -      3.50      3.25      3.75      3.40      5.00          -          -"
-        + "   off      -"
+        == "         0   1000      3.50      3.25      3.75      3.40      5.00          -          -   off      -"
     )
     assert console.line(LATENCY | {"lat_p99_us": None, "lat_stdev_us": math.nan}) == (
         "         8  10000      1.23      1.50      1.61         -     12.35         -  pass"
     )
+
+
+def test_an_in_place_row_says_so_after_its_figures_and_out_of_place_goes_unsaid():
+    assert console.line(BARRIER | {"placement": "in-place"}).endswith("   off      -  (in place)")
+    assert console.line(BARRIER | {"placement": "out-of-place", "note": "unstable"}).endswith("-  (unstable)")
 
 
 def test_console_unsupported_row_is_a_comment_with_its_reason():

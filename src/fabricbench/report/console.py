@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from fabricbench.collectives.spec import IN_PLACE
 from fabricbench.measure.formatting import given
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import ROW_ENDS, is_measured
@@ -31,7 +32,6 @@ def _layout(kernel_name: str, columns: Iterable[str] = ()) -> list[tuple[str, st
             ("p50 win us", "lat_p50_us", 11),
         ]
     elif kernel.collective:
-        lead.append(("placement", "placement", 13))  # out-of-place or in-place (--placement)
         tail.append(("#wrong", "wrong_elements", 7))  # nccl-tests' #wrong: elements wrong over every rank
         body = [
             ("avg us", "lat_rank_avg_us", 10),
@@ -81,16 +81,15 @@ def line(row: dict) -> str:
             out.append(f"{value:>{width}d}")
         elif column == "validation":
             out.append(f"{value:>{width}}")
-        elif column == "placement":  # blank in a table written before it was recorded
-            out.append(f"{value if given(value) else '-':>{width}}")
         elif column == "wrong_elements":
             out.append(f"{int(value):>{width}d}" if given(value) else " " * (width - 1) + "-")
         elif column == "msgrate_per_s":
             out.append(_num(value, width, 0))
         else:
             out.append(_num(value, width))
-    note = f"  ({row['note']})" if row.get("note") else ""
-    return "".join(out) + link_share(row) + note
+    # An in-place row says so after its figures (run --placement): out of place, the default, goes unsaid.
+    notes = [text for text in ("in place" if row.get("placement") == IN_PLACE else "", row.get("note")) if text]
+    return "".join(out) + link_share(row) + (f"  ({'; '.join(notes)})" if notes else "")
 
 
 def link_share(row: dict) -> str:
