@@ -26,19 +26,24 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(table))
 
 
-def test_model_fits_a_local_run_projects_allreduce_and_measures_its_error(tmp_path):
+def _run_then_model(tmp_path: Path, transport: str, kernels: str, sizes: str, iterations: str, *model: str) -> str:
+    """A local run of ``kernels``, then ``model`` of it on its fastest samples with --out tmp_path/model: its
+    stdout. The fastest: on a busy 2-core machine two busy-polling ranks share the cores with everything else,
+    and p50s of shared memory latency were seen at 0.1 to 1 ms, too scattered for any line."""
     run = tmp_path / "run"
     result = fabricbench(
-        "run", "-t", "mpi", "-k", "latency,bw,allreduce", "-m", "4:64K", "-i", "100", "-x", "5", "--format", "none",
+        "run", "-t", transport, "-k", kernels, "-m", sizes, "-i", iterations, "-x", "5", "--format", "none",
         "--out", str(run),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "model"
-    # The fastest samples: on a busy 2-core machine two busy-polling ranks share the cores with everything else,
-    # and p50s of shared memory latency were seen at 0.1 to 1 ms, too scattered for any line.
-    result = fabricbench("model", str(run), "--size", "1G", "--statistic", "best", "--out", str(out))
+    result = fabricbench("model", str(run), *model, "--statistic", "best", "--out", str(tmp_path / "model"))
     assert result.returncode == 0, result.stderr
-    text = result.stdout
+    return result.stdout
+
+
+def test_model_fits_a_local_run_projects_allreduce_and_measures_its_error(tmp_path):
+    text = _run_then_model(tmp_path, "mpi", "latency,bw,allreduce", "4:64K", "100", "--size", "1G")
+    out = tmp_path / "model"
     assert "model: alpha" in text and "allreduce of 1 GiB, projected" in text and "  100000 " in text
     assert "measured allreduce against the model" in text and "on 2 ranks: measured" in text
     written = {p.name for p in out.iterdir()}
@@ -52,20 +57,11 @@ def test_model_fits_a_local_run_projects_allreduce_and_measures_its_error(tmp_pa
 
 def test_a_one_sided_series_is_fitted_and_says_why_it_has_no_projection(tmp_path):
     """An mpi-rma run of put and get: each is fitted, not "no fit: fewer than 3 measured sizes of latency or bw"."""
-    run = tmp_path / "rma"
-    result = fabricbench(
-        "run", "-t", "mpi-rma", "-k", "put,get", "-m", "8:64K", "-i", "50", "-x", "5", "--format", "none",
-        "--out", str(run),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    result = fabricbench("model", str(run), "--statistic", "best", "--out", str(tmp_path / "model"))
-    assert result.returncode == 0, result.stderr
-    assert "no fit" not in result.stdout, result.stdout
-    fitted = {line.split()[0] for line in result.stdout.splitlines() if " sizes)  " in line and " alpha " in line}
-    assert fitted == {"put", "get"}, result.stdout
-    assert "no projection: alpha - (no latency fit (a put or get times a completed one-sided operation" in (
-        result.stdout
-    )
+    text = _run_then_model(tmp_path, "mpi-rma", "put,get", "8:64K", "50")
+    assert "no fit" not in text, text
+    fitted = {line.split()[0] for line in text.splitlines() if " sizes)  " in line and " alpha " in line}
+    assert fitted == {"put", "get"}, text
+    assert "no projection: alpha - (no latency fit (a put or get times a completed one-sided operation" in text
     rows = read_csv(tmp_path / "model" / "model.csv")
     assert {r["kernel"] for r in rows} == {"put", "get"}
 
