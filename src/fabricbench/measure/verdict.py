@@ -320,13 +320,18 @@ def _slow_hosts_alone(values: np.ndarray, worse: str, z: float, floor: float) ->
     logs = _logs(values)
     linked = ~np.isnan(values)
     linked |= linked.T
-    if np.count_nonzero(linked.any(axis=1)) <= LEAVE_ONE_OUT_UP_TO:  # the ranks with a pair to judge
-        rules = []
-        for rank in range(count):
+    judged = np.flatnonzero(linked.any(axis=1))  # the ranks with a pair to judge
+    if judged.size <= LEAVE_ONE_OUT_UP_TO:
+        # A rank without pairs takes nothing out of the reference: the rule of all pairs is its own, built once
+        # (a tier's matrix may hold 10,000 ranks of which a few have pairs).
+        everyone = _Judged.of(logs, None, worse, z, floor)
+        rules = [everyone] * count
+        for rank in judged:
             alone = np.zeros(count, dtype=bool)
             alone[rank] = True
-            rules.append(_Judged.of(logs, ~_touching(alone), worse, z, floor))
-        slows = [rule.slow(logs) for rule in rules]
+            rules[rank] = _Judged.of(logs, ~_touching(alone), worse, z, floor)
+        shared = everyone.slow(logs)
+        slows = [rule.slow(logs) if rule is not everyone else shared for rule in rules]
         one = False
     else:
         rule = _Judged.of(logs, None, worse, z, floor)
