@@ -9,6 +9,8 @@ import socket
 import stat
 import subprocess
 
+import pytest
+
 from fabricbench.launch.launcher import YIELD_SETTINGS
 from support import BIN, MPIEXEC, PYTHON, clean_env, fabricbench
 
@@ -100,6 +102,17 @@ def test_more_ranks_than_cpus_says_so_once_and_makes_the_waiting_ranks_yield(tmp
     ], result.stderr
     assert meta["oversubscribed"] == {host: {"ranks": 2, "cpus": 1, "yield_applied": SUITE_YIELD, "yield_kept": {}}}
     assert all("oversubscribed" not in rank and rank["boot_id"] for rank in meta["ranks"])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binding 2 ranks a core each needs 2 CPUs")
+def test_ranks_bound_a_core_each_are_not_taken_for_an_oversubscribed_host(tmp_path):
+    """``mpiexec -bind-to core -n 2`` on 2 CPUs: each rank's mask holds one CPU, but the host gives the job two, one a
+    rank: no warning, no yield settings, no oversubscribed host."""
+    env = {name: value for name, value in clean_env().items() if name not in SUITE_YIELD}
+    result, meta = _crowded([MPIEXEC, "-bind-to", "core", "-n", "2"], tmp_path / "bound", 2, env)
+    assert _warnings(result.stderr) == [], result.stderr
+    assert meta["oversubscribed"] == {}
+    assert [len(rank["cpu_affinity"]) for rank in meta["ranks"]] == [1, 1]  # bound, as asked
 
 
 def test_a_launchers_crowded_ranks_keep_the_users_yield_settings(tmp_path):

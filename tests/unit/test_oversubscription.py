@@ -3,6 +3,9 @@ rank 0 records and says."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -34,6 +37,9 @@ SRUN_TASK = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "7", "SLURM_PROCID": 
         ({}, None),
         ({"MPI_LOCALNRANKS": "0"}, None),
         ({"MPI_LOCALNRANKS": "many"}, None),
+        ({"MPI_LOCALNRANKS": "\u00b2"}, None),  # a superscript two: str.isdigit says yes, int() says no
+        ({"PMIX_LOCAL_SIZE": "4"}, (4, "PMIX_LOCAL_SIZE")),
+        ({**SRUN_TASK, "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NODEID": "\u0660"}, None),  # an Arabic-Indic zero
     ],
 )
 def test_local_ranks_reads_the_launchers_count_of_ranks_on_this_host(env, expected):
@@ -49,7 +55,8 @@ def test_tasks_here_unfolds_slurms_tasks_per_node(tasks, node, expected):
 
 
 def test_boot_id_is_this_kernels():
-    assert boot_id() == boot_id() != ""
+    assert re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", boot_id())
+    assert boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def test_an_oversubscribed_mpich_rank_is_given_the_throttle_and_a_users_value_stays():

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from fabricbench import hostinfo
 from fabricbench.control.mpi import find_mpiexec
 from fabricbench.errors import UsageError
 from fabricbench.hostinfo import usable_cpus
@@ -173,17 +174,15 @@ YIELD_SETTINGS = {
     "this MPICH": {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "100"},
     "this Open MPI": {"OMPI_MCA_mpi_yield_when_idle": "1"},
 }
-# What a launcher tells each rank, before MPI starts, of the ranks it started on this host: hydra (MPICH, Intel
-# MPI), Open MPI's mpirun. srun's tasks read SLURM_STEP_TASKS_PER_NODE (slurm.tasks_here).
-LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def local_ranks(env: Mapping[str, str]) -> tuple[int, str] | None:
     """How many ranks of this job the launcher started on this host, and the variable that says so; None where no
-    launcher said (before MPI starts, so that a rank can set what MPI reads in MPI_Init)."""
-    for var in LOCAL_SIZE_VARS:
-        if env.get(var, "").isdigit() and int(env[var]) > 0:
-            return int(env[var]), var
+    launcher said (before MPI starts, so that a rank can set what MPI reads in MPI_Init). srun's tasks read
+    SLURM_STEP_TASKS_PER_NODE (slurm.tasks_here)."""
+    announced = hostinfo.announced_local_ranks(env)
+    if announced:
+        return announced
     if slurm.started_by_srun(env):
         tasks = slurm.tasks_here(env)
         if tasks:
@@ -253,7 +252,7 @@ def yield_if_oversubscribed(library_version: str) -> dict:
     """Before MPI_Init, on every rank: where this host runs more ranks than CPUs, set the yield settings that are
     not set already (a value the user gave stays), and keep what was found in OVERSUBSCRIBED."""
     OVERSUBSCRIBED.clear()
-    OVERSUBSCRIBED.update(oversubscription(os.environ, usable_cpus(), library_version))
+    OVERSUBSCRIBED.update(oversubscription(os.environ, hostinfo.job_cpus(), library_version))
     os.environ.update(OVERSUBSCRIBED.get("yield_applied", {}))
     return OVERSUBSCRIBED
 

@@ -91,7 +91,7 @@ def tasks_here(env: Mapping[str, str]) -> int | None:
             return None
         counts += [int(found.group(1))] * int(found.group(2) or 1)
     node = env.get("SLURM_NODEID", "")
-    return counts[int(node)] if node.isdigit() and int(node) < len(counts) else None
+    return counts[int(node)] if node.isascii() and node.isdigit() and int(node) < len(counts) else None
 
 
 def in_job(env: Mapping[str, str]) -> bool:

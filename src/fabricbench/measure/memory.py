@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 
 from fabricbench.errors import UsageError
+from fabricbench.hostinfo import announced_local_ranks
 from fabricbench.measure.formatting import format_bytes
 from fabricbench.measure.plan import Plan
 
@@ -24,8 +25,6 @@ SAMPLE_BYTES = 8  # the int64 sample array, one entry per iteration or warm-up i
 STATS_BYTES = 32  # per timed iteration on rank 0: the samples' copy, as float64, sorted and scaled
 REQUEST_BYTES = 1024  # per message in a window: MPI's request objects and the loop's handles
 MEMINFO = "/proc/meminfo"
-# Ranks on this host, as launchers announce them (MPICH's hydra, Open MPI, PMIx).
-_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_LOCAL_SIZE")
 
 
 @dataclass(frozen=True)
@@ -105,11 +104,8 @@ def available_bytes() -> int | None:
 
 def local_rank_count(ranks: int) -> int:
     """Ranks that share this host: the launcher's word for it, else all of them (a self-launched run)."""
-    for var in _LOCAL_SIZE_VARS:
-        value = os.environ.get(var, "")
-        if value.isascii() and value.isdigit() and int(value) > 0:
-            return int(value)
-    return ranks
+    announced = announced_local_ranks(os.environ)
+    return announced[0] if announced else ranks
 
 
 def check_memory(plan: Plan, ranks: int, local_ranks: int, limit: int | None) -> None:
