@@ -32,6 +32,7 @@ from fabricbench.control.mpi import find_mpiexec
 from fabricbench.errors import UsageError
 from fabricbench.hostinfo import usable_cpus
 from fabricbench.launch import slurm
+from fabricbench.terminal import LINE, printable
 
 T = TypeVar("T")
 
@@ -504,7 +505,7 @@ class _Relay:
             thread.join(RELAY_JOIN_S)
         killed = killed_rank(self._held) if code and not self._said else None
         if killed:
-            _say(killed_line(*killed, out_dir))
+            _say(printable(killed_line(*killed, out_dir), LINE))  # the folder's name as the user gave it
             return 128 + killed[1]
         if code == 0 and stdout_errno and stdout_errno != errno.EPIPE:
             say = f"fabricbench: error: cannot write to stdout: {os.strerror(stdout_errno)}; the run finished"

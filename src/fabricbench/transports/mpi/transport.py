@@ -962,13 +962,12 @@ class MPITransport(Transport):
         # host: a pair on two hosts crosses it, a pair on one host does not.
         self.told = told_device(os.environ, MPI.Get_library_version())
         self.link = device_link(self.told) if self.told else (None, "")
-        self.hosts = rank_hosts(ctrl) if self.told else []  # on every rank alike: told is the launcher's environment
-        self.hosts = self.hosts if self.link[0] else []
+        self.hosts = rank_hosts(ctrl)  # on every rank, whatever its environment says: a collective (kept on ctrl)
 
     def _on_link(self, case: Case) -> Case:
         """A point-to-point case between two hosts, with the told NIC's link as its reference (not a bound: the
         library's own headers ride on it)."""
-        crosses = self.hosts and getattr(case, "active", False) and case.peer != MPI.PROC_NULL
+        crosses = self.link[0] and getattr(case, "active", False) and case.peer != MPI.PROC_NULL
         if crosses and self.hosts[self.comm.Get_rank()] != self.hosts[case.peer]:
             case.link_MBps, case.link_label = self.link
             case.link_bound = False

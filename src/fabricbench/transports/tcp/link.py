@@ -130,10 +130,11 @@ def shaper_on(interface: str) -> tuple[float, int] | None:
     tc = shutil.which("tc")
     if tc is None:
         return None
-    shown = subprocess.run([tc, "-j", "qdisc", "show", "dev", interface], capture_output=True, text=True, timeout=10)
     try:
+        asked = [tc, "-j", "qdisc", "show", "dev", interface]
+        shown = subprocess.run(asked, capture_output=True, text=True, timeout=10)
         return shaper(json.loads(shown.stdout)) if shown.returncode == 0 else None
-    except (ValueError, AttributeError, TypeError):
+    except (OSError, subprocess.SubprocessError, ValueError, AttributeError, TypeError):  # tc hung, or said nonsense
         return None
 
 
@@ -220,7 +221,7 @@ def link_rate(
         mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
         shaper = shaped(name)
-    except (OSError, ValueError, subprocess.SubprocessError):
+    except (OSError, ValueError):
         return NO_RATE
     timestamps = bool(info[5] & TCPI_OPT_TIMESTAMPS)
     return payload_rate(name, nic_rate_Mbps(name, net_class), shaper, mss, timestamps)
