@@ -143,7 +143,7 @@ def test_nccl_text_is_nccl_tests_printf_layout_line_by_line(tmp_path, validate):
 def test_a_corrupted_element_is_counted_in_wrong_and_out_of_bounds(tmp_path):
     args = ["run", "-k", "allreduce", "-m", "64:64", "-i", "5", "-x", "1", "-c", "--format", "nccl"]
     done = fabricbench(*args, "--out", str(tmp_path / "run"), env={"FABRICBENCH_TEST_CORRUPT": "allreduce"})
-    assert done.returncode != 0 or "validation failed" in done.stderr
+    assert done.returncode == 1 and "fabricbench: validation failed in 2 rows" in done.stderr, done.stderr
     line = next(text for text in done.stdout.splitlines() if text.startswith(" ") and text.split()[0] == "64")
     blocks = [line[52:84], line[84:116]]
     assert [float(block.split()[-1]) for block in blocks] == [2, 2]  # one element on each of the 2 ranks, each block
