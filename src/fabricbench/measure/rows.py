@@ -122,7 +122,7 @@ def timed_row(
     row.update(loop.row_fields)
     if kernel.windowed:
         pairs = max(1, len(timing.iterations))
-        bound = loop.link_MBps if loop.link_bound else None
+        bound = bound_rate(loop)
         refuse_impossible(row, kernel.directions, pairs, bound, loop.link_label)
     link_share(row, kernel.directions, loop.link_MBps, loop.link_label)
     return row

@@ -14,7 +14,7 @@ from fabricbench import transports
 from fabricbench.errors import UsageError
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.memory import check_memory, local_rank_count
-from fabricbench.measure.plan import NCCL_FORMAT, OsuColumns, Plan, Step, kernel_sizes
+from fabricbench.measure.plan import NCCL_FORMAT, OSU_FORMAT, OsuColumns, Plan, Step, kernel_sizes
 from fabricbench.measure.results import RUN_ID_VAR, new_run_id
 from fabricbench.measure.topology import from_slurm_job, read_topology
 from fabricbench.run.patterns import every_pattern, pattern_of
@@ -94,7 +94,7 @@ def _steps(args: argparse.Namespace) -> list[Step]:
         }
         pairs = [(t, args.kernel or every[t]) for t in args.transport]
     # OSU's -T changes what a reduction sums, and so its sizes (MPI_CHAR from 1 B); _osu_columns checks the rest.
-    datatype = (args.osu_datatype or "").upper() if args.output_format == "osu" else ""
+    datatype = (args.osu_datatype or "").upper() if args.output_format == OSU_FORMAT else ""
     steps = []
     for transport, kernels in pairs:
         transports.check_transport(transport)
@@ -143,7 +143,7 @@ def _osu_columns(args: argparse.Namespace, steps: list[Step]) -> OsuColumns:
     given = args.osu_full or args.osu_percentiles or args.osu_datatype or args.osu_no_rate
     if not given:
         return OsuColumns()
-    if args.output_format != "osu":
+    if args.output_format != OSU_FORMAT:
         raise UsageError(
             "--osu-full, --osu-percentiles, --osu-datatype and --osu-no-rate shape OSU's text: add --format osu"
         )

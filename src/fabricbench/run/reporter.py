@@ -12,7 +12,7 @@ from pathlib import Path
 from fabricbench.errors import ConsoleClosed, ConsoleFailed, FabricbenchError
 from fabricbench.launch.metadata import SharedKernel
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.measure.plan import NCCL_FORMAT
+from fabricbench.measure.plan import NCCL_FORMAT, OSU_FORMAT
 from fabricbench.measure.results import (
     CSV_SIZE_ROWS,
     PartSpool,
@@ -135,7 +135,7 @@ class Reporter:
             args = (self.metadata, self.plan, step.sizes, ranks, placements)
             lines, self._nccl_step = nccl.start(step.kernel_def, step.transport, *args)
             self.say("\n".join(lines))
-        elif self.plan.output_format == "osu":
+        elif self.plan.output_format == OSU_FORMAT:
             self._osu_step = (step.kernel, ranks, [])
             pairs = pattern_of(step.kernel_def).pairs(step.kernel_def, ranks)
             text = osu.header(step.transport, step.kernel, self.plan.window, pairs, self._osu_columns)
@@ -176,7 +176,7 @@ class Reporter:
             for text in self._nccl_step.row(row) if self._nccl_step else []:
                 self.say(text)
             return
-        self.say(osu.line(row, self._osu_columns) if self.plan.output_format == "osu" else pattern.line(row))
+        self.say(osu.line(row, self._osu_columns) if self.plan.output_format == OSU_FORMAT else pattern.line(row))
 
     def batch(self, batch: RowBatch) -> None:
         """Some of a size's rows as columns (a pattern that hands them on phase by phase): into the CSV with the

@@ -26,7 +26,7 @@ from fabricbench.errors import Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.congestion import Test
 from fabricbench.measure.kernels import Kernel
-from fabricbench.measure.plan import Plan, Step
+from fabricbench.measure.plan import OSU_FORMAT, Plan, Step
 from fabricbench.measure.rows import measured_row, rank_summary
 from fabricbench.report import console
 from fabricbench.transports.base import Case, Transport
@@ -107,7 +107,7 @@ class Pattern:
     @staticmethod
     def refuse_osu_text(args: argparse.Namespace, kernels: str) -> None:
         """For a pattern whose rows OSU has no text layout for: ``--format osu`` is refused, naming ``kernels``."""
-        if args.output_format == "osu":
+        if args.output_format == OSU_FORMAT:
             raise UsageError(f"{kernels} no OSU text layout: use --format table or none")
 
     @classmethod
