@@ -556,7 +556,8 @@ def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") ->
     models = []
     for path in paths:
         frame, metadata = load.read_run(path, pairs=False)
-        measured = frame[load.comparable(frame) & frame["size_B"].notna()]
+        # An in-place collective is a kernel of its own (load.by_placement): its allreduce is not the model's.
+        measured = load.by_placement(frame[load.comparable(frame) & frame["size_B"].notna()])
         pairs = tier_rows(load.read_pairs(path), statistic, seed)
         usable = pd.concat([measured[measured["src_host"] == ""], pairs], ignore_index=True)
         label = metadata.get("label") or load.path_name(path)
