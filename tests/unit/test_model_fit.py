@@ -11,6 +11,7 @@ from fabricbench.analysis.model import (
     ALGORITHMS,
     DEFAULT_RANKS,
     allreduce_time_us,
+    alpha_beta,
     busbw_GBps,
     fit_hockney,
     fit_line,
@@ -68,6 +69,20 @@ def test_an_eager_to_rendezvous_switch_is_its_own_segment():
     assert (first.size_max, second.size_min) == (8192, 16384)
     assert first.alpha_us == pytest.approx(0.5) and first.beta_GBps == pytest.approx(4.0)
     assert second.alpha_us == pytest.approx(6.0) and second.beta_GBps == pytest.approx(11.0)
+
+
+def test_a_stream_whose_last_segment_does_not_grow_takes_beta_from_the_latency_fit():
+    """A loaded host's bw sweep can end in sizes whose time per message does not grow (slope <= 0, an unbounded
+    beta): the projection takes beta from the latency fit's last segment instead, and names where it came from."""
+    latency = fit_hockney(SIZES, hockney(SIZES, 1.0, 8.0))
+    flat = fit_hockney(SIZES, np.full(len(SIZES), 3.0))  # no growth at all: beta is infinite
+    assert flat[-1].beta_GBps == math.inf
+    alpha, alpha_from, beta, beta_from = alpha_beta(latency, flat)
+    assert alpha == pytest.approx(1.0) and beta == pytest.approx(8.0)
+    assert beta_from == "latency, last segment (bw's last segment has no positive slope)"
+    stream = fit_hockney(SIZES, hockney(SIZES, 0.5, 12.0))
+    assert alpha_beta(latency, stream)[2:] == (pytest.approx(12.0), "bw, last segment")
+    assert alpha_beta(None, flat)[2] == math.inf  # nothing to fall back on: not usable, said by the caller
 
 
 def test_noise_alone_is_not_cut_and_a_cut_keeps_its_minimum_of_sizes():

@@ -298,15 +298,20 @@ def _positive(value) -> float:
 
 def alpha_beta(ping_pong: list[Segment] | None, stream: list[Segment] | None) -> tuple[float, str, float, str]:
     """(α, where from, β, where from) of a series' fits: α from the latency fit's first segment, β from the stream's
-    last (the latency fit's last without a stream); NaN where the fit is missing."""
+    last (the latency fit's last without a stream); NaN where the fit is missing.
+
+    A last segment whose time does not grow with size (slope 0 or below: an unbounded β) says nothing of the rate:
+    on a loaded host a few noisy sizes do that. β then comes from the latency fit's last segment, and says so.
+    """
     alpha, alpha_from = math.nan, "no latency fit"
     if ping_pong:
         alpha, alpha_from = ping_pong[0].alpha_us, "latency, first segment"
     beta, beta_from = math.nan, "no bw or latency fit"
     if stream:
         beta, beta_from = stream[-1].beta_GBps, "bw, last segment"
-    elif ping_pong:
-        beta, beta_from = ping_pong[-1].beta_GBps, "latency, last segment"
+    if ping_pong and not 0 < beta < math.inf:
+        flat = " (bw's last segment has no positive slope)" if stream else ""
+        beta, beta_from = ping_pong[-1].beta_GBps, f"latency, last segment{flat}"
     return alpha, alpha_from, beta, beta_from
 
 
