@@ -27,6 +27,7 @@ from fabricbench.errors import UsageError
 from fabricbench.measure.formatting import given
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.schema import is_measured
+from fabricbench.terminal import printable
 
 NCCL_TESTS_VERSION = "2.13"
 BLANK_BLOCK = " " * 32  # a placement with no figures: as wide as "  %7s  %6.2f  %6.2f  %5g"
@@ -118,17 +119,29 @@ def parameter_line(sizes: list[int], iterations: int, warmup: int, validate: boo
 
 def device_lines(ranks: list[dict], gpus: list[dict]) -> list[str]:
     """``# Using devices`` and ``#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s`` for each rank of a
-    GPU run (its bus number from the PCI bus id); none for a run on host memory."""
+    GPU run (its bus number from the PCI bus id); none for a run on host memory. The hosts, names and numbers
+    came from the ranks: each is shown through the sanitiser, and one that is not a number prints as -1."""
     if not gpus:
         return []
     lines = ["# Using devices"]
     for rank, (process, gpu) in enumerate(zip(ranks, gpus, strict=False)):
-        bus = int(str(gpu.get("bus_id", "0:0:0")).split(":")[-2], 16)
+        bus = _number(str(gpu.get("bus_id", "")).split(":")[-2:][0], 16)
         lines.append(
-            f"#  Rank {rank:2d} Group {0:2d} Pid {process['pid']:6d} on {process['host']:>10} "
-            f"device {gpu['index']:2d} [0x{bus:02x}] {gpu.get('name', '')}"
+            f"#  Rank {rank:2d} Group {0:2d} Pid {_number(process.get('pid')):6d} on "
+            f"{printable(process.get('host', ''), 64):>10} device {_number(gpu.get('index')):2d} [0x{bus:02x}] "
+            f"{printable(gpu.get('name', ''), 64)}"
         )
     return lines
+
+
+def _number(value: object, base: int = 10) -> int:
+    """A whole number a rank reported (a pid, a device index, a bus number in hex), or -1 where it is not one."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(str(value), base) if str(value).isascii() else -1
+    except ValueError:
+        return -1
 
 
 def footer_lines(errors: int, busbws: list[float]) -> list[str]:
