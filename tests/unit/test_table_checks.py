@@ -80,6 +80,19 @@ def test_the_folder_as_written_reads_with_its_figures_and_sizes(tmp_path, run):
     assert first_difference(frame, copy) is None and len(copy) == 9
 
 
+def test_a_note_with_line_breaks_stays_one_row_and_an_appending_writer_counts_it(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    writer = TableWriter(folder)
+    writer.append(_rows()[0] | {"note": "first line\nsecond line\r\nthird"})
+    writer.close()
+    text = (folder / CSV_NAME).read_text()
+    assert text.count("\n") == 2 and "first line second line third" in text
+    again = TableWriter(folder)  # --append: the rows already there, counted from the file
+    assert again.earlier_rows == 1
+    again.close()
+
+
 @pytest.mark.parametrize(
     ("row", "column", "text", "why"),
     [

@@ -313,10 +313,14 @@ HEADER = _line({c: c for c in COLUMNS})
 
 
 def _cell(value: object) -> object:
+    """A value as the table holds it: a float in 9 significant digits (NaN empty); a text's line breaks as spaces,
+    so that a row is one line (a note may carry a library's multi-line error) and rows count by newlines."""
     if isinstance(value, float):
         if math.isnan(value):
             return ""
         return f"{value:.9g}"
+    if isinstance(value, str) and ("\n" in value or "\r" in value):
+        return " ".join(value.splitlines())
     return value
 
 
