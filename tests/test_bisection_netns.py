@@ -63,4 +63,6 @@ def test_cross_switch_pairs_share_a_shaped_uplink_and_never_pass_it(leaf_spine, 
     summary = f"cross-switch {cross.bw_MBps:.2f} MB/s, expected about {expected:.2f} (crossing {crossing})"
     assert 0.5 * expected < cross.bw_MBps <= UPLINK_MBPS, summary
     assert cross.bw_peak_MBps <= UPLINK_MBPS * 1.02, summary  # no window faster than the trunk (its burst aside)
-    assert cross.aggregate_MBps <= 2 * UPLINK_MBPS, summary  # both directions of one trunk
+    # Both directions of one trunk, its burst aside as for the peak: each way the token bucket lets 32 kbit through
+    # at the veth's rate on top of its rate (a run of about a second: 0.03 %, as 23.92 against 23.91 MB/s read once).
+    assert cross.aggregate_MBps <= 2 * UPLINK_MBPS * 1.02, summary

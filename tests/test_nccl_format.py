@@ -135,7 +135,10 @@ def test_nccl_text_is_nccl_tests_printf_layout_line_by_line(tmp_path, validate):
                 assert mine.endswith(" ") and theirs.endswith(" ")
             elif not mine.startswith("#") and mine:
                 assert masked(mine) == masked(theirs)
-                assert figures(mine) == pytest.approx(figures(theirs), abs=0.0051)
+                # The console prints the measured float, the expectation the table's 9 digits of it: a figure on a
+                # rounding edge (52.69499.. printed 52.69, stored 52.695 and printed 52.70) is one unit of the last
+                # printed place apart, no more.
+                assert figures(mine) == pytest.approx(figures(theirs), abs=0.0101)
             else:
                 assert mine == theirs
 
