@@ -120,7 +120,9 @@ def test_model_fits_each_tier_of_an_all_pairs_run_and_projects_the_hierarchical_
     tiers = pd.read_csv(tmp_path / "model" / "tier_model.csv").set_index("tier")
     assert list(tiers.index) == ["same-switch", "cross-switch"] and tiers.pairs.tolist() == [12, 18]
     cross = tiers.beta_GBps["cross-switch"]
-    assert 0.002 < cross <= 100e6 / 8 / 1e9, model.stdout  # the shaped uplink, shared by the pairs crossing it
+    # The shaped uplink, shared by the pairs crossing it: a fitted slope, so a loaded mid-size point may lift it a
+    # little past the line's 12.5 MB/s; a units slip is 8x or 1000x off, the unshaped veth over 10x faster.
+    assert 0.002 < cross <= 1.1 * 100e6 / 8 / 1e9, model.stdout
     projection = pd.read_csv(tmp_path / "model" / "hierarchical_projection.csv")
     assert [(r.algorithm, r.hosts, r.switches) for r in projection.itertuples()] == [
         ("ring", 6, 2),

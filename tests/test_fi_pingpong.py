@@ -131,6 +131,6 @@ def test_corrupt_data_ends_the_run_in_fi_pingpongs_words(out, fake_fi_pingpong):
 
 def test_a_server_that_never_listens_is_one_error_line(out, fake_fi_pingpong):
     env = fake_fi_pingpong | {"FAKE_NO_LISTEN": "1"}
-    result = mpiexec(2, "run", *QUICK, "-m", "8", "--timeout", "2", "--out", str(out), env=env, timeout=60)
+    result = mpiexec(2, "run", *QUICK, "-m", "8", "--timeout", "5", "--out", str(out), env=env, timeout=60)
     assert result.returncode == 3
     one_error_line(result.stderr, "fi_pingpong server did not listen on port")

@@ -150,7 +150,8 @@ def test_model_recovers_the_shaped_rate_and_a_latency_runs_alpha(shaped_link, tm
     assert beta == pytest.approx(SHAPED_PAYLOAD_GBps, rel=0.10), (beta, SHAPED_PAYLOAD_GBps)
     # α of the small messages (under tbf's burst), against the separate run's, from the fastest samples (p50 moves
     # with the load). Each estimate has its own error, and this VM runs a launch in one of two speed modes (README,
-    # "fabricbench model"): whether the two intervals overlap is printed, and agreement within 2x is asserted.
+    # "fabricbench model"; up to 3x apart for small-message figures): whether the two intervals overlap is printed,
+    # and agreement within 3x is asserted (a units slip is 1000x, a fit of the wrong segment far more than 3x).
     best = tmp_path / "best"
     result = fabricbench("model", str(both), str(latency), "--statistic", "best", "--out", str(best))
     assert result.returncode == 0, result.stderr
@@ -160,7 +161,7 @@ def test_model_recovers_the_shaped_rate_and_a_latency_runs_alpha(shaped_link, tm
     overlap = float(modelled["alpha_lo_us"]) <= high and low <= float(modelled["alpha_hi_us"])
     print(f"alpha {float(modelled['alpha_us']):.4g} us [{modelled['alpha_lo_us']}, {modelled['alpha_hi_us']}];")
     print(f"the separate run's {float(separate['alpha_us']):.4g} us [{low:.4g}, {high:.4g}]; overlap: {overlap}")
-    assert 0.5 <= float(modelled["alpha_us"]) / float(separate["alpha_us"]) <= 2, (modelled, separate)
+    assert 1 / 3 <= float(modelled["alpha_us"]) / float(separate["alpha_us"]) <= 3, (modelled, separate)
     assert {p.name for p in out.iterdir()} >= {"model.csv", "projection.csv", "fit.png", "projection.png"}
     # The shipped netns thresholds fail this link by its streams, row by row, and pass its small-message latency.
     result = fabricbench("check", str(REPO / "examples" / "thresholds" / "netns-testbed.toml"), str(both))

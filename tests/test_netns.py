@@ -252,7 +252,8 @@ def test_shared_memory_veth_and_shaped_veth_are_clearly_ordered(hosts, tmp_path)
     # the two hosts is set beside veth0's shaper; the one host's rows, through shared memory, beside no link.
     rows, meta = read_rows(tmp_path / "slow")
     bw = rows[rows.kernel == "bw"].iloc[0]
-    assert bw.link.startswith("veth0") and 0 < bw.link_pct <= 100, (bw.link, bw.link_pct, bw.link_MBps)
+    # At most the shaper's payload rate, its 32 kbit burst aside (as tests/test_link_netns.py's ceiling).
+    assert bw.link.startswith("veth0") and 0 < bw.link_pct <= 100.5, (bw.link, bw.link_pct, bw.link_MBps)
     assert "UCX_NET_DEVICES=veth0" in meta["transports"]["mpi"]["link"]
     alone, _ = read_rows(tmp_path / "shm")
     assert alone.link_MBps.isna().all() and (alone.link == "").all()

@@ -214,6 +214,12 @@ def test_a_token_holder_is_admitted_within_seconds_under_a_hello_flood_from_many
     server = Server(env={"FABRICBENCH_TOKEN": TOKEN})
     waits = []
     try:
+        # The same run before the flood: what a whole run costs on this machine now, which a loaded 2-core host
+        # can make several seconds on its own.
+        started = time.monotonic()
+        run = _peer_run(server.port, tmp_path / "alone", *QUICK, env={"FABRICBENCH_TOKEN": TOKEN})
+        alone = time.monotonic() - started
+        assert run.returncode == 0, run.stderr
         with HelloStaller(server.port, [f"127.0.1.{i}" for i in range(1, 65)]) as flood:
             deadline = time.monotonic() + 30
             while flood.cut < 2 * MAX_PENDING:  # serve is evicting, and the flood reopening, over and over
@@ -231,5 +237,6 @@ def test_a_token_holder_is_admitted_within_seconds_under_a_hello_flood_from_many
         print(
             f"\ntoken holders' whole runs under a flood of 64 stalled HELLOs: {[f'{w:.1f}' for w in waits]} s", end=" "
         )
-    # A whole run (its start, the handshake, 4 sizes) under the flood: a dropped SYN alone would cost 3 s or more.
-    assert max(waits) < 8, (waits, cut)
+    # A whole run (its start, the handshake, 4 sizes) under the flood, against the same run alone: a dropped SYN
+    # alone would cost 3 s or more, a lock-out until the flood ends the whole test.
+    assert max(waits) < max(8, 2 * alone + 3), (waits, alone, cut)
