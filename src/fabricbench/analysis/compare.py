@@ -29,6 +29,7 @@ DEFAULT_METRICS = ["lat_p50_us", "bw_MBps", "busbw_GBps"]
 CONSOLE_UNITS = {"_us": " us", "_MBps": " MB/s", "_GBps": " GB/s", "_per_s": "/s"}
 CI_TITLE = "95% CI"
 MIN_REPEATS = 3  # repeats a value needs for its interval, and each side for a ratio's verdict
+NO_INTERVAL = (math.nan, math.nan, math.nan)  # (value, low, high) where no interval is given
 CONSOLE_WIDTH = 120  # the console's blocks are cut to fit this many columns
 VERDICTS = {True: "significant", False: "not significant"}
 SAMPLE_MEANING = {
@@ -100,12 +101,12 @@ def add_intervals(table: pd.DataFrame, values: dict, metrics: list[str]) -> None
             size = math.nan if pd.isna(size) else float(size)
             mine = values.get((kernel, size, letter), {}).get(metric, [])
             # One or two repeats give their own range, not an interval: none is shown below MIN_REPEATS.
-            _, lo, hi = bootstrap_median(mine) if len(mine) >= MIN_REPEATS else (math.nan, math.nan, math.nan)
+            _, lo, hi = bootstrap_median(mine) if len(mine) >= MIN_REPEATS else NO_INTERVAL
             low.append(lo)
             high.append(hi)
             theirs = values.get((kernel, size, base), {}).get(metric, [])
             compared = letter != base and min(len(mine), len(theirs)) >= MIN_REPEATS
-            _, lo, hi = bootstrap_ratio(theirs, mine) if compared else (math.nan, math.nan, math.nan)
+            _, lo, hi = bootstrap_ratio(theirs, mine) if compared else NO_INTERVAL
             ratio_low.append(lo)
             ratio_high.append(hi)
             verdict.append(VERDICTS[significant(lo, hi)] if compared and not math.isnan(lo) else "")

@@ -173,7 +173,7 @@ def _ticks(ax, places: list[float], labels: list[str], rotate: bool) -> None:
 
 def _shown(names: list[str]) -> list[str]:
     """Host, switch and run names as drawn: with their control characters escaped (terminal.printable), as the
-    console shows them. Raw, an ESC had no glyph, and matplotlib's warning put the raw byte on the terminal."""
+    console shows them: a raw control character has no glyph, and matplotlib would warn with it on the terminal."""
     return [printable(name) for name in names]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import cycle
 
 import numpy as np
 
@@ -296,9 +297,12 @@ def _positive(value) -> float:
     return value if value > 0 and math.isfinite(value) else math.nan
 
 
-def alpha_beta(ping_pong: list[Segment] | None, stream: list[Segment] | None) -> tuple[float, str, float, str]:
+def alpha_beta(
+    ping_pong: list[Segment] | None, stream: list[Segment] | None, stream_name: str = STREAM
+) -> tuple[float, str, float, str]:
     """(α, where from, β, where from) of a series' fits: α from the latency fit's first segment, β from the stream's
-    last (the latency fit's last without a stream); NaN where the fit is missing.
+    last (the latency fit's last without a stream); NaN where the fit is missing. ``stream_name``: the kernel the
+    stream's fit is of, as the lines name it (bw, or a one-sided stream).
 
     A last segment whose time does not grow with size (slope 0 or below: an unbounded β) says nothing of the rate:
     on a loaded host a few noisy sizes do that. β then comes from the latency fit's last segment, and says so.
@@ -308,9 +312,9 @@ def alpha_beta(ping_pong: list[Segment] | None, stream: list[Segment] | None) ->
         alpha, alpha_from = ping_pong[0].alpha_us, "latency, first segment"
     beta, beta_from = math.nan, "no bw or latency fit"
     if stream:
-        beta, beta_from = stream[-1].beta_GBps, "bw, last segment"
+        beta, beta_from = stream[-1].beta_GBps, f"{stream_name}, last segment"
     if ping_pong and not 0 < beta < math.inf:
-        flat = " (bw's last segment has no positive slope)" if stream else ""
+        flat = f" ({stream_name}'s last segment has no positive slope)" if stream else ""
         beta, beta_from = ping_pong[-1].beta_GBps, f"latency, last segment{flat}"
     return alpha, alpha_from, beta, beta_from
 
@@ -573,10 +577,8 @@ def build_models(paths: list[str], seed: int = 0, statistic: str = "typical") ->
             points = {k: _points(rows, k, statistic) for k in fitted}
             fits = {k: fit_hockney(*points[k], seed=seed) for k in points}
             fits = {k: v for k, v in fits.items() if v}
-            stream = fits.get(STREAM) or next((fits[k] for k in ONE_SIDED_STREAMS if k in fits), None)
-            alpha, alpha_from, beta, beta_from = alpha_beta(fits.get(PING_PONG), stream)
-            if stream and not fits.get(STREAM):
-                beta_from = beta_from.replace("bw", next(k for k in ONE_SIDED_STREAMS if k in fits), 1)
+            name = next((k for k in (STREAM, *ONE_SIDED_STREAMS) if k in fits), STREAM)
+            alpha, alpha_from, beta, beta_from = alpha_beta(fits.get(PING_PONG), fits.get(name), name)
             if not fits.get(PING_PONG) and any(k in fits for k in ONE_SIDED):
                 alpha_from = "no latency fit (a put or get times a completed one-sided operation, not a message)"
             column = STATISTICS[statistic][0]  # allreduce's time per operation, as the latency rows are read
@@ -846,10 +848,12 @@ def _figure(panels: int, width: float = 6.4, height: float = 4.6):
 
 def _fit_plot(models: list[Model], path):
     """One panel per series: measured times per message against size, and each fitted segment's line (log-log)."""
+    from fabricbench.analysis.plots import MARKERS  # matplotlib is loaded by now (_figure)
+
     fitted = [m for m in models if m.fits]
     figure, axes = _figure(len(fitted))
     for ax, m in zip(axes, fitted, strict=True):
-        for (kernel, (sizes, times)), marker in zip(m.points.items(), "osD^", strict=False):
+        for (kernel, (sizes, times)), marker in zip(m.points.items(), cycle(MARKERS), strict=False):
             windowed = get_kernel(kernel).windowed
             what = f"{kernel}: size / rate" if windowed else f"{kernel}: time per operation"
             what = {PING_PONG: "one-way latency p50", STREAM: "bw: size / bw"}.get(kernel, what)

@@ -168,9 +168,9 @@ def _files_for(ranks: int) -> None:
 
 
 # What makes an MPI's waiting ranks give up their core, read by MPI_Init. MPICH's ranks poll without pause while
-# they wait: with more ranks than cores a waiting rank spins through the time slice of the rank it waits for
-# (osu_allreduce on 4 ranks and 2 cores: 14 ms a call, 1.2 to 2.9 ms once a rank that finds nothing to do 100
-# polls in a row sleeps, as the test suite sets it). Open MPI's counterpart is mpi_yield_when_idle.
+# they wait: with more ranks than cores a waiting rank spins through the time slice of the rank it waits for, so
+# a rank that finds nothing to do 100 polls in a row sleeps instead (as the test suite sets it; the figures are in
+# docs/faults.md). Open MPI's counterpart is mpi_yield_when_idle.
 YIELD_SETTINGS = {
     "this MPICH": {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "100"},
     "this Open MPI": {"OMPI_MCA_mpi_yield_when_idle": "1"},
@@ -249,13 +249,12 @@ def oversubscription(env: Mapping[str, str], cpus: int, library_version: str) ->
     }
 
 
-def yield_if_oversubscribed(library_version: str) -> dict:
+def yield_if_oversubscribed(library_version: str) -> None:
     """Before MPI_Init, on every rank: where this host runs more ranks than CPUs, set the yield settings that are
     not set already (a value the user gave stays), and keep what was found in OVERSUBSCRIBED."""
     OVERSUBSCRIBED.clear()
     OVERSUBSCRIBED.update(oversubscription(os.environ, hostinfo.job_cpus(), library_version))
     os.environ.update(OVERSUBSCRIBED.get("yield_applied", {}))
-    return OVERSUBSCRIBED
 
 
 def launcher() -> str | None:

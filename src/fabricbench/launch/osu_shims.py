@@ -502,10 +502,8 @@ def _percentiles(bench: Benchmark, value: str | None, kept: bool = True) -> tupl
         if not 0 <= percent <= 100:
             raise UsageError(f"{bench.name}: -z{value}: OSU's percentiles are 0 to 100")
         if kept and percent not in KEPT_PERCENTILES:
-            kept = ", ".join(f"{p}" for p in KEPT_PERCENTILES)
-            raise UsageError(
-                f"{bench.name}: -z{value}: fabricbench's table keeps the P{kept.replace(', ', ', P')} columns only"
-            )
+            listed = ", ".join(f"P{p}" for p in KEPT_PERCENTILES)
+            raise UsageError(f"{bench.name}: -z{value}: fabricbench's table keeps the {listed} columns only")
     return chosen or DEFAULT_PERCENTILES
 
 

@@ -61,7 +61,7 @@ from fabricbench.control.rendezvous import (
 from fabricbench.errors import FabricbenchError, PeerError, UsageError
 from fabricbench.launch.orchestrate import execute_plan
 from fabricbench.measure.kernels import Kernel
-from fabricbench.measure.plan import AllPairsOptions, OsuColumns, Plan, Step
+from fabricbench.measure.plan import NO_FORMAT, AllPairsOptions, OsuColumns, Plan, Step
 from fabricbench.run.patterns import pattern_of
 from fabricbench.run.runner import EXPECTED_SLACK
 from fabricbench.terminal import LINE, printable
@@ -120,7 +120,7 @@ def wire_plan(plan: Plan) -> Plan:
         ranks=[],
         out_dir="",
         label="",
-        output_format="none",
+        output_format=NO_FORMAT,
         osu=OsuColumns(),
         pairs=pairs,
         progress=False,

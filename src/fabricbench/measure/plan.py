@@ -29,7 +29,8 @@ MAX_REPEAT = 1000  # --repeat: more is a typo, and each repeat is the whole plan
 MAX_OUTLIER_Z = 100.0  # --outlier-z
 MAX_OUTLIER_FLOOR = 10.0  # --outlier-floor, as a fraction of the median (1000 %)
 OSU_FORMAT, NCCL_FORMAT = "osu", "nccl"  # the console layouts of OSU and of nccl-tests (--format)
-OUTPUT_FORMATS = ("table", OSU_FORMAT, NCCL_FORMAT, "none")
+NO_FORMAT = "none"  # no console table: the rows go to disk alone
+OUTPUT_FORMATS = ("table", OSU_FORMAT, NCCL_FORMAT, NO_FORMAT)
 
 parse_size = byte_size("message size")
 _size_range = byte_range("size range", "message size", MAX_MESSAGE_SIZE, "a message is at most 1 GiB")

@@ -186,10 +186,9 @@ def refuse_impossible(row: dict, directions: int, pairs: int, link_MBps: float |
     clauses = []
     # A tail bandwidth scales rank 0's window by the initiators (tail_window_bytes), each at most on a link of its own.
     short = "a window sample shorter than its bytes allow"
-    one_window = [(column, directions * pairs, short) for column in WINDOW_COLUMNS]
     for column, factor, why in (
-        ("bw_peak_MBps", directions, "a window sample shorter than its bytes allow"),
-        *one_window,
+        ("bw_peak_MBps", directions, short),
+        *((column, directions * pairs, short) for column in WINDOW_COLUMNS),
         ("bw_MBps", directions * pairs, "windows timed shorter than their bytes allow"),
     ):
         value = row.get(column, math.nan)

@@ -9,6 +9,7 @@ from fabricbench.collectives.spec import IN_PLACE
 from fabricbench.measure.formatting import given
 from fabricbench.measure.kernels import get_kernel
 from fabricbench.measure.schema import ROW_ENDS, is_measured
+from fabricbench.terminal import printable
 
 
 def _num(value, width: int, digits: int = 2) -> str:
@@ -97,4 +98,4 @@ def link_share(row: dict) -> str:
     share = row.get("link_pct")
     if not given(share):
         return ""
-    return f"  {share:.0f} % of {row.get('link') or 'the link'}"
+    return f"  {share:.0f} % of {printable(row.get('link') or 'the link')}"  # sysfs, fi_info or UCX named it

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fabricbench import __version__
 from fabricbench.collectives.spec import IN_PLACE
 from fabricbench.errors import UsageError
+from fabricbench.lazy import np
 from fabricbench.measure.formatting import given
 from fabricbench.measure.kernels import Kernel
 from fabricbench.measure.schema import is_measured
@@ -33,7 +34,6 @@ NCCL_TESTS_VERSION = "2.13"
 BLANK_BLOCK = " " * 32  # a placement with no figures: as wide as "  %7s  %6.2f  %6.2f  %5g"
 # nccl-tests' names of the nccl transport's --dtype (theirs, where they differ from numpy's)
 NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "float64": "double"}
-NCCL_TYPE_BYTES = {"bfloat16": 2}  # the one --dtype numpy does not size
 
 
 def check_kernels(kernels: list[Kernel]) -> None:
@@ -60,14 +60,11 @@ class Element:
     size: int
 
 
-def element_of(kernel: Kernel, transport: str, transport_meta: dict) -> Element:
+def element_of(kernel: Kernel, transport_meta: dict) -> Element:
     """The element a step's rows move: nccl's --dtype (its transport's metadata) or the collective's own."""
     if transport_meta.get("dtype"):  # a transport with an element type of its own (nccl --dtype)
-        import numpy as np  # only a GPU run's reporter gets here
-
         dtype = transport_meta["dtype"]
-        size = NCCL_TYPE_BYTES.get(dtype) or np.dtype(dtype).itemsize
-        return Element(NCCL_TYPE_NAMES.get(dtype, dtype), size)
+        return Element(NCCL_TYPE_NAMES.get(dtype, dtype), np.dtype(dtype).itemsize)
     spec = kernel.collective_spec
     return Element(spec.element.nccl_type, spec.element.size) if spec.element else Element("none", 1)
 
@@ -161,7 +158,6 @@ class Step:
     """One collective's table as its rows arrive: a size's line once its placements are in, the footer at the end."""
 
     kernel: Kernel
-    transport: str
     placements: int  # rows a size has: 1 or 2
     element: Element
     redop: str
@@ -232,4 +228,4 @@ def start(kernel: Kernel, transport: str, metadata: dict, plan, sizes: list[int]
         *([*devices, "#"] if devices else []),
         *header_lines(),
     ]
-    return lines, Step(kernel, transport, placements, element_of(kernel, transport, meta), redop)
+    return lines, Step(kernel, placements, element_of(kernel, meta), redop)

@@ -12,7 +12,7 @@ from pathlib import Path
 from fabricbench.errors import ConsoleClosed, ConsoleFailed, FabricbenchError
 from fabricbench.launch.metadata import SharedKernel
 from fabricbench.measure.kernels import get_kernel
-from fabricbench.measure.plan import NCCL_FORMAT, OSU_FORMAT
+from fabricbench.measure.plan import NCCL_FORMAT, NO_FORMAT, OSU_FORMAT
 from fabricbench.measure.results import (
     CSV_SIZE_ROWS,
     PartSpool,
@@ -74,7 +74,7 @@ class Reporter:
 
     def say(self, text: str) -> None:
         """A line on the console, unless the plan prints none."""
-        if self.plan.output_format == "none" or self._console_errno:
+        if self.plan.output_format == NO_FORMAT or self._console_errno:
             return
         try:
             if self._progress:
@@ -266,7 +266,7 @@ class Reporter:
                 pattern.finish(self.kept[pattern], self)
         if self.failed_validation:
             print(f"fabricbench: validation failed in {self.failed_validation} rows", file=sys.stderr)
-        if self.plan.output_format != "none":
+        if self.plan.output_format != NO_FORMAT:
             files = ", ".join(p.name for p in (self.writer.csv_path, parquet) if p)
             earlier = self.writer.earlier_rows  # --append: the table holds them too
             added = f"{self.written:,} added; " if earlier else ""

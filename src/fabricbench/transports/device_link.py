@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fabricbench.transports.link_payload import tcp_packet_B
 from fabricbench.transports.tcp.link import NET_CLASS, nic_rate_Mbps, payload_rate, shaper_on
 
-IP_TCP_HEADERS_B = 20 + 20 + 12  # IPv4, TCP and its timestamps: a TCP segment's payload is the MTU less these
 RDMA_CLASS = "/sys/class/infiniband"
 
 
@@ -26,7 +26,7 @@ def device_link(
     try:
         if netdev.is_dir():
             mtu = int((netdev / "mtu").read_text())
-            found = payload_rate(device, nic_rate_Mbps(device, net_class), shaped(device), mtu - IP_TCP_HEADERS_B, True)
+            found = payload_rate(device, nic_rate_Mbps(device, net_class), shaped(device), mtu - tcp_packet_B(0), True)
             return found[:2]
         name, _, port = device.partition(":")
         if port.isdigit():  # an RDMA device's port: "100 Gb/sec (4X EDR)"

@@ -71,7 +71,7 @@ def roce_MBps(ethernet_Gbps: float, mtu: int) -> float:
     return ethernet_Gbps * 1e3 / 8 * mtu / (mtu + ROCE_B)
 
 
-def pcie_MBps(generation: int, width: int, max_payload: int = PCIE_MAX_PAYLOAD_B) -> float | None:
+def pcie_MBps(generation: int | None, width: int, max_payload: int = PCIE_MAX_PAYLOAD_B) -> float | None:
     """DMA write payload over a PCIe link: GT/s × encoding × lanes / 8 × payload / (payload + TLP overhead);
     None for a generation this table does not know."""
     if generation not in PCIE_LANE or width < 1:

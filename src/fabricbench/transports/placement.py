@@ -2,7 +2,7 @@
 
 nccl-tests times every size twice, out of place then in place (one buffer, sent from and received into), and prints
 both on its line. fabricbench measures out of place alone by default, as OSU does (whose -l asks for in place), so
-that a collective sweep takes no longer than before; ``--format nccl`` measures both by default, since its lines
+that a collective sweep is not doubled; ``--format nccl`` measures both by default, since its lines
 have both blocks, and ``--placement`` says otherwise for either. Each placement is a row of its own, its
 ``placement`` column saying which; the in-place one right after the out-of-place one at each size, both timed the
 same way. A transport that includes this option group measures the in-place form; the others' in-place rows say

@@ -12,7 +12,7 @@ from fabricbench.control import rank_hosts
 from fabricbench.errors import PeerError, Unsupported, UsageError
 from fabricbench.lazy import np
 from fabricbench.measure.kernels import BANDWIDTH_COLUMNS, Kernel
-from fabricbench.measure.plan import MAX_OUTLIER_FLOOR, MAX_OUTLIER_Z, AllPairsOptions, Plan, Step
+from fabricbench.measure.plan import MAX_OUTLIER_FLOOR, MAX_OUTLIER_Z, NO_FORMAT, AllPairsOptions, Plan, Step
 from fabricbench.measure.rows import Coded, RowBatch, base_row, refuse_impossible
 from fabricbench.measure.schema import MEASURED
 from fabricbench.measure.stats import latency_stats
@@ -90,7 +90,7 @@ class AllPairs(Pattern):
         if args.peer and (args.schedule != AllPairsOptions.schedule or args.per_node):
             raise UsageError("--peer runs two ranks, one pair: --schedule shift and --per-node need a launcher")
         options = AllPairsOptions(args.schedule, args.per_node, args.outlier_z, args.outlier_floor / 100, args.json)
-        return {"pairs": options, **({"output_format": "none"} if options.json else {})}
+        return {"pairs": options, **({"output_format": NO_FORMAT} if options.json else {})}
 
     @classmethod
     def finish(cls, rows: list[dict], reporter) -> None:

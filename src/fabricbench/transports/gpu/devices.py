@@ -378,7 +378,7 @@ def pcie_link(bus_id: str, sysfs: str | Path = PCI_DEVICES) -> tuple[float | Non
     except (OSError, ValueError, IndexError):
         return None, ""
     generation, width = pcie_generation(min(gts, up_gts)), min(lanes, up_lanes)
-    rate = pcie_MBps(generation, width) if generation else None
+    rate = pcie_MBps(generation, width)  # None for a generation the table does not know
     return (rate, f"{bus_id.lower()} PCIe {generation}.0 x{width}") if rate else (None, "")
 
 

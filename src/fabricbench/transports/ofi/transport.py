@@ -47,6 +47,7 @@ from fabricbench.transports.handle_cases import HandleCase, HandlePingPong, Hand
 from fabricbench.transports.ofi import cloop as ofi_cloop
 from fabricbench.transports.ofi.cloop import CONTROL_BYTES, ERROR_BYTES, NAME_BYTES, RMA_CODES, OFIInfo
 from fabricbench.transports.ofi.options import OFI_OPTIONS, OFIUnavailable
+from fabricbench.transports.tcp.link import NET_CLASS, rate_text
 
 FI_ENV_PREFIX = "FI_"  # libfabric's settings (FI_PROVIDER, FI_CXI_*, FI_TCP_*): the metadata records each rank's
 MAX_ENV = 64  # FI_* variables per rank carried to rank 0
@@ -114,7 +115,7 @@ def decode_address(text: object, rank: int) -> bytes:
         raise PeerError(f"rank {rank} sent a libfabric address that is not hex") from None
 
 
-def provider_link(speed_bps: int, domain: str, net_class: str | Path = "/sys/class/net") -> tuple[float | None, str]:
+def provider_link(speed_bps: int, domain: str, net_class: str | Path = NET_CLASS) -> tuple[float | None, str]:
     """A row's link from what the provider reports of its NIC (fi_info's nic->link_attr->speed, bits/s): MB/s and
     a label, or (None, "") where it reports none, or where the domain is a netdev sysfs shows with no device behind
     it (a veth's nominal speed has no wire). The rate is the link's, not the payload's: the provider's headers are
@@ -122,8 +123,7 @@ def provider_link(speed_bps: int, domain: str, net_class: str | Path = "/sys/cla
     netdev = Path(net_class) / domain
     if speed_bps <= 0 or (domain and netdev.exists() and not (netdev / "device").exists()):
         return None, ""
-    rate = f"{speed_bps / 1e9:g} Gb/s" if speed_bps >= 1e9 else f"{speed_bps / 1e6:g} Mb/s"
-    return speed_bps / 8e6, f"{domain} {rate}, as the provider reports it"
+    return speed_bps / 8e6, f"{domain} {rate_text(speed_bps)}, as the provider reports it"
 
 
 def check_key(record: object, rank: int) -> tuple[int, int]:
@@ -223,6 +223,7 @@ class OFITransport(Transport):
         self.lib = None
         self.loop = None
         self.info = OFIInfo()
+        self.link: tuple[float | None, str] = (None, "")  # the provider's NIC: provider_link, once open
         self.memory = nothing()
         self.rma_reason = ""
         self.delivery = True
@@ -293,6 +294,7 @@ class OFITransport(Transport):
             chosen = self.info.provider.decode(errors="replace")  # filled once fi_getinfo chose, before fi_domain
             asked = ofi_cloop.no_match(self.settings)
             raise OFIUnavailable(f"libfabric {self.loop.version} has {asked}: {said}{open_hint(said, chosen)}")
+        self.link = provider_link(self.info.link_speed, self.info.domain.decode(errors="replace"))  # every size's
 
     def _connect(self, address: bytes) -> str:
         """Join the peer; '' on success, else why (every rank learns it in the key exchange that follows)."""
@@ -362,8 +364,7 @@ class OFITransport(Transport):
         else:
             made = HandleStream(self, kernel, size)
         if self.handle:
-            domain = self.info.domain.decode(errors="replace")
-            made.link_MBps, made.link_label = provider_link(self.info.link_speed, domain)
+            made.link_MBps, made.link_label = self.link
             made.link_bound = False
         return made
 

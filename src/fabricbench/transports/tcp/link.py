@@ -138,7 +138,7 @@ def shaper_on(interface: str) -> tuple[float, int] | None:
         return None
 
 
-def _rate_text(bits_per_s: float) -> str:
+def rate_text(bits_per_s: float) -> str:
     """``10 Gb/s``, ``100 Mb/s``: how a label says a rate."""
     return f"{bits_per_s / 1e9:g} Gb/s" if bits_per_s >= 1e9 else f"{bits_per_s / 1e6:g} Mb/s"
 
@@ -155,8 +155,8 @@ def payload_rate(
         rate_Bps, overhead = shaped
         limit = tcp_through_shaper_MBps(rate_Bps, mss, overhead=overhead, timestamps=timestamps)
         if nic is None or limit < nic:
-            return limit, f"{name} tbf {_rate_text(rate_Bps * 8)}", False
-    return (nic, f"{name} {_rate_text(mbits * 1e6)}", True) if nic else NO_RATE
+            return limit, f"{name} tbf {rate_text(rate_Bps * 8)}", False
+    return (nic, f"{name} {rate_text(mbits * 1e6)}", True) if nic else NO_RATE
 
 
 def route_interface(address: str, routes: str) -> str | None:

@@ -536,7 +536,7 @@ class TCPTransport(Transport):
         # The all-pairs and congestion kernels need a link to every rank; the others, a partner and ring neighbours.
         everyone = any(s.transport == self.name and s.kernel_def.pairing is Pairing.MESH for s in plan.steps)
         self.links, self.bind = open_links(ctrl, options, plan.run_id, plan.timeout, everyone)
-        self.link_rates = link_rates(self.links)  # {peer: (MB/s or None, what reported it)}
+        self.link_rates = link_rates(self.links)  # {peer: (MB/s or None, what reported it, whether it is a bound)}
 
     def case(self, kernel: Kernel, size: int) -> Case:
         ctrl = self.ctrl
